@@ -1,0 +1,178 @@
+"""Every error this library raises, as one tree, so callers can catch at the level they care about.
+
+    MerlinTorchServingError
+    ├── SchemaError                 a graph edge whose columns, dtypes or shapes do not fit
+    ├── InputError                  request data that does not match the ensemble's input schema
+    ├── ExportError                 a model repository could not be written
+    │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
+    │   └── ModelCheckError         model.pt does not behave the way its config.pbtxt says
+    ├── ServerError                 starting or talking to tritonserver failed
+    │   ├── ServerNotFoundError     no tritonserver binary could be found
+    │   ├── PortInUseError          a requested port is taken
+    │   ├── ServerStartTimeoutError the server did not become ready in time
+    │   ├── ServerExitedError       the server process ended on its own
+    │   └── ModelLoadError          one or more models failed to load
+    │       └── BackendNotAvailableError  a model needs a backend this server lacks
+    └── InferenceError              the server answered a request with an error
+
+Each class builds its own message from structured fields, so messages stay consistent and the
+fields stay available to code that handles the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class MerlinTorchServingError(Exception):
+    """Base class of every error raised by merlin_torch_serving."""
+
+
+class SchemaError(MerlinTorchServingError):
+    """A column at a graph edge is missing or has the wrong dtype or shape.
+
+    Raised while the graph is built, naming the operator, the column, what it expects and what
+    its parents provide.
+    """
+
+    def __init__(self, operator: str, column: str | None, expected: str, got: str, hint: str = ""):
+        self.operator = operator
+        self.column = column
+        self.expected = expected
+        self.got = got
+        where = f"column {column!r} at the input of {operator}" if column else f"{operator}"
+        message = f"{where}: expected {expected}, got {got}"
+        if hint:
+            message += f". {hint}"
+        super().__init__(message)
+
+
+class InputError(MerlinTorchServingError):
+    """Request data that does not fit the ensemble's input schema (client side, before sending)."""
+
+    def __init__(self, column: str, expected: str, got: str, hint: str = ""):
+        self.column = column
+        self.expected = expected
+        self.got = got
+        message = f"input column {column!r}: expected {expected}, got {got}"
+        if hint:
+            message += f". {hint}"
+        super().__init__(message)
+
+
+class ExportError(MerlinTorchServingError):
+    """A model repository could not be written; the previous repository is left as it was."""
+
+
+class RepositoryExistsError(ExportError):
+    def __init__(self, path: str, models: Sequence[str]):
+        self.path = path
+        self.models = list(models)
+        super().__init__(
+            f"{path!r} already holds model(s) {', '.join(map(repr, self.models))}; "
+            "pass overwrite=True to replace them or add_version=True to add a new version beside them"
+        )
+
+
+class ModelCheckError(ExportError):
+    """The TorchScript model, called the way libtorch will call it, disagrees with its config."""
+
+    def __init__(self, model: str, output: str | None, expected: str, got: str):
+        self.model = model
+        self.output = output
+        self.expected = expected
+        self.got = got
+        what = f"output {output!r}" if output else "the outputs"
+        super().__init__(
+            f"model {model!r} failed the libtorch check: {what} expected {expected}, got {got}"
+        )
+
+
+class ServerError(MerlinTorchServingError):
+    """Starting, supervising or querying a tritonserver process failed."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        self.log_tail = log_tail
+        if log_tail:
+            message = f"{message}\n--- tritonserver log (last lines) ---\n{log_tail}"
+        super().__init__(message)
+
+
+class ServerNotFoundError(ServerError):
+    def __init__(self, searched: Sequence[str]):
+        self.searched = list(searched)
+        super().__init__(
+            "no tritonserver binary found; looked in: "
+            + "; ".join(self.searched)
+            + ". Install the bundled server with `pip install nvidia-pytriton`, pass "
+            "TritonServer(binary=...), or set MTS_TRITONSERVER to the binary's path"
+        )
+
+
+class PortInUseError(ServerError):
+    def __init__(self, port: int, protocol: str, log_tail: str = ""):
+        self.port = port
+        self.protocol = protocol
+        super().__init__(
+            f"the {protocol} port {port} is already in use; pass another port or leave it unset "
+            "so the operating system assigns a free one",
+            log_tail,
+        )
+
+
+class ServerStartTimeoutError(ServerError):
+    def __init__(self, timeout_s: float, waiting_for: str, log_tail: str = ""):
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"tritonserver was not ready after {timeout_s:g} s (still waiting for {waiting_for}); "
+            "raise start_timeout_s if the models are slow to load",
+            log_tail,
+        )
+
+
+class ServerExitedError(ServerError):
+    def __init__(self, returncode: int | None, log_tail: str = ""):
+        self.returncode = returncode
+        super().__init__(f"tritonserver exited with code {returncode}", log_tail)
+
+
+class ModelLoadError(ServerError):
+    """One or more models failed to load; ``failures`` maps each model to its reason."""
+
+    def __init__(self, failures: Mapping[str, str], log_tail: str = "", summary: str = ""):
+        self.failures = dict(failures)
+        lines = [f"  {name!r}: {reason}" for name, reason in self.failures.items()]
+        summary = summary or f"{len(self.failures)} model(s) failed to load"
+        super().__init__(f"{summary}:\n" + "\n".join(lines), log_tail)
+
+
+class BackendNotAvailableError(ModelLoadError):
+    """A model needs a backend (e.g. ``pytorch``) that this tritonserver does not have."""
+
+    def __init__(
+        self,
+        failures: Mapping[str, str],
+        missing: Mapping[str, str],
+        available: Sequence[str],
+        log_tail: str = "",
+    ):
+        self.missing = dict(missing)  # model -> backend it needs
+        self.available = list(available)
+        needs = ", ".join(f"model {m!r} needs backend {b!r}" for m, b in self.missing.items())
+        summary = (
+            f"{needs}, which this tritonserver does not have (it has: "
+            f"{', '.join(self.available) or 'none'}). The tritonserver bundled with nvidia-pytriton "
+            "ships only the python backend: export with PredictPytorch(..., backend='python'), or "
+            "run a tritonserver that has the backend (for example the NGC image "
+            "nvcr.io/nvidia/tritonserver:<release>-py3, or TritonServer(backend_directory=...) "
+            "pointing at a folder that holds it). Models that failed"
+        )
+        super().__init__(failures, log_tail, summary=summary)
+
+
+class InferenceError(MerlinTorchServingError):
+    """The server answered with an error; ``model`` names the step that failed when known."""
+
+    def __init__(self, model: str, message: str):
+        self.model = model
+        super().__init__(f"inference on {model!r} failed: {message}")

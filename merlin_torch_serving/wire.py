@@ -1,0 +1,160 @@
+"""The wire format: how schema columns travel as Triton tensors, written down once.
+
+It is Merlin Systems' format, so clients written for Merlin keep working:
+
+- a scalar column ``c`` is one tensor ``c`` with dims ``[-1]`` (one value per row);
+- a fixed-length list column is one tensor ``c`` with dims ``[-1, L, ...]``;
+- a ragged list column is two tensors: ``c__values`` (all rows' values, concatenated; dims
+  ``[-1, ...]``) and ``c__offsets`` (int32, ``rows + 1`` entries, starting at 0, where row ``i``
+  holds ``values[offsets[i]:offsets[i + 1]]``).
+
+The batch dimension is part of ``dims`` and ``max_batch_size`` is 0 everywhere: a request's first
+dimension counts interaction rows, and a step may return fewer rows (sessions) than it received, so
+Triton must not batch requests on that dimension.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+from merlin.dtypes import DType
+from merlin.schema import ColumnSchema, Schema
+from merlin.table import TensorTable
+
+VALUES_SUFFIX = "__values"
+OFFSETS_SUFFIX = "__offsets"
+OFFSETS_DTYPE = np.dtype(np.int32)
+
+_TRITON_BY_NUMPY = {
+    np.dtype(np.bool_): "BOOL",
+    np.dtype(np.int8): "INT8",
+    np.dtype(np.int16): "INT16",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.uint8): "UINT8",
+    np.dtype(np.uint16): "UINT16",
+    np.dtype(np.uint32): "UINT32",
+    np.dtype(np.uint64): "UINT64",
+    np.dtype(np.float16): "FP16",
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float64): "FP64",
+    np.dtype(np.object_): "BYTES",
+}
+_NUMPY_BY_TRITON = {v: k for k, v in _TRITON_BY_NUMPY.items()}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One Triton tensor: its name, numpy dtype and dims (``-1`` for a variable dimension)."""
+
+    name: str
+    dtype: np.dtype
+    dims: tuple[int, ...]
+
+    @property
+    def triton_dtype(self) -> str:
+        """The dtype as Triton's protocol names it (``INT64``, ``FP32``, ``BYTES``, ...)."""
+        return triton_dtype(self.dtype)
+
+
+def triton_dtype(dtype: np.dtype) -> str:
+    dtype = np.dtype(dtype)
+    if dtype.kind in "USO":
+        return "BYTES"
+    try:
+        return _TRITON_BY_NUMPY[dtype]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} has no Triton equivalent") from None
+
+
+def numpy_dtype(triton: str) -> np.dtype:
+    """The numpy dtype for a Triton dtype name (``INT64`` or ``TYPE_INT64``)."""
+    name = triton.removeprefix("TYPE_")
+    name = "BYTES" if name == "STRING" else name
+    try:
+        return _NUMPY_BY_TRITON[name]
+    except KeyError:
+        raise TypeError(f"Triton dtype {triton!r} has no numpy equivalent") from None
+
+
+def column_numpy_dtype(column: ColumnSchema) -> np.dtype:
+    """The numpy dtype a column's values travel as (strings travel as object arrays of bytes)."""
+    dtype: DType = column.dtype
+    if dtype.element_type.value in ("string", "unknown") and dtype.name != "int64":
+        if dtype.element_type.value == "string":
+            return np.dtype(np.object_)
+        raise TypeError(f"column {column.name!r} has no dtype in its schema")
+    return np.dtype(dtype.to_numpy)
+
+
+def is_ragged(column: ColumnSchema) -> bool:
+    return bool(column.shape.dims is not None and column.shape.is_ragged)
+
+
+def _dims(column: ColumnSchema) -> tuple[int, ...]:
+    """Dims of the column as one dense tensor; -1 where a dimension is not fixed."""
+    shape = column.shape
+    if shape.dims is None or len(shape.dims) == 0:
+        return (-1,)
+    return tuple(-1 if i == 0 or not dim.is_fixed else int(dim.max) for i, dim in enumerate(shape.dims))
+
+
+def column_specs(column: ColumnSchema) -> list[TensorSpec]:
+    """The tensor(s) one column travels as."""
+    dtype = column_numpy_dtype(column)
+    dims = _dims(column)
+    if is_ragged(column):
+        # the ragged dimension (dims[1]) is folded into the values' first dimension
+        return [
+            TensorSpec(column.name + VALUES_SUFFIX, dtype, (-1, *dims[2:])),
+            TensorSpec(column.name + OFFSETS_SUFFIX, OFFSETS_DTYPE, (-1,)),
+        ]
+    return [TensorSpec(column.name, dtype, dims)]
+
+
+def schema_specs(schema: Schema) -> list[TensorSpec]:
+    """The tensors a whole schema travels as, in schema order."""
+    return [spec for column in schema for spec in column_specs(column)]
+
+
+def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
+    """Flatten a table to named numpy arrays in the wire format (offsets as int32)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, column in table.items():
+        values = np.asarray(column.values)
+        if column.offsets is not None:
+            arrays[name + VALUES_SUFFIX] = values
+            arrays[name + OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(OFFSETS_DTYPE, copy=False)
+        else:
+            arrays[name] = values
+    return arrays
+
+
+def from_wire(arrays: Mapping[str, np.ndarray], schema: Schema | None = None) -> TensorTable:
+    """Group wire arrays into a table; with a schema, take exactly its columns, in its order."""
+    if schema is None:
+        return TensorTable(dict(arrays), _unsafe=True)
+    columns = {}
+    for column in schema:
+        if is_ragged(column):
+            columns[column.name] = (
+                arrays[column.name + VALUES_SUFFIX],
+                arrays[column.name + OFFSETS_SUFFIX],
+            )
+        else:
+            columns[column.name] = arrays[column.name]
+    return TensorTable(columns, _unsafe=True)
+
+
+def lengths(offsets: np.ndarray) -> np.ndarray:
+    """Row lengths of a ragged column from its offsets."""
+    return np.diff(np.asarray(offsets))
+
+
+def offsets_from_lengths(row_lengths: np.ndarray) -> np.ndarray:
+    """Offsets (int32, starting at 0) from row lengths."""
+    offsets = np.zeros(len(row_lengths) + 1, dtype=OFFSETS_DTYPE)
+    np.cumsum(row_lengths, out=offsets[1:])
+    return offsets
