@@ -8,6 +8,10 @@ It is Merlin Systems' format, so clients written for Merlin keep working:
   ``[-1, ...]``) and ``c__offsets`` (int32, ``rows + 1`` entries, starting at 0, where row ``i``
   holds ``values[offsets[i]:offsets[i + 1]]``).
 
+A Triton ensemble cannot have an output named like one of its inputs (the scheduler would take
+the input for the output), so such an output travels as ``<name>__out`` (e.g. a session id that
+goes in and comes back); see ``response_name``.
+
 The batch dimension is part of ``dims`` and ``max_batch_size`` is 0 everywhere: a request's first
 dimension counts interaction rows, and a step may return fewer rows (sessions) than it received, so
 Triton must not batch requests on that dimension.
@@ -26,6 +30,7 @@ from merlin.table import TensorTable
 VALUES_SUFFIX = "__values"
 OFFSETS_SUFFIX = "__offsets"
 OFFSETS_DTYPE = np.dtype(np.int32)
+RESPONSE_SUFFIX = "__out"
 
 _TRITON_BY_NUMPY = {
     np.dtype(np.bool_): "BOOL",
@@ -158,3 +163,8 @@ def offsets_from_lengths(row_lengths: np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(row_lengths) + 1, dtype=OFFSETS_DTYPE)
     np.cumsum(row_lengths, out=offsets[1:])
     return offsets
+
+
+def response_name(column_name: str, request_names) -> str:
+    """The name an output column travels under: its own, unless a request column has it."""
+    return column_name + RESPONSE_SUFFIX if column_name in set(request_names) else column_name

@@ -1,0 +1,71 @@
+"""Ensemble: a validated graph of serving operators that runs in-process or exports to Triton."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import pandas as pd
+from merlin.dag import Node
+from merlin.schema import Schema
+from merlin.table import TensorTable
+
+from merlin_torch_serving import frames
+from merlin_torch_serving.executors import Executor, LocalExecutor
+from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.plan import build_plan
+
+
+class Ensemble:
+    """A graph of serving operators, with every edge's schema computed and checked at construction.
+
+    Parameters
+    ----------
+    graph
+        The output node of a graph built with ``>>``, ``+`` and ``[]`` (or a single operator).
+    input_schema
+        The schema of the request columns (for session-based serving, the raw interaction rows:
+        usually ``workflow.input_schema``).
+    """
+
+    def __init__(self, graph: Node | ServingOperator, input_schema: Schema):
+        if isinstance(graph, ServingOperator):
+            graph = graph.as_node()
+        self.input_schema = input_schema
+        self.plan = build_plan(graph, input_schema)
+        self.output_schema = self.plan.output_schema
+
+    def run(self, request: TensorTable, executor: Executor | None = None) -> TensorTable:
+        """Run on a request table and return the output table (ragged lists as values/offsets)."""
+        return (executor or LocalExecutor()).execute(self, request)
+
+    def transform(
+        self, data: pd.DataFrame | Mapping[str, object], executor: Executor | None = None
+    ) -> pd.DataFrame:
+        """Run on raw rows (a DataFrame or a dict of columns) and return a DataFrame with one row
+        per output row (per session for session-based graphs); list outputs are array cells."""
+        request = frames.frame_to_table(_select(data, self.input_schema.column_names))
+        return frames.table_to_frame(self.run(request, executor))
+
+    def export(
+        self,
+        path: str | os.PathLike,
+        name: str = "recommender",
+        *,
+        overwrite: bool = False,
+        add_version: bool = False,
+    ):
+        """Write a Triton model repository for this ensemble; see ``export.repository``.
+
+        Returns the ``ExportResult`` (models written, their version). The ensemble itself is not
+        changed by exporting.
+        """
+        from merlin_torch_serving.export.repository import export_ensemble
+
+        return export_ensemble(self, path, name, overwrite=overwrite, add_version=add_version)
+
+
+def _select(data, names: list[str]):
+    if isinstance(data, pd.DataFrame):
+        return data[names]
+    return {name: data[name] for name in names}

@@ -1,0 +1,140 @@
+"""config.pbtxt generation: the options users set, and the Triton model configs built from schemas.
+
+Configs are built as dicts, parsed into tritonclient's ``ModelConfig`` protobuf and printed with
+``text_format``, so every file is valid by construction and never a string template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf import json_format, text_format
+from merlin.schema import Schema
+from tritonclient.grpc import model_config_pb2
+
+from merlin_torch_serving import wire
+from merlin_torch_serving.schemas import schema_to_json
+
+#: ensemble config parameters that carry the full schemas, for clients that build requests
+INPUT_SCHEMA_PARAMETER = "merlin_torch_serving.input_schema"
+OUTPUT_SCHEMA_PARAMETER = "merlin_torch_serving.output_schema"
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How each generated step model is configured.
+
+    instance_count
+        CPU instances of every step model: how many requests one step serves at once.
+    warmup_count
+        How many times Triton runs a sample request through each step model while loading it,
+        so the first real request does not pay for lazy initialisation (0 turns warm-up off).
+    """
+
+    instance_count: int = 1
+    warmup_count: int = 3
+
+    def __post_init__(self):
+        if self.instance_count < 1:
+            raise ValueError(f"instance_count must be at least 1, got {self.instance_count!r}")
+        if self.warmup_count < 0:
+            raise ValueError(f"warmup_count must be 0 or more, got {self.warmup_count!r}")
+
+
+def tensor_configs(schema: Schema) -> list[dict]:
+    """``input``/``output`` entries for a schema, in wire format."""
+    return [
+        {"name": spec.name, "data_type": "TYPE_" + _config_dtype(spec), "dims": list(spec.dims)}
+        for spec in wire.schema_specs(schema)
+    ]
+
+
+def python_model_config(
+    name: str, input_schema: Schema, output_schema: Schema, options: ModelOptions, warmup_files: dict
+) -> model_config_pb2.ModelConfig:
+    """A python-backend model hosting operators through the library's generic model.py."""
+    return _parse(
+        {
+            "name": name,
+            "backend": "python",
+            # max_batch_size 0: requests carry interaction rows and a step may return fewer rows
+            # (sessions) than it got, so Triton must not batch on the first dimension (see wire.py)
+            "max_batch_size": 0,
+            "input": tensor_configs(input_schema),
+            "output": tensor_configs(output_schema),
+            "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
+            "model_warmup": _warmup(warmup_files, options),
+        }
+    )
+
+
+def pytorch_model_config(
+    name: str, input_schema: Schema, output_schema: Schema, options: ModelOptions, warmup_files: dict
+) -> model_config_pb2.ModelConfig:
+    """A libtorch model: one ``Dict[str, Tensor]`` input keyed by input names, outputs by position."""
+    return _parse(
+        {
+            "name": name,
+            "platform": "pytorch_libtorch",
+            "backend": "pytorch",
+            "max_batch_size": 0,
+            "input": tensor_configs(input_schema),
+            "output": tensor_configs(output_schema),
+            "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
+            "default_model_filename": "model.pt",
+            "parameters": {"INFERENCE_MODE": {"string_value": "true"}},
+            "model_warmup": _warmup(warmup_files, options),
+        }
+    )
+
+
+def ensemble_config(
+    name: str, input_schema: Schema, response_schema: Schema, output_schema: Schema, steps: list[dict]
+) -> model_config_pb2.ModelConfig:
+    """A native Triton ensemble; ``steps`` are ``{model_name, input_map, output_map}`` dicts.
+
+    ``response_schema`` is the output schema under the names outputs travel as (see
+    ``wire.response_name``); the ensemble's own ``output_schema`` is kept in a parameter.
+    """
+    return _parse(
+        {
+            "name": name,
+            "platform": "ensemble",
+            "max_batch_size": 0,
+            "input": tensor_configs(input_schema),
+            "output": tensor_configs(response_schema),
+            "ensemble_scheduling": {"step": [{"model_version": -1, **step} for step in steps]},
+            "parameters": {
+                INPUT_SCHEMA_PARAMETER: {"string_value": schema_to_json(input_schema)},
+                OUTPUT_SCHEMA_PARAMETER: {"string_value": schema_to_json(output_schema)},
+            },
+        }
+    )
+
+
+def to_pbtxt(config: model_config_pb2.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def from_pbtxt(text: str) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def _warmup(warmup_files: dict, options: ModelOptions) -> list[dict]:
+    """One warm-up sample; ``warmup_files`` maps input name -> (file name, dtype, dims)."""
+    if options.warmup_count == 0 or not warmup_files:
+        return []
+    inputs = {
+        name: {"data_type": "TYPE_" + dtype, "dims": list(dims), "input_data_file": file_name}
+        for name, (file_name, dtype, dims) in warmup_files.items()
+    }
+    return [{"name": "sample", "batch_size": 0, "count": options.warmup_count, "inputs": inputs}]
+
+
+def _config_dtype(spec: wire.TensorSpec) -> str:
+    # model configs call Triton's BYTES type STRING
+    return "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
+
+
+def _parse(config: dict) -> model_config_pb2.ModelConfig:
+    return json_format.ParseDict(config, model_config_pb2.ModelConfig())

@@ -1,0 +1,100 @@
+"""The python-backend side of an exported step: load the step's operators, run them per request.
+
+Every python step's ``model.py`` imports ``TritonPythonModel`` from here. ``HostedStep`` holds
+the logic and does not need Triton, so an exported step can also be loaded and run in a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+from merlin.table import TensorTable
+
+from merlin_torch_serving import wire
+from merlin_torch_serving.ops.base import operator_class
+from merlin_torch_serving.plan import OpCall, Ref, run_calls
+from merlin_torch_serving.schemas import schema_from_json
+
+STEP_FILE = "step.json"
+
+
+class HostedStep:
+    """The operators of one exported step, wired as they were in the ensemble's plan."""
+
+    def __init__(self, spec: dict, version_dir: str):
+        self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
+        self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
+        self.input_schema = schema_from_json(spec["input_schema"])
+        self.output_schema = schema_from_json(spec["output_schema"])
+        self.calls = []
+        for call in spec["calls"]:
+            op = operator_class(call["class"]).load(call["config"], os.path.join(version_dir, call["artifacts"]))
+            self.calls.append(
+                OpCall(
+                    index=call["index"],
+                    op=op,
+                    inputs={name: Ref(*ref) for name, ref in call["inputs"].items()},
+                    input_schema=schema_from_json(call["input_schema"]),
+                    output_schema=schema_from_json(call["output_schema"]),
+                )
+            )
+        self.input_specs = wire.schema_specs(self.input_schema)
+
+    @classmethod
+    def load(cls, version_dir: str) -> "HostedStep":
+        with open(os.path.join(version_dir, STEP_FILE)) as f:
+            return cls(json.load(f), version_dir)
+
+    def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
+        table = wire.from_wire({name: _text(array) for name, array in arrays.items()}, self.input_schema)
+        env = {self.inputs[name]: column for name, column in table.items()}
+        results = run_calls(self.calls, env, self.outputs)
+        return wire.to_wire(TensorTable(results, _unsafe=True))
+
+
+class TritonPythonModel:
+    """Triton's python-backend entry point for a step exported by this library."""
+
+    def initialize(self, args):
+        import triton_python_backend_utils as pb_utils
+
+        self._pb = pb_utils
+        self.model_name = args["model_name"]
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        self.step = HostedStep.load(version_dir)
+        config = json.loads(args["model_config"])
+        self.output_names = [output["name"] for output in config["output"]]
+
+    def execute(self, requests):
+        pb = self._pb
+        responses = []
+        for request in requests:
+            try:
+                arrays = {
+                    spec.name: pb.get_input_tensor_by_name(request, spec.name).as_numpy()
+                    for spec in self.step.input_specs
+                }
+                outputs = self.step.run(arrays)
+                tensors = [pb.Tensor(name, _bytes(outputs[name])) for name in self.output_names]
+                responses.append(pb.InferenceResponse(output_tensors=tensors))
+            except Exception as exc:  # one failing request must not fail the others
+                message = f"model {self.model_name!r}: {type(exc).__name__}: {exc}"
+                responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
+        return responses
+
+
+def _text(array: np.ndarray) -> np.ndarray:
+    """BYTES tensors arrive as bytes objects; operators see str, as pandas would give them."""
+    if array.dtype == np.dtype(object):
+        return np.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in array.ravel()], dtype=object).reshape(array.shape)
+    return array
+
+
+def _bytes(array: np.ndarray) -> np.ndarray:
+    if array.dtype == np.dtype(object):
+        return np.array([v.encode("utf-8") if isinstance(v, str) else v for v in array.ravel()], dtype=object).reshape(array.shape)
+    return array

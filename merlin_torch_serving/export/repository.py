@@ -1,0 +1,306 @@
+"""Writing an ensemble as a Triton model repository, atomically.
+
+Layout (``N`` is the version)::
+
+    <repository>/
+      <name>-0-transformworkflow/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}
+      <name>-1-predictpytorch/      config.pbtxt, warmup/, N/model.pt          (libtorch step)
+      <name>-2-topk_decodeitemids/  ...
+      <name>/                       config.pbtxt (platform "ensemble"), N/manifest.json
+
+Everything is written into a staging folder beside the repository and swapped in at the end; a
+failed export leaves the repository exactly as it was. Models of the repository that this
+ensemble does not own are kept.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+from merlin.schema import Schema
+
+from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
+from merlin_torch_serving.export import config as configs
+from merlin_torch_serving.export.checks import check_libtorch_model
+from merlin_torch_serving.export.partition import Step, partition
+from merlin_torch_serving.export.python_model import STEP_FILE
+from merlin_torch_serving.plan import REQUEST, Plan, Ref
+from merlin_torch_serving.samples import sample_table
+from merlin_torch_serving.schemas import schema_to_json
+
+MANIFEST_FILE = "manifest.json"
+WARMUP_DIR = "warmup"
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_PYTHON_MODEL_SOURCE = '''"""Triton python-backend entry point of a step exported by merlin_torch_serving."""
+
+from merlin_torch_serving.export.python_model import TritonPythonModel  # noqa: F401
+'''
+_LIBRARIES = ("merlin-torch-serving", "merlin-core", "nvtabular", "torch", "tritonclient", "numpy", "pandas", "transformers4rec")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an export wrote: the ensemble model to query and every model behind it."""
+
+    path: str
+    name: str
+    version: int
+    models: list[str]
+    fused: dict[str, list[str]] = field(default_factory=dict)  # step model -> operators it hosts
+
+
+def export_ensemble(
+    ensemble,
+    path: str | os.PathLike,
+    name: str,
+    *,
+    overwrite: bool = False,
+    add_version: bool = False,
+    options: configs.ModelOptions = configs.ModelOptions(),
+) -> ExportResult:
+    """Write ``ensemble`` into the repository at ``path`` as the Triton ensemble ``name``.
+
+    An existing model of the same name is an error unless ``overwrite`` (replace it: the new
+    export becomes version 1) or ``add_version`` (write version N+1 beside version N; configs
+    describe the newest version).
+    """
+    if not _MODEL_NAME.match(name):
+        raise ExportError(f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_', '.')")
+    if overwrite and add_version:
+        raise ExportError("pass either overwrite=True or add_version=True, not both")
+    repository = Path(path).absolute()
+    plan: Plan = ensemble.plan
+    steps = partition(plan, name)
+    model_names = [step.name for step in steps] + [name]
+    existing = [model for model in model_names if (repository / model).exists()]
+    version = 1
+    if existing and add_version:
+        version = 1 + max(max(_versions(repository / model)) for model in existing)
+    elif existing and not overwrite:
+        raise RepositoryExistsError(str(repository), existing)
+
+    repository.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{repository.name}.export-", dir=repository.parent))
+    try:
+        staged = staging / "repository"
+        if repository.exists():
+            _link_tree(repository, staged)
+            if not add_version:
+                for model in existing:
+                    shutil.rmtree(staged / model)
+        staged.mkdir(exist_ok=True)
+        tensor_names = _tensor_names(plan, steps)
+        for step in steps:
+            _write_step(staged / step.name, step, version, options)
+        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version)
+        _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options)
+        _swap_in(staged, repository)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(
+        path=str(repository),
+        name=name,
+        version=version,
+        models=model_names,
+        fused={step.name: [call.op.label for call in step.calls] for step in steps},
+    )
+
+
+# ---- steps ----------------------------------------------------------------------------------------
+
+
+def _write_step(model_dir: Path, step: Step, version: int, options: configs.ModelOptions) -> None:
+    version_dir = model_dir / str(version)
+    version_dir.mkdir(parents=True)
+    warmup_files = _write_warmup(model_dir / WARMUP_DIR, step)
+    if step.backend == "pytorch":
+        (call,) = step.calls
+        call.op.save_artifacts(str(version_dir))
+        config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
+        check_libtorch_model(step.name, version_dir / "model.pt", config, sample_table(step.input_schema))
+    else:
+        spec = {
+            "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
+            "outputs": {name: [ref.producer, ref.column] for name, ref in step.outputs.items()},
+            "input_schema": schema_to_json(step.input_schema),
+            "output_schema": schema_to_json(step.output_schema),
+            "calls": [],
+        }
+        for call in step.calls:
+            artifacts = Path("ops") / str(call.index)
+            (version_dir / artifacts).mkdir(parents=True)
+            call.op.save_artifacts(str(version_dir / artifacts))
+            spec["calls"].append(
+                {
+                    "index": call.index,
+                    "label": call.op.label,
+                    "class": call.op.class_path,
+                    "config": call.op.config(),
+                    "artifacts": str(artifacts),
+                    "inputs": {name: [ref.producer, ref.column] for name, ref in call.inputs.items()},
+                    "input_schema": schema_to_json(call.input_schema),
+                    "output_schema": schema_to_json(call.output_schema),
+                }
+            )
+        _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
+        _write_text(version_dir / "model.py", _PYTHON_MODEL_SOURCE)
+        config = configs.python_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
+    _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
+
+
+def _write_warmup(warmup_dir: Path, step: Step) -> dict:
+    """Raw-binary sample inputs (Triton's ``input_data_file`` format) for the step's warm-up."""
+    if warmup_dir.exists():
+        shutil.rmtree(warmup_dir)
+    warmup_dir.mkdir()
+    files = {}
+    arrays = wire.to_wire(sample_table(step.input_schema))
+    for i, spec in enumerate(wire.schema_specs(step.input_schema)):
+        array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
+        file_name = f"input_{i}"
+        (warmup_dir / file_name).write_bytes(_raw_bytes(array))
+        dtype = "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
+        files[spec.name] = (file_name, dtype, array.shape)
+    return files
+
+
+def _raw_bytes(array: np.ndarray) -> bytes:
+    if array.dtype != np.dtype(object):
+        return array.tobytes()
+    # BYTES elements: a 4-byte little-endian length, then the bytes
+    chunks = []
+    for value in array.ravel():
+        data = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        chunks.append(len(data).to_bytes(4, "little") + data)
+    return b"".join(chunks)
+
+
+# ---- ensemble ---------------------------------------------------------------------------------------
+
+
+def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
+    """Ensemble tensor name of each column ref (before wire suffixes)."""
+    request_names = plan.input_schema.column_names
+    names = {ref: wire.response_name(output, request_names) for output, ref in plan.outputs.items()}
+    for name in plan.input_schema.column_names:
+        names[Ref(REQUEST, name)] = name
+    for step in steps:
+        for ref in step.outputs.values():
+            names.setdefault(ref, f"{step.name}/{ref.column}")
+    return names
+
+
+def _write_ensemble(model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int) -> None:
+    (model_dir / str(version)).mkdir(parents=True)
+    step_configs = []
+    for step in steps:
+        step_configs.append(
+            {
+                "model_name": step.name,
+                "input_map": _wire_map(step.input_schema, step.inputs, tensor_names),
+                "output_map": _wire_map(step.output_schema, step.outputs, tensor_names),
+            }
+        )
+    response_schema = Schema(
+        [c.with_name(wire.response_name(c.name, plan.input_schema.column_names)) for c in ensemble.output_schema]
+    )
+    config = configs.ensemble_config(name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs)
+    _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
+
+
+def _wire_map(schema, refs: dict[str, Ref], tensor_names: dict[Ref, str]) -> dict[str, str]:
+    """Model tensor name -> ensemble tensor name, per wire tensor of each column."""
+    mapping = {}
+    for column in schema:
+        ensemble_name = tensor_names[refs[column.name]]
+        for spec in wire.column_specs(column):
+            suffix = spec.name[len(column.name):]
+            mapping[spec.name] = ensemble_name + suffix
+    return mapping
+
+
+def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[Step], options) -> None:
+    manifest = {
+        "ensemble": name,
+        "version": version,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "libraries": {lib: _version(lib) for lib in _LIBRARIES},
+        "model_options": {"instance_count": options.instance_count, "warmup_count": options.warmup_count},
+        "input_schema": json.loads(schema_to_json(ensemble.input_schema)),
+        "output_schema": json.loads(schema_to_json(ensemble.output_schema)),
+        "steps": [
+            {
+                "model": step.name,
+                "backend": step.backend,
+                "fused_operators": [call.op.label for call in step.calls],
+                "operators": [
+                    {"label": call.op.label, "class": call.op.class_path, "parameters": call.op.config()}
+                    for call in step.calls
+                ],
+                "inputs": [spec.name for spec in wire.schema_specs(step.input_schema)],
+                "outputs": [spec.name for spec in wire.schema_specs(step.output_schema)],
+            }
+            for step in steps
+        ],
+    }
+    _write_text(path, json.dumps(manifest, indent=1))
+
+
+# ---- files ----------------------------------------------------------------------------------------
+
+
+def _versions(model_dir: Path) -> list[int]:
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) or [0]
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _write_text(path: Path, text: str) -> None:
+    # never write through a hard link into the live repository
+    if path.exists():
+        path.unlink()
+    path.write_text(text)
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Copy a repository cheaply: hard links where the filesystem allows, copies elsewhere."""
+
+    def link_or_copy(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=link_or_copy, symlinks=True)
+
+
+def _swap_in(staged: Path, repository: Path) -> None:
+    """Replace ``repository`` by ``staged`` with two renames; roll back if the second fails."""
+    if not repository.exists():
+        os.rename(staged, repository)
+        return
+    backup = staged.parent / "previous"
+    os.rename(repository, backup)
+    try:
+        os.rename(staged, repository)
+    except BaseException:
+        os.rename(backup, repository)
+        raise
+    shutil.rmtree(backup, ignore_errors=True)

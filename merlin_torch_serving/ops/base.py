@@ -1,0 +1,141 @@
+"""The base class of every serving operator: schema hooks, validation, and how an op is saved.
+
+An operator is a merlin.dag operator that also knows which Triton backend hosts it and how to write
+itself into (and read itself back from) a model repository.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, ClassVar
+
+from merlin.dag import BaseOperator, ColumnSelector, Node
+from merlin.schema import ColumnSchema, Schema
+
+from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.schemas import describe_column
+
+
+class ServingOperator(BaseOperator):
+    """A graph operator that runs in-process and on Triton with the same code.
+
+    Subclasses declare the columns they need through ``expected_input_schema`` (checked when the
+    graph is built), compute their outputs in ``compute_output_schema``, transform a
+    ``merlin.table.TensorTable`` without side effects, and describe themselves through ``config``
+    + ``save_artifacts`` so ``load`` can rebuild an identical operator inside Triton.
+    """
+
+    #: the Triton backend that hosts the operator: "python" (fused with its python neighbours)
+    #: or "pytorch" (a libtorch model of its own)
+    backend: ClassVar[str] = "python"
+
+    # ---- graph building ---------------------------------------------------------------------
+
+    def expected_input_schema(self, input_schema: Schema) -> Schema | None:
+        """The columns this operator needs from ``input_schema``, with the dtype and shape it
+        expects; ``None`` takes every column it is given."""
+        return None
+
+    def compute_selector(
+        self, input_schema, selector, parents_selector=None, dependencies_selector=None
+    ) -> ColumnSelector:
+        expected = self.expected_input_schema(input_schema)
+        if expected is None:
+            return super().compute_selector(input_schema, selector)
+        missing = [name for name in expected.column_names if name not in input_schema.column_names]
+        if missing:
+            available = ", ".join(map(repr, input_schema.column_names)) or "no columns"
+            raise SchemaError(
+                self.label,
+                missing[0],
+                f"a {describe_column(expected[missing[0]])} column",
+                f"no such column (its parents provide {available})",
+            )
+        return ColumnSelector(expected.column_names)
+
+    def validate_schemas(
+        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
+    ):
+        expected = self.expected_input_schema(input_schema)
+        if expected is None:
+            return
+        for want in expected:
+            got = input_schema[want.name]
+            if got.dtype.without_shape != want.dtype.without_shape or not _shapes_fit(want, got):
+                raise SchemaError(
+                    self.label, want.name, describe_column(want), describe_column(got)
+                )
+
+    def __rshift__(self, other):
+        """``op >> op``: start a graph at this operator's own inputs."""
+        return self.as_node() >> other
+
+    def as_node(self) -> Node:
+        """This operator applied to the columns it needs, as the root of a graph."""
+        columns = self.root_columns()
+        if not columns:
+            raise SchemaError(
+                self.label,
+                None,
+                "to know its input columns",
+                "an operator without a declared input schema",
+                "start the graph from column names instead, e.g. ['a', 'b'] >> op",
+            )
+        return ColumnSelector(columns) >> self
+
+    def root_columns(self) -> list[str]:
+        """The input columns this operator needs when it starts a graph."""
+        return []
+
+    # ---- export ----------------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able parameters that, with the saved artifacts, rebuild this operator."""
+        return {}
+
+    def save_artifacts(self, artifact_path: str | os.PathLike | None = None) -> None:
+        """Write the files this operator needs (model, vocabulary) into ``artifact_path``."""
+
+    @classmethod
+    def load(cls, config: dict[str, Any], artifact_path: str) -> "ServingOperator":
+        """Rebuild the operator from ``config()`` and the files ``save_artifacts`` wrote."""
+        return cls(**config)
+
+    @property
+    def class_path(self) -> str:
+        return f"{type(self).__module__}.{type(self).__qualname__}"
+
+
+def operator_class(class_path: str) -> type[ServingOperator]:
+    """Import a ServingOperator subclass from its ``module.QualName`` path."""
+    module_name, _, class_name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, ServingOperator)):
+        raise TypeError(f"{class_path!r} is not a ServingOperator")
+    return cls
+
+
+def _shapes_fit(want: ColumnSchema, got: ColumnSchema) -> bool:
+    """Whether a column of shape ``got`` can feed an input expecting ``want``.
+
+    Scalars must meet scalars; a ragged expectation takes ragged lists, or fixed lists no longer
+    than its maximum length (already padded upstream); a fixed-length expectation takes a fixed
+    list of the same inner dims (an unknown inner dim takes any).
+    """
+    want_dims, got_dims = want.shape.dims, got.shape.dims
+    want_rank = 1 if want_dims is None else max(len(want_dims), 1)
+    got_rank = 1 if got_dims is None else max(len(got_dims), 1)
+    if want_rank != got_rank:
+        return False
+    if want_rank == 1:
+        return True
+    if want.shape.is_ragged:
+        if got.shape.is_ragged:
+            return True
+        max_length = want_dims[1].max
+        return max_length is None or (got_dims[1].is_fixed and got_dims[1].max <= max_length)
+    for want_dim, got_dim in zip(want_dims[1:], got_dims[1:]):
+        if want_dim.is_fixed and (not got_dim.is_fixed or got_dim.max != want_dim.max):
+            return False
+    return True

@@ -1,0 +1,97 @@
+"""DecodeItemIds: turn Categorify-encoded item ids back into the raw ids users know.
+
+Columns it is not asked to decode pass through unchanged, so it can sit at the end of a chain.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+from merlin.schema import Schema
+from merlin.table import TensorTable
+
+from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.schemas import describe_column
+from merlin_torch_serving.vocabulary import CategoryVocabulary
+
+VOCABULARY_FILE = "vocabulary.npz"
+
+
+class DecodeItemIds(ServingOperator):
+    """Map encoded ids in ``columns`` to raw values through a Categorify vocabulary.
+
+    Parameters
+    ----------
+    vocabulary
+        A fitted ``nvtabular.Workflow`` (its vocabulary of ``source_column`` is used) or a
+        ``CategoryVocabulary``.
+    source_column
+        The raw column the ids were encoded from (default ``"item_id"``).
+    columns
+        The columns to decode (default ``("item_ids",)``, TopK's output); others pass through.
+        Reserved or unknown ids decode to -1 (integers), NaN (floats) or None (strings).
+    """
+
+    def __init__(self, vocabulary, source_column: str = "item_id", columns: Sequence[str] = ("item_ids",)):
+        super().__init__()
+        if not isinstance(vocabulary, CategoryVocabulary):
+            vocabulary = CategoryVocabulary.from_workflow(vocabulary, source_column)
+        self.vocabulary = vocabulary
+        self.columns = list(columns)
+
+    @property
+    def label(self) -> str:
+        return f"DecodeItemIds({self.vocabulary.column!r})"
+
+    def validate_schemas(self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False):
+        for name in self.columns:
+            column = input_schema.get(name)
+            if column is None:
+                raise SchemaError(
+                    self.label,
+                    name,
+                    "an int column of encoded ids",
+                    f"no such column (it receives {', '.join(map(repr, input_schema.column_names))})",
+                )
+            if column.dtype.element_type.value != "int":
+                raise SchemaError(self.label, name, "an int column of encoded ids", describe_column(column))
+
+    def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
+        raw_dtype = self.vocabulary.raw_values.dtype
+        raw_dtype = "str" if raw_dtype.kind == "O" else raw_dtype
+        columns = []
+        for column in input_schema:
+            if column.name in self.columns:
+                properties = {k: v for k, v in column.properties.items() if k not in ("domain", "value_count")}
+                column = column.with_dtype(raw_dtype).with_properties(properties)
+            columns.append(column)
+        return Schema(columns)
+
+    def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
+        columns = {}
+        for name, column in transformable.items():
+            if name in self.columns:
+                decoded = self.vocabulary.decode(column.values)
+                columns[name] = (decoded, column.offsets) if column.offsets is not None else decoded
+            else:
+                columns[name] = column
+        return TensorTable(columns, _unsafe=True)
+
+    def config(self) -> dict[str, Any]:
+        return {"source_column": self.vocabulary.column, "columns": self.columns}
+
+    def save_artifacts(self, artifact_path=None) -> None:
+        np.savez(
+            os.path.join(artifact_path, VOCABULARY_FILE),
+            raw_values=self.vocabulary.raw_values,
+            is_item=self.vocabulary.is_item,
+        )
+
+    @classmethod
+    def load(cls, config: dict[str, Any], artifact_path: str) -> "DecodeItemIds":
+        with np.load(os.path.join(artifact_path, VOCABULARY_FILE), allow_pickle=True) as saved:
+            vocabulary = CategoryVocabulary(config["source_column"], saved["raw_values"], saved["is_item"])
+        return cls(vocabulary, config["source_column"], config["columns"])

@@ -1,0 +1,131 @@
+"""TransformWorkflow: run a fitted NVTabular workflow on raw interaction rows.
+
+Groupby returns sessions sorted by key; this operator puts them back in the order they first
+appear in the request, so answers line up with what the caller sent.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import numpy as np
+from merlin.dag import postorder_iter_nodes
+from merlin.schema import Schema
+from merlin.table import TensorTable
+
+from merlin_torch_serving import frames, wire
+from merlin_torch_serving.ops.base import ServingOperator
+
+WORKFLOW_DIR = "workflow"
+
+
+class TransformWorkflow(ServingOperator):
+    """Apply ``workflow`` (fitted ``nvtabular.Workflow``) to the request.
+
+    Parameters
+    ----------
+    workflow
+        The fitted workflow; its input schema is what this operator expects.
+    keep_request_order
+        When the workflow groups rows by one key column that it also outputs (session-based
+        workflows group by session id), return groups in first-appearance order of the key in
+        the request instead of sorted order.
+    """
+
+    def __init__(self, workflow, *, keep_request_order: bool = True):
+        super().__init__()
+        self.workflow = workflow
+        self.keep_request_order = keep_request_order
+        self.request_key = _groupby_key(workflow) if keep_request_order else None
+
+    @property
+    def label(self) -> str:
+        return "TransformWorkflow"
+
+    def expected_input_schema(self, input_schema: Schema) -> Schema:
+        return self.workflow.input_schema
+
+    def root_columns(self) -> list[str]:
+        return self.workflow.input_schema.column_names
+
+    def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
+        return self.workflow.output_schema
+
+    def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
+        frame = frames.table_to_frame(transformable)
+        transformed = frames.frame_to_table(self.workflow._transform_df(frame))
+        table = _cast_to_schema(transformed, self.workflow.output_schema)
+        if self.request_key is not None:
+            table = _in_request_order(table, transformable, self.request_key)
+        return table
+
+    def config(self) -> dict[str, Any]:
+        return {"keep_request_order": self.keep_request_order}
+
+    def save_artifacts(self, artifact_path=None) -> None:
+        # Workflow.save repoints the statistics of the workflow it saves to the new folder;
+        # save a copy so that exporting never changes this operator
+        copy.deepcopy(self.workflow).save(os.path.join(artifact_path, WORKFLOW_DIR))
+
+    @classmethod
+    def load(cls, config: dict[str, Any], artifact_path: str) -> "TransformWorkflow":
+        import nvtabular
+
+        workflow = nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR))
+        return cls(workflow, **config)
+
+
+def _groupby_key(workflow) -> str | None:
+    """The single key column of the workflow's only Groupby, if it is both input and output."""
+    from nvtabular.ops import Groupby
+
+    groupbys = [n.op for n in postorder_iter_nodes(workflow.output_node) if isinstance(n.op, Groupby)]
+    if len(groupbys) != 1 or len(groupbys[0].groupby_cols) != 1:
+        return None
+    key = groupbys[0].groupby_cols[0]
+    if key in workflow.input_schema.column_names and key in workflow.output_schema.column_names:
+        return key
+    return None
+
+
+def _in_request_order(table: TensorTable, request: TensorTable, key: str) -> TensorTable:
+    """Rows of ``table`` reordered so their ``key`` values follow first appearance in ``request``."""
+    request_keys = np.asarray(request[key].values)
+    unique_keys, first_position = np.unique(request_keys, return_index=True)
+    output_keys = np.asarray(table[key].values)
+    slot = np.clip(np.searchsorted(unique_keys, output_keys), 0, max(len(unique_keys) - 1, 0))
+    order = np.argsort(first_position[slot], kind="stable")
+    return take_rows(table, order)
+
+
+def take_rows(table: TensorTable, rows: np.ndarray) -> TensorTable:
+    """The given rows of every column, in the given order (ragged columns included)."""
+    columns = {}
+    for name, column in table.items():
+        values = np.asarray(column.values)
+        if column.offsets is None:
+            columns[name] = values[rows]
+            continue
+        offsets = np.asarray(column.offsets).astype(np.int64)
+        starts, ends = offsets[:-1][rows], offsets[1:][rows]
+        lengths = ends - starts
+        new_offsets = wire.offsets_from_lengths(lengths)
+        # positions of each kept value in the old values array
+        within = np.arange(int(new_offsets[-1])) - np.repeat(new_offsets[:-1].astype(np.int64), lengths)
+        columns[name] = (values[np.repeat(starts, lengths) + within], new_offsets)
+    return TensorTable(columns, _unsafe=True)
+
+
+def _cast_to_schema(table: TensorTable, schema: Schema) -> TensorTable:
+    """Columns in schema order with the schema's dtypes (NVTabular may widen on pandas)."""
+    columns = {}
+    for column in schema:
+        data = table[column.name]
+        dtype = wire.column_numpy_dtype(column)
+        values = np.asarray(data.values)
+        if dtype != np.dtype(object):
+            values = values.astype(dtype, copy=False)
+        columns[column.name] = (values, data.offsets) if data.offsets is not None else values
+    return TensorTable(columns, _unsafe=True)

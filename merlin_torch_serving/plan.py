@@ -1,0 +1,148 @@
+"""A merlin.dag graph flattened into an execution plan: operator calls wired by named column refs.
+
+Selection, ``+`` and ``[]`` nodes only route columns, so they are resolved away here; what is left
+is a list of operator calls, each reading columns produced by the request or by an earlier call.
+The in-process executor runs a plan; the exporter cuts it into Triton steps. Both see one graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from merlin.dag import ColumnSelector, Graph, Node, postorder_iter_nodes
+from merlin.dag.ops import ConcatColumns, GroupingOp, SelectionOp, SubsetColumns, SubtractionOp
+from merlin.schema import Schema
+from merlin.table import TensorTable
+
+from merlin_torch_serving.exceptions import InferenceError, MerlinTorchServingError, SchemaError
+from merlin_torch_serving.ops.base import ServingOperator
+
+_ROUTING_OPS = (SelectionOp, GroupingOp, ConcatColumns, SubsetColumns, SubtractionOp)
+REQUEST = -1  # producer index of columns that come with the request
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Column ``column`` as produced by call ``producer`` (``REQUEST`` for request columns)."""
+
+    producer: int
+    column: str
+
+
+@dataclass
+class OpCall:
+    """One operator applied to columns routed to it from the request or earlier calls."""
+
+    index: int
+    op: ServingOperator
+    inputs: dict[str, Ref]
+    input_schema: Schema
+    output_schema: Schema
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}:{self.op.label}"
+
+
+@dataclass
+class Plan:
+    input_schema: Schema
+    calls: list[OpCall]
+    outputs: dict[str, Ref]
+    output_schema: Schema
+    schemas: dict[Ref, object] = field(default_factory=dict)  # Ref -> ColumnSchema
+
+    def run(self, table: TensorTable, calls: list[OpCall] | None = None) -> TensorTable:
+        """Run the plan (or the given subset of its calls) on a request table."""
+        env = {Ref(REQUEST, name): column for name, column in table.items()}
+        return TensorTable(run_calls(calls or self.calls, env, self.outputs), _unsafe=True)
+
+
+def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
+    """Run calls in order over ``env`` (Ref -> column) and return the requested output columns."""
+    for call in calls:
+        inputs = TensorTable({name: env[ref] for name, ref in call.inputs.items()}, _unsafe=True)
+        try:
+            result = call.op.transform(ColumnSelector(list(call.inputs)), inputs)
+        except MerlinTorchServingError:
+            raise
+        except Exception as exc:
+            raise InferenceError(call.name, f"{type(exc).__name__}: {exc}") from exc
+        for name in call.output_schema.column_names:
+            if name not in result.columns:
+                raise InferenceError(
+                    call.name,
+                    f"the operator did not return its output column {name!r} "
+                    f"(it returned {', '.join(map(repr, result.columns))})",
+                )
+            env[Ref(call.index, name)] = result[name]
+    return {name: env[ref] for name, ref in outputs.items()}
+
+
+def build_plan(output_node: Node, input_schema: Schema) -> Plan:
+    """Compute and validate every node's schema, then flatten routing nodes away."""
+    graph = Graph(output_node)
+    try:
+        graph.construct_schema(input_schema)
+    except MerlinTorchServingError:
+        raise
+    except ValueError as exc:  # merlin.dag's own checks (e.g. a column missing from the request)
+        raise SchemaError("the graph", None, "columns its operators can find", str(exc)) from exc
+
+    refs: dict[int, dict[str, Ref]] = {}  # id(node) -> its output columns' refs
+    calls: list[OpCall] = []
+    schemas: dict[Ref, object] = {Ref(REQUEST, c.name): c for c in input_schema}
+
+    for node in postorder_iter_nodes(graph.output_node):
+        upstream = _upstream_refs(node, refs)
+        op = node.op
+        if isinstance(op, _ROUTING_OPS):
+            refs[id(node)] = {name: _find(name, upstream, node) for name in node.output_schema.column_names}
+            continue
+        if not isinstance(op, ServingOperator):
+            raise SchemaError(
+                type(op).__name__,
+                None,
+                "a serving operator (TransformWorkflow, PredictPytorch, TopK, DecodeItemIds, ...)",
+                f"{type(op).__module__}.{type(op).__name__}",
+                "wrap NVTabular operators in an nvtabular.Workflow and use TransformWorkflow",
+            )
+        # the selector holds the columns the operator asked for, in the order it asked
+        selected = node.selector.names if node.selector is not None else node.input_schema.column_names
+        call = OpCall(
+            index=len(calls),
+            op=op,
+            inputs={name: _find(name, upstream, node) for name in selected},
+            input_schema=node.input_schema.select_by_name(selected),
+            output_schema=node.output_schema,
+        )
+        calls.append(call)
+        refs[id(node)] = {c.name: Ref(call.index, c.name) for c in node.output_schema}
+        schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
+
+    outputs = refs[id(graph.output_node)]
+    return Plan(input_schema, calls, outputs, graph.output_schema, schemas)
+
+
+def _upstream_refs(node: Node, refs: dict[int, dict[str, Ref]]) -> dict[str, Ref]:
+    """Columns visible to a node: its parents' and dependencies' outputs, else the request."""
+    upstream: dict[str, Ref] = {}
+    sources = node.parents_with_dependencies
+    for source in sources:
+        for name, ref in refs[id(source)].items():
+            upstream.setdefault(name, ref)
+    if not sources:
+        upstream = {name: Ref(REQUEST, name) for name in node.input_schema.column_names}
+    return upstream
+
+
+def _find(name: str, upstream: dict[str, Ref], node: Node) -> Ref:
+    try:
+        return upstream[name]
+    except KeyError:
+        raise SchemaError(
+            node.op.label,
+            name,
+            "the column from an upstream node",
+            f"no upstream node provides it (they provide {', '.join(map(repr, upstream)) or 'nothing'})",
+        ) from None

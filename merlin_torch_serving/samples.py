@@ -1,0 +1,53 @@
+"""Small valid inputs built from a schema: ids inside each column's domain, lists of legal length.
+
+Used to trace models, to warm Triton models up at load, and to check an exported model the way
+the server will call it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from merlin.schema import ColumnSchema, Schema
+from merlin.table import TensorTable
+
+from merlin_torch_serving import wire
+
+
+def sample_values(column: ColumnSchema, count: int, seed: int = 0) -> np.ndarray:
+    """``count`` values a column may legally hold (deterministic for a seed)."""
+    dtype = wire.column_numpy_dtype(column)
+    rng = np.random.default_rng(seed)
+    if dtype == np.dtype(object):
+        return np.array([f"sample-{i}".encode() for i in range(count)], dtype=object)
+    if dtype.kind == "f":
+        return rng.random(count).astype(dtype)
+    if dtype.kind == "b":
+        return np.zeros(count, dtype=dtype)
+    domain = column.properties.get("domain") or {}
+    # 0 is padding for categorical columns; start above it when the domain allows
+    low = max(int(domain.get("min") or 0), 1)
+    high = max(int(domain.get("max") if domain.get("max") is not None else low), low)
+    return rng.integers(low, high + 1, count).astype(dtype)
+
+
+def list_length(column: ColumnSchema) -> int | None:
+    """Fixed length of a list column, its maximum for ragged lists, None for scalars."""
+    dims = column.shape.dims
+    if dims is None or len(dims) < 2:
+        return None
+    return None if dims[1].max is None else int(dims[1].max)
+
+
+def sample_table(schema: Schema, rows: int = 1, ragged_length: int = 2) -> TensorTable:
+    """A table of ``rows`` rows; ragged lists hold ``ragged_length`` items (capped at their max)."""
+    columns = {}
+    for i, column in enumerate(schema):
+        if wire.is_ragged(column):
+            length = min(ragged_length, list_length(column) or ragged_length)
+            values = sample_values(column, rows * length, seed=i)
+            columns[column.name] = (values, wire.offsets_from_lengths(np.full(rows, length)))
+            continue
+        dims = [rows] + [int(d.max) for d in (column.shape.dims or ())[1:]]
+        values = sample_values(column, int(np.prod(dims)), seed=i)
+        columns[column.name] = values.reshape(dims)
+    return TensorTable(columns, _unsafe=True)
