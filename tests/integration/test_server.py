@@ -1,0 +1,410 @@
+"""TritonServer against the real tritonserver: serving, explicit model control, every start error, cleanup.
+
+Error cases and the "none" mode start short-lived servers of their own; the rest share one server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from merlin_torch_serving.exceptions import (
+    BackendNotAvailableError,
+    ModelLoadError,
+    PortInUseError,
+    ServerError,
+    ServerExitedError,
+    ServerNotFoundError,
+    ServerStartTimeoutError,
+)
+from merlin_torch_serving.server import ModelStatus, TritonServer, python_backend_directory
+from tests.triton_models import write_python_model
+
+pytestmark = pytest.mark.integration
+
+PROCESS_EXIT_TIMEOUT_S = 15.0
+
+INT64_VECTOR = ("TYPE_INT64", [-1])
+
+
+def write_doubler(repository: Path, name: str, **options) -> Path:
+    return write_python_model(
+        repository,
+        name,
+        inputs={"x": INT64_VECTOR},
+        outputs={"y": INT64_VECTOR},
+        compute="return {'y': inputs['x'] * 2}",
+        **options,
+    )
+
+
+def write_invalid_config(repository: Path, name: str) -> None:
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "config.pbtxt").write_text('backend: "python"\nno_such_field: 1\n')
+
+
+def write_libtorch_model(repository: Path, name: str) -> None:
+    """A model for Triton's libtorch backend; the file's content never matters since no backend reads it."""
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "1" / "model.pt").write_bytes(b"not read by any backend here")
+    (repository / name / "config.pbtxt").write_text(
+        'backend: "pytorch"\nplatform: "pytorch_libtorch"\nmax_batch_size: 0\n'
+        'input [{ name: "x" data_type: TYPE_INT64 dims: [-1] }]\n'
+        'output [{ name: "y" data_type: TYPE_INT64 dims: [-1] }]\n'
+    )
+
+
+def status_of(server: TritonServer, name: str) -> ModelStatus:
+    return next(model for model in server.models() if model.name == name)
+
+
+# -- processes, read from /proc ----------------------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` is a process that is not a zombie (a zombie holds no resources)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def live_pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and is_alive(int(entry))]
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stub_pids(server_pid: int) -> list[int]:
+    """The python-backend stubs tritonserver ``server_pid`` runs, one per model instance."""
+    return [
+        pid
+        for pid in live_pids()
+        if (_stat_fields(pid) or ["", "0"])[1] == str(server_pid) and "triton_python_backend_stub" in command_line(pid)
+    ]
+
+
+def processes_using(repository: Path) -> list[int]:
+    """Every live process whose command line names ``repository``: the server and its stubs."""
+    return [pid for pid in live_pids() if str(repository) in command_line(pid) and pid != os.getpid()]
+
+
+def wait_until_gone(pids, timeout_s: float = PROCESS_EXIT_TIMEOUT_S) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    survivors = [pid for pid in pids if is_alive(pid)]
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.1)
+        survivors = [pid for pid in survivors if is_alive(pid)]
+    return survivors
+
+
+def wait_until_nothing_uses(repository: Path, timeout_s: float = PROCESS_EXIT_TIMEOUT_S) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    survivors = processes_using(repository)
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.1)
+        survivors = processes_using(repository)
+    return survivors
+
+
+# -- the shared server ---------------------------------------------------------------------------
+
+
+def test_loaded_python_model_answers_over_http_and_grpc(triton_server):
+    write_doubler(triton_server.repository, "doubler")
+    triton_server.load("doubler")
+    x = np.array([-3, 0, 7, 2**40], dtype=np.int64)
+    for client_module, url in ((httpclient, triton_server.http_url), (grpcclient, triton_server.grpc_url)):
+        client = client_module.InferenceServerClient(url)
+        try:
+            request = client_module.InferInput("x", list(x.shape), "INT64")
+            request.set_data_from_numpy(x)
+            y = client.infer("doubler", [request]).as_numpy("y")
+        finally:
+            client.close()
+        assert y.dtype == np.int64, client_module.__name__
+        np.testing.assert_array_equal(y, x * 2, err_msg=client_module.__name__)
+
+
+def test_models_reports_version_and_state_through_load_and_unload(triton_server):
+    # Two versions under the default version policy (latest 1): only version 2 is served.
+    write_doubler(triton_server.repository, "versioned", versions=(1, 2))
+    assert status_of(triton_server, "versioned") == ModelStatus("versioned", None, None, "")
+
+    triton_server.load("versioned")
+    assert status_of(triton_server, "versioned") == ModelStatus("versioned", 2, "READY", "")
+
+    triton_server.unload("versioned")
+    assert status_of(triton_server, "versioned") == ModelStatus("versioned", 2, "UNAVAILABLE", "unloaded")
+
+
+def test_load_raises_model_load_error_with_the_reason_when_initialize_raises(triton_server):
+    write_doubler(
+        triton_server.repository, "fails_in_initialize", initialize="raise ValueError('no weights here')"
+    )
+    with pytest.raises(ModelLoadError, match=r"'fails_in_initialize': .*ValueError: no weights here") as caught:
+        triton_server.load("fails_in_initialize")
+    assert not isinstance(caught.value, BackendNotAvailableError)
+    assert list(caught.value.failures) == ["fails_in_initialize"]
+    assert triton_server.is_running, "one bad model must not take the server down"
+
+
+def test_load_raises_model_load_error_with_the_parse_error_when_config_is_invalid(triton_server):
+    write_invalid_config(triton_server.repository, "invalid_config")
+    # The server's answer only says the folder could not be polled; the parse error comes from its log.
+    with pytest.raises(
+        ModelLoadError, match=r"'invalid_config': .*no field named \"no_such_field\".*config\.pbtxt"
+    ) as caught:
+        triton_server.load("invalid_config")
+    assert list(caught.value.failures) == ["invalid_config"]
+
+
+def test_load_raises_model_load_error_when_the_model_is_not_in_the_repository(triton_server):
+    with pytest.raises(ModelLoadError, match=r"'not_written': .*not found in any model repository"):
+        triton_server.load("not_written")
+
+
+def test_load_raises_backend_not_available_naming_the_missing_and_present_backends(triton_server):
+    write_libtorch_model(triton_server.repository, "needs_libtorch")
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"model 'needs_libtorch' needs backend 'pytorch', which this tritonserver does not have "
+        r"\(it has: ensemble, python\).*backend='python'.*backend_directory=",
+    ) as caught:
+        triton_server.load("needs_libtorch")
+    assert caught.value.missing == {"needs_libtorch": "pytorch"}
+    assert caught.value.available == ["ensemble", "python"]
+
+
+def test_backends_lists_the_python_backend_and_ensembles_for_the_bundled_server(triton_server):
+    # The nvidia-pytriton bundle ships the python backend only; ensembles need no backend library.
+    assert triton_server.backends() == ["ensemble", "python"]
+
+
+def test_logs_returns_what_the_server_wrote(triton_server):
+    write_doubler(triton_server.repository, "logged")
+    triton_server.load("logged")
+    port = triton_server.http_url.rsplit(":", 1)[1]
+    log = triton_server.logs()
+    assert f"Started HTTPService at 0.0.0.0:{port}" in log
+    assert "successfully loaded 'logged'" in log
+
+
+# -- servers of their own: "none" mode and lifetime ----------------------------------------------
+
+
+def test_none_mode_loads_every_model_at_start_and_stop_leaves_no_process(tmp_path):
+    write_doubler(tmp_path, "first")
+    write_doubler(tmp_path, "second")
+    with TritonServer(tmp_path) as server:
+        assert sorted(server.models(), key=lambda model: model.name) == [
+            ModelStatus("first", 1, "READY", ""),
+            ModelStatus("second", 1, "READY", ""),
+        ]
+        stubs = stub_pids(server.pid)
+        stub_models = sorted(Path(command_line(pid).split()[1]).parent.parent.name for pid in stubs)
+        assert stub_models == ["first", "second"]
+        with pytest.raises(ServerError, match=r"load\(\) needs a server started with model_control='explicit'"):
+            server.load("first")
+    assert not server.is_running
+    assert wait_until_gone([server.pid, *stubs]) == []
+
+
+def test_no_process_outlives_a_parent_killed_with_sigkill(tmp_path):
+    write_doubler(tmp_path / "repository", "served")
+    parent_script = textwrap.dedent(
+        """
+        import sys, time
+        from merlin_torch_serving.server import TritonServer
+        server = TritonServer(sys.argv[1], start_timeout_s=60).start()
+        print(server.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_script, str(tmp_path / "repository")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    server_pid = None
+    try:
+        ready, _, _ = select.select([parent.stdout], [], [], 90)
+        assert ready, "the parent process printed no server pid within 90 s"
+        line = parent.stdout.readline().decode().strip()
+        assert line.isdigit(), f"the parent did not start a server: {line!r} {parent.stderr.read1().decode()!r}"
+        server_pid = int(line)
+        stubs = stub_pids(server_pid)
+        assert stubs, "the served model should run in a python-backend stub"
+
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+
+        assert wait_until_gone([server_pid, *stubs]) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=10)
+        for pid in processes_using(tmp_path / "repository"):
+            os.kill(pid, signal.SIGKILL)
+
+
+def shared_memory_prefix(server_pid: int) -> str:
+    """The python backend's shared-memory prefix, as given on the server's command line."""
+    match = re.search(r"shm-region-prefix-name=(\S+)", command_line(server_pid))
+    assert match, f"no shared-memory prefix on the command line: {command_line(server_pid)!r}"
+    return match.group(1)
+
+
+def test_calls_raise_server_exited_when_the_server_dies_after_start(tmp_path):
+    write_doubler(tmp_path, "preloaded")
+    write_doubler(tmp_path, "left_alone")
+    server = TritonServer(tmp_path, model_control="explicit", load_models=["preloaded"])
+    with server:
+        assert {model.name: model.state for model in server.models()} == {"preloaded": "READY", "left_alone": None}
+        prefix = shared_memory_prefix(server.pid)
+        assert list(Path("/dev/shm").glob(f"{prefix}*")), "the loaded model's stub should share memory with the server"
+        os.kill(server.pid, signal.SIGKILL)
+        deadline = time.monotonic() + PROCESS_EXIT_TIMEOUT_S
+        while server.is_running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(ServerExitedError, match=r"tritonserver exited with code -9"):
+            server.models()
+        with pytest.raises(ServerExitedError, match=r"tritonserver exited with code -9"):
+            server.load("left_alone")
+    assert wait_until_nothing_uses(tmp_path) == []
+    # A killed server cannot clean up after itself; stop() does it instead.
+    assert list(Path("/dev/shm").glob(f"{prefix}*")) == []
+
+
+# -- start errors -------------------------------------------------------------------------------
+
+
+def test_start_raises_model_load_error_naming_every_failing_model(tmp_path):
+    write_doubler(tmp_path, "good")
+    write_doubler(tmp_path, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')")
+    write_invalid_config(tmp_path, "invalid_config")
+    server = TritonServer(tmp_path)
+    with pytest.raises(ModelLoadError) as caught:
+        server.start()
+    error = caught.value
+    assert not isinstance(error, BackendNotAvailableError)
+    assert sorted(error.failures) == ["fails_in_initialize", "invalid_config"]
+    assert "RuntimeError: checkpoint missing" in error.failures["fails_in_initialize"]
+    assert 'no field named "no_such_field"' in error.failures["invalid_config"]
+    assert re.search(r"2 model\(s\) failed to load:\n  'fails_in_initialize': ", str(error))
+    assert not server.is_running
+    assert wait_until_nothing_uses(tmp_path) == []
+
+
+def test_start_raises_backend_not_available_when_a_model_needs_libtorch(tmp_path):
+    write_doubler(tmp_path, "good")
+    write_libtorch_model(tmp_path, "needs_libtorch")
+    server = TritonServer(tmp_path)
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"model 'needs_libtorch' needs backend 'pytorch'.*\(it has: ensemble, python\).*NGC image",
+    ) as caught:
+        server.start()
+    assert list(caught.value.failures) == ["needs_libtorch"]
+    assert "unable to find backend library for backend 'pytorch'" in caught.value.failures["needs_libtorch"]
+    assert wait_until_nothing_uses(tmp_path) == []
+
+
+def test_start_raises_timeout_and_stops_the_server_when_a_model_loads_too_slowly(tmp_path):
+    write_doubler(tmp_path, "slow", initialize="time.sleep(120)")
+    server = TritonServer(tmp_path, start_timeout_s=4.0)
+    with pytest.raises(
+        ServerStartTimeoutError, match=r"not ready after 4 s \(still waiting for model\(s\) 'slow' to finish loading"
+    ):
+        server.start()
+    assert not server.is_running
+    assert wait_until_nothing_uses(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("port_argument", "protocol"), [("http_port", "HTTP"), ("grpc_port", "gRPC"), ("metrics_port", "metrics")]
+)
+def test_start_raises_port_in_use_naming_the_port_when_a_requested_port_is_taken(tmp_path, port_argument, protocol):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = TritonServer(tmp_path, model_control="explicit", **{port_argument: port})
+        with pytest.raises(PortInUseError, match=rf"the {protocol} port {port} is already in use") as caught:
+            server.start()
+    assert caught.value.port == port
+    assert wait_until_gone([server.pid]) == []
+
+
+def test_start_raises_server_exited_with_the_log_when_tritonserver_rejects_an_argument(tmp_path):
+    server = TritonServer(tmp_path, extra_args=["--no-such-option"])
+    with pytest.raises(ServerExitedError, match=r"(?s)exited with code 1\b.*unrecognized option '--no-such-option'"):
+        server.start()
+
+
+def test_start_raises_server_not_found_when_the_binary_does_not_exist(tmp_path):
+    missing = tmp_path / "bin" / "tritonserver"
+    with pytest.raises(ServerNotFoundError, match=re.escape(f"binary={str(missing)!r} (does not exist)")):
+        TritonServer(tmp_path, binary=missing).start()
+
+
+def test_start_raises_server_not_found_when_the_binary_is_not_executable(tmp_path):
+    not_executable = tmp_path / "tritonserver"
+    not_executable.write_text("#!/bin/sh\n")
+    with pytest.raises(ServerNotFoundError, match=re.escape(f"binary={str(not_executable)!r} (not executable)")):
+        TritonServer(tmp_path, binary=not_executable).start()
+
+
+def test_start_raises_server_not_found_when_the_env_var_points_nowhere(tmp_path, monkeypatch):
+    missing = tmp_path / "nowhere" / "tritonserver"
+    monkeypatch.setenv("MTS_TRITONSERVER", str(missing))
+    with pytest.raises(ServerNotFoundError, match=re.escape(f"MTS_TRITONSERVER={str(missing)!r} (does not exist)")):
+        TritonServer(tmp_path).start()
+
+
+# -- the python backend folder -------------------------------------------------------------------
+
+
+def test_python_backend_directory_lays_out_the_backend_once_and_reuses_it(tmp_path):
+    first = python_backend_directory(cache_dir=tmp_path)
+    assert sorted(path.name for path in (first / "python").iterdir()) == [
+        "libtriton_python.so",
+        "triton_python_backend_stub",
+        "triton_python_backend_utils.py",
+    ]
+    assert os.access(first / "python" / "triton_python_backend_stub", os.X_OK)
+    assert python_backend_directory(cache_dir=tmp_path) == first
+    assert [path.name for path in tmp_path.iterdir()] == [first.name], "no staging folder may be left behind"
+
+
+def test_python_backend_directory_names_the_available_stubs_when_none_fits_the_python(tmp_path):
+    # nvidia-pytriton ships stubs for Python 3.8 to 3.13; 3.7 has none.
+    with pytest.raises(
+        ServerError, match=r"no python-backend stub for Python '3\.7' \(it has stubs for Python 3\.8, .*3\.11"
+    ):
+        python_backend_directory(python_version="3.7", cache_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
