@@ -20,9 +20,25 @@ from merlin_torch_serving.exceptions import (
     ServerStartTimeoutError,
 )
 
+from merlin_torch_serving.ensemble import Ensemble
+from merlin_torch_serving.executors import Executor, LocalExecutor
+from merlin_torch_serving.export.config import ModelOptions
+from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
+from merlin_torch_serving.vocabulary import CategoryVocabulary
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "CategoryVocabulary",
+    "DecodeItemIds",
+    "Ensemble",
+    "Executor",
+    "LocalExecutor",
+    "ModelOptions",
+    "PredictPytorch",
+    "ServingOperator",
+    "TopK",
+    "TransformWorkflow",
     "BackendNotAvailableError",
     "ExportError",
     "InferenceError",

@@ -43,7 +43,7 @@ class SchemaError(MerlinTorchServingError):
         where = f"column {column!r} at the input of {operator}" if column else f"{operator}"
         message = f"{where}: expected {expected}, got {got}"
         if hint:
-            message += f". {hint}"
+            message += f"; {hint}"
         super().__init__(message)
 
 
@@ -56,7 +56,7 @@ class InputError(MerlinTorchServingError):
         self.got = got
         message = f"input column {column!r}: expected {expected}, got {got}"
         if hint:
-            message += f". {hint}"
+            message += f"; {hint}"
         super().__init__(message)
 
 

@@ -3,12 +3,20 @@ tags and properties, and the short descriptions of a column's dtype and shape us
 
 from __future__ import annotations
 
+import json
+
 from merlin.schema import ColumnSchema, Schema
 from merlin.schema.io.tensorflow_metadata import TensorflowMetadata
 
 
 def schema_to_json(schema: Schema) -> str:
-    return TensorflowMetadata.from_merlin_schema(schema).to_json()
+    """The schema as JSON with sorted keys and tags, so one schema always gives the same text."""
+    data = json.loads(TensorflowMetadata.from_merlin_schema(schema).to_json())
+    for feature in data.get("feature", []):
+        annotation = feature.get("annotation", {})
+        if "tag" in annotation:  # tags come from a set
+            annotation["tag"] = sorted(annotation["tag"])
+    return json.dumps(data, sort_keys=True)
 
 
 def schema_from_json(text: str) -> Schema:

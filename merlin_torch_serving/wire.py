@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
-from merlin.dtypes import DType
+from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
@@ -86,12 +86,12 @@ def numpy_dtype(triton: str) -> np.dtype:
 
 def column_numpy_dtype(column: ColumnSchema) -> np.dtype:
     """The numpy dtype a column's values travel as (strings travel as object arrays of bytes)."""
-    dtype: DType = column.dtype
-    if dtype.element_type.value in ("string", "unknown") and dtype.name != "int64":
-        if dtype.element_type.value == "string":
-            return np.dtype(np.object_)
+    element_type = column.dtype.element_type
+    if element_type is ElementType.String:
+        return np.dtype(np.object_)
+    if element_type is ElementType.Unknown:
         raise TypeError(f"column {column.name!r} has no dtype in its schema")
-    return np.dtype(dtype.to_numpy)
+    return np.dtype(column.dtype.to_numpy)
 
 
 def is_ragged(column: ColumnSchema) -> bool:

@@ -49,7 +49,7 @@ class ServingOperator(BaseOperator):
             raise SchemaError(
                 self.label,
                 missing[0],
-                f"a {describe_column(expected[missing[0]])} column",
+                describe_column(expected[missing[0]]),
                 f"no such column (its parents provide {available})",
             )
         return ColumnSelector(expected.column_names)

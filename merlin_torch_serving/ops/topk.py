@@ -62,8 +62,9 @@ class TopK(ServingOperator):
     scores
         The score column; by default the only float column of shape ``[-1, catalog]`` it receives.
     seen_items
-        A one-column selection of the session's item list (e.g. ``features["item_id-list"]``);
-        items in it are not recommended again.
+        The session's item list, as a one-column selection of an upstream node (e.g.
+        ``features["item_id-list"]``) or the name of a request column; items in it are not
+        recommended again.
     exclude_ids
         Ids never to recommend, e.g. the padding and reserved ids of NVTabular's Categorify
         (``CategoryVocabulary.reserved_ids``).
@@ -76,7 +77,7 @@ class TopK(ServingOperator):
         k: int,
         *,
         scores: str | None = None,
-        seen_items: Node | None = None,
+        seen_items: Node | str | None = None,
         exclude_ids: Sequence[int] = (),
         ids_column: str = "item_ids",
         scores_column: str = "item_scores",
@@ -121,7 +122,7 @@ class TopK(ServingOperator):
                 scores.name,
                 f"at least k={self.k} items to choose from",
                 f"a catalog of {catalog} item(s) of which {available} may be recommended",
-                "lower k",
+                "use a smaller k",
             )
         if self.seen_column is not None:
             seen = input_schema[self.seen_column]
@@ -203,11 +204,13 @@ class TopK(ServingOperator):
         return candidates[0]
 
 
-def _single_column(node: Node) -> str:
-    names = node.selector.names if isinstance(node, Node) and node.selector is not None else []
+def _single_column(source: Node | str) -> str:
+    if isinstance(source, str):
+        return source
+    names = source.selector.names if isinstance(source, Node) and source.selector is not None else []
     if len(names) != 1:
         raise TypeError(
             "seen_items must select exactly one column, e.g. features['item_id-list'], "
-            f"got {node!r}"
+            f"got {source!r}"
         )
     return names[0]

@@ -1,0 +1,63 @@
+"""Generated configs against reviewed golden files (set MTS_UPDATE_GOLDEN=1 to rewrite them)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from merlin_torch_serving import Ensemble, ModelOptions
+from merlin_torch_serving.export import config as configs
+from tests.unit.test_ensemble import session_graph
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(scope="module")
+def exported(toy_workflow, toy_model, tmp_path_factory):
+    repository = tmp_path_factory.mktemp("golden") / "repository"
+    mixed = Ensemble(session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
+    fused = Ensemble(session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    mixed.export(repository, "mixed")
+    fused.export(repository, "fused")
+    return repository
+
+
+MODELS = [
+    "mixed",
+    "mixed-0-transformworkflow",
+    "mixed-1-predictpytorch",
+    "mixed-2-topk",
+    "fused",
+    "fused-0-transformworkflow_predictpytorch_topk",
+]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_generated_config_matches_golden_file(exported, model):
+    generated = (exported / model / "config.pbtxt").read_text()
+    golden = GOLDEN / f"{model}.pbtxt"
+    if os.environ.get("MTS_UPDATE_GOLDEN"):
+        golden.write_text(generated)
+    assert generated == golden.read_text()
+
+
+def test_golden_configs_parse_as_triton_model_configs():
+    for model in MODELS:
+        config = configs.from_pbtxt((GOLDEN / f"{model}.pbtxt").read_text())
+        assert config.name == model
+
+
+def test_model_options_reject_nonsense():
+    with pytest.raises(ValueError, match="instance_count must be at least 1, got 0"):
+        ModelOptions(instance_count=0)
+    with pytest.raises(ValueError, match="warmup_count must be 0 or more, got -1"):
+        ModelOptions(warmup_count=-1)
+
+
+def test_warmup_can_be_turned_off(toy_workflow, toy_model, tmp_path):
+    from merlin_torch_serving.export.repository import export_ensemble
+
+    ensemble = Ensemble(session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    export_ensemble(ensemble, tmp_path, "cold", options=ModelOptions(warmup_count=0))
+    text = (tmp_path / "cold-0-transformworkflow_predictpytorch_topk" / "config.pbtxt").read_text()
+    assert "model_warmup" not in text

@@ -1,0 +1,74 @@
+from typing import Dict
+
+import pytest
+import torch
+
+from merlin_torch_serving.ops.torch_module import WireModel, pad_dense, pad_ragged
+
+MAX = 4
+
+
+def ragged(rows):
+    values = torch.tensor([v for row in rows for v in row], dtype=torch.int64)
+    lengths = torch.tensor([len(row) for row in rows])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]).to(torch.int32)
+    return values, offsets
+
+
+@pytest.mark.parametrize(
+    "row, right_padded, left_padded",
+    [
+        ([7], [7, 0, 0, 0], [0, 0, 0, 7]),  # length 1
+        ([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]),  # length max
+        ([1, 2, 3, 4, 5, 6, 7, 8, 9], [6, 7, 8, 9], [6, 7, 8, 9]),  # length max + 5: the last items stay
+    ],
+)
+def test_pad_ragged_pads_short_rows_and_keeps_the_most_recent_items(row, right_padded, left_padded):
+    values, offsets = ragged([row])
+    assert pad_ragged(values, offsets, MAX, 0.0, False).tolist() == [right_padded]
+    assert pad_ragged(values, offsets, MAX, 0.0, True).tolist() == [left_padded]
+
+
+def test_pad_ragged_handles_mixed_lengths_and_empty_rows_in_one_batch():
+    values, offsets = ragged([[1], [], [2, 3, 4, 5, 6, 7], [8, 9]])
+    dense = pad_ragged(values, offsets, MAX, -1.0, False)
+    assert dense.tolist() == [[1, -1, -1, -1], [-1, -1, -1, -1], [4, 5, 6, 7], [8, 9, -1, -1]]
+    assert dense.dtype == torch.int64
+
+
+def test_pad_ragged_with_no_values_gives_all_padding():
+    values, offsets = ragged([[], []])
+    assert pad_ragged(values, offsets, 3, 0.0, False).tolist() == [[0, 0, 0], [0, 0, 0]]
+
+
+def test_pad_ragged_keeps_float_values():
+    values = torch.tensor([0.5, 1.5])
+    offsets = torch.tensor([0, 2], dtype=torch.int32)
+    assert pad_ragged(values, offsets, 3, 0.0, False).tolist() == [[0.5, 1.5, 0.0]]
+
+
+def test_pad_dense_truncates_to_the_last_items_and_pads_by_side():
+    dense = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    assert pad_dense(dense, 4, 0.0, False).tolist() == [[3, 4, 5, 6]]
+    short = torch.tensor([[1, 2]])
+    assert pad_dense(short, 4, 0.0, False).tolist() == [[1, 2, 0, 0]]
+    assert pad_dense(short, 4, 0.0, True).tolist() == [[0, 0, 1, 2]]
+
+
+class Echo(torch.nn.Module):
+    def forward(self, inputs: Dict[str, torch.Tensor]):
+        return inputs["items"], inputs["weight"]
+
+
+def test_scripted_wire_model_pads_ragged_inputs_and_passes_dense_ones():
+    module = torch.jit.script(WireModel(Echo(), ["items"], [3], ["weight"]))
+    values, offsets = ragged([[1, 2, 3, 4], [5]])
+    items, weight = module({"items__values": values, "items__offsets": offsets, "weight": torch.ones(2)})
+    assert items.tolist() == [[2, 3, 4], [5, 0, 0]]
+    assert weight.tolist() == [1.0, 1.0]
+
+
+def test_scripted_wire_model_accepts_an_already_padded_list():
+    module = torch.jit.script(WireModel(Echo(), ["items"], [3], ["weight"]))
+    items, _ = module({"items": torch.tensor([[1, 2, 3, 4, 5]]), "weight": torch.ones(1)})
+    assert items.tolist() == [[3, 4, 5]]

@@ -1,0 +1,42 @@
+import numpy as np
+import pandas as pd
+
+from merlin_torch_serving import Ensemble, TransformWorkflow, frames
+from merlin_torch_serving.ops.workflow import take_rows
+from merlin.table import TensorTable
+from tests import toy_session
+
+
+def test_transform_workflow_returns_sessions_in_first_appearance_order(toy_workflow):
+    rows = toy_session.interactions(6, seed=4)
+    shuffled = rows.sample(frac=1.0, random_state=7).reset_index(drop=True)
+    ensemble = Ensemble(TransformWorkflow(toy_workflow), toy_workflow.input_schema)
+
+    result = ensemble.transform(shuffled)
+
+    assert result["session_id"].tolist() == list(pd.unique(shuffled["session_id"]))
+
+
+def test_transform_workflow_matches_nvtabular_row_for_row(toy_workflow):
+    rows = toy_session.interactions(8, seed=5)
+    expected = toy_workflow.transform(rows).set_index("session_id")
+    result = Ensemble(TransformWorkflow(toy_workflow), toy_workflow.input_schema).transform(rows)
+    for _, row in result.iterrows():
+        want = expected.loc[row["session_id"]]
+        assert list(row["item_id-list"]) == list(want["item_id-list"])
+        assert list(row["category-list"]) == list(want["category-list"])
+        assert row["item_id-count"] == want["item_id-count"]
+
+
+def test_transform_workflow_keeps_sorted_order_when_asked(toy_workflow):
+    rows = toy_session.interactions(5, seed=6).iloc[::-1]
+    op = TransformWorkflow(toy_workflow, keep_request_order=False)
+    result = Ensemble(op, toy_workflow.input_schema).transform(rows)
+    assert result["session_id"].tolist() == sorted(rows["session_id"].unique())
+
+
+def test_take_rows_reorders_ragged_and_scalar_columns_together():
+    table = TensorTable({"l": (np.array([1, 2, 3, 4, 5, 6]), np.array([0, 1, 3, 6])), "s": np.array([10, 20, 30])})
+    taken = take_rows(table, np.array([2, 0]))
+    assert frames.table_to_frame(taken)["l"].map(list).tolist() == [[4, 5, 6], [1]]
+    assert taken["s"].values.tolist() == [30, 10]
