@@ -1,7 +1,13 @@
 """Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.
 
-The public API is re-exported here; each name lives in the module that owns its concept.
+The public API is re-exported here; each name lives in the module that owns its concept and is
+imported on first use, so ``import merlin_torch_serving.server`` does not pay for torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
     BackendNotAvailableError,
@@ -20,37 +26,61 @@ from merlin_torch_serving.exceptions import (
     ServerStartTimeoutError,
 )
 
-from merlin_torch_serving.ensemble import Ensemble
-from merlin_torch_serving.executors import Executor, LocalExecutor
-from merlin_torch_serving.export.config import ModelOptions
-from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
-from merlin_torch_serving.vocabulary import CategoryVocabulary
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "CategoryVocabulary",
-    "DecodeItemIds",
-    "Ensemble",
-    "Executor",
-    "LocalExecutor",
-    "ModelOptions",
-    "PredictPytorch",
-    "ServingOperator",
-    "TopK",
-    "TransformWorkflow",
-    "BackendNotAvailableError",
-    "ExportError",
-    "InferenceError",
-    "InputError",
-    "MerlinTorchServingError",
-    "ModelCheckError",
-    "ModelLoadError",
-    "PortInUseError",
-    "RepositoryExistsError",
-    "SchemaError",
-    "ServerError",
-    "ServerExitedError",
-    "ServerNotFoundError",
-    "ServerStartTimeoutError",
-]
+_LAZY = {
+    "CategoryVocabulary": "merlin_torch_serving.vocabulary",
+    "Client": "merlin_torch_serving.client",
+    "DecodeItemIds": "merlin_torch_serving.ops",
+    "Ensemble": "merlin_torch_serving.ensemble",
+    "Executor": "merlin_torch_serving.executors",
+    "ExportResult": "merlin_torch_serving.export.repository",
+    "LocalExecutor": "merlin_torch_serving.executors",
+    "ModelOptions": "merlin_torch_serving.export.config",
+    "ModelStatus": "merlin_torch_serving.server",
+    "PredictPytorch": "merlin_torch_serving.ops",
+    "ServingOperator": "merlin_torch_serving.ops",
+    "TopK": "merlin_torch_serving.ops",
+    "TransformWorkflow": "merlin_torch_serving.ops",
+    "TritonExecutor": "merlin_torch_serving.executors",
+    "TritonServer": "merlin_torch_serving.server",
+}
+
+__all__ = sorted(
+    [
+        *_LAZY,
+        "BackendNotAvailableError",
+        "ExportError",
+        "InferenceError",
+        "InputError",
+        "MerlinTorchServingError",
+        "ModelCheckError",
+        "ModelLoadError",
+        "PortInUseError",
+        "RepositoryExistsError",
+        "SchemaError",
+        "ServerError",
+        "ServerExitedError",
+        "ServerNotFoundError",
+        "ServerStartTimeoutError",
+    ]
+)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'merlin_torch_serving' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from merlin_torch_serving.client import Client
+    from merlin_torch_serving.ensemble import Ensemble
+    from merlin_torch_serving.executors import Executor, LocalExecutor, TritonExecutor
+    from merlin_torch_serving.export.config import ModelOptions
+    from merlin_torch_serving.export.repository import ExportResult
+    from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
+    from merlin_torch_serving.server import ModelStatus, TritonServer
+    from merlin_torch_serving.vocabulary import CategoryVocabulary

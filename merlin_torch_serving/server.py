@@ -66,6 +66,8 @@ _CPU_MACHINE_NOISE = (
 _PORT_IN_USE = re.compile(r"failed to start (\w+) service: .*?Socket '[^']*:(\d+)' already in use")
 _PROTOCOL_NAMES = {"HTTP": "HTTP", "GRPC": "gRPC", "METRICS": "metrics"}
 _MISSING_BACKEND = re.compile(r"unable to find backend library for backend '([^']+)'")
+# how an ensemble's load error quotes the error of a step it depends on
+_DEPENDENCY_FAILURE = re.compile(r"Model '([^']+)' loading failed with error: (.+?)(?=;\s*Model '|;?\s*$)")
 _TRITON_LOG_LINE = re.compile(r'^[IWE]\d{4} \S+ +\d+ \S+\] "?(.*?)"?$')
 _PROTOBUF_ERROR_LINE = re.compile(r"^\[libprotobuf ERROR [^\]]*\] (.*)$")
 
@@ -642,10 +644,12 @@ class TritonServer:
         raise ServerExitedError(code, self._log_tail())
 
     def _load_error(self, failures: Mapping[str, str]) -> ModelLoadError:
+        failures = _with_dependency_failures(failures)
         missing = {}
         for name, reason in failures.items():
             match = _MISSING_BACKEND.search(reason)
-            if match:
+            # an ensemble fails because a step failed; the step is the one missing the backend
+            if match and not _DEPENDENCY_FAILURE.search(reason):
                 missing[name] = match.group(1)
         if missing:
             return BackendNotAvailableError(failures, missing, self.backends(), self._log_tail())
@@ -693,6 +697,15 @@ class TritonServer:
 
 
 # -- helpers without state ------------------------------------------------------------------------
+
+
+def _with_dependency_failures(failures: Mapping[str, str]) -> dict[str, str]:
+    """The failures plus, for ensembles, each failed dependency under its own name."""
+    expanded = dict(failures)
+    for reason in failures.values():
+        for name, dependency_reason in _DEPENDENCY_FAILURE.findall(reason):
+            expanded.setdefault(name, dependency_reason)
+    return expanded
 
 
 def _checked_binary(path: Path, source: str) -> Path:

@@ -1,6 +1,9 @@
-"""The shared tritonserver: one per test session, in explicit model-control mode on an empty repository.
+"""Session fixtures shared by every test folder.
 
-Tests write model folders into ``triton_server.repository`` (see tests/triton_models.py) and load them by name.
+``triton_server``: one tritonserver per test session, in explicit model-control mode on an empty
+repository; tests write model folders into ``triton_server.repository`` (see
+tests/triton_models.py) or export ensembles there, and load them by name.
+``toy_workflow`` / ``toy_model``: the small session-based setup of tests/toy_session.py.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ import pytest
 
 from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.server import TritonServer
+from tests import toy_session
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +31,14 @@ def triton_server(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def toy_workflow():
+    return toy_session.fitted_workflow()
+
+
+@pytest.fixture(scope="session")
+def toy_model(toy_workflow):
+    """(TorchScript model, input schema, output schema)."""
+    return toy_session.scripted_model(toy_workflow)

@@ -84,3 +84,18 @@ def scripted_model(workflow, max_sequence_length: int = MAX_SEQUENCE_LENGTH):
     input_schema = output.select_by_name(["item_id-list", "category-list"])
     output_schema = Schema([ColumnSchema("next-item", dtype="float32", dims=(None, catalog))])
     return model, input_schema, output_schema
+
+
+def session_graph(workflow, model, backend: str = "python", k: int = 3):
+    """raw rows >> TransformWorkflow >> PredictPytorch >> TopK (seen and reserved ids left out),
+    with the session id beside the recommendations."""
+    from merlin_torch_serving import PredictPytorch, TopK, TransformWorkflow
+
+    scripted, input_schema, output_schema = model
+    features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
+    top = (
+        features
+        >> PredictPytorch(scripted, input_schema, output_schema, backend=backend)
+        >> TopK(k, seen_items=features["item_id-list"], exclude_ids=[0, 1, 2])
+    )
+    return features["session_id"] + top

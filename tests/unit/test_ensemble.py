@@ -4,28 +4,12 @@ import pytest
 import torch
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import (
-    Ensemble,
-    LocalExecutor,
-    PredictPytorch,
-    SchemaError,
-    TopK,
-    TransformWorkflow,
-)
+from merlin_torch_serving import Ensemble, LocalExecutor, PredictPytorch, SchemaError, TopK, TransformWorkflow
 from tests import toy_session
 
 
-def session_graph(workflow, model, backend="python"):
-    scripted, input_schema, output_schema = model
-    features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
-    top = features >> PredictPytorch(scripted, input_schema, output_schema, backend=backend) >> TopK(
-        3, seen_items=features["item_id-list"], exclude_ids=[0, 1, 2]
-    )
-    return features["session_id"] + top
-
-
 def test_schemas_propagate_edge_by_edge(toy_workflow, toy_model):
-    ensemble = Ensemble(session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
     assert ensemble.output_schema.column_names == ["session_id", "item_ids", "item_scores"]
     assert [call.op.label for call in ensemble.plan.calls] == [
         "TransformWorkflow",
@@ -86,7 +70,7 @@ def test_non_serving_operators_are_rejected_with_a_hint(toy_workflow):
 
 
 def test_transform_and_explicit_local_executor_agree(toy_workflow, toy_model):
-    ensemble = Ensemble(session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
     rows = toy_session.interactions(7, seed=2)
     implicit = ensemble.transform(rows)
     explicit = ensemble.transform(rows, executor=LocalExecutor())
@@ -94,7 +78,7 @@ def test_transform_and_explicit_local_executor_agree(toy_workflow, toy_model):
 
 
 def test_recommendations_leave_out_seen_and_reserved_items(toy_workflow, toy_model):
-    ensemble = Ensemble(session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
     rows = toy_session.interactions(10, seed=8)
     result = ensemble.transform(rows)
     features = toy_workflow.transform(rows).set_index("session_id")
@@ -105,7 +89,7 @@ def test_recommendations_leave_out_seen_and_reserved_items(toy_workflow, toy_mod
 
 
 def test_exporting_never_changes_the_ensemble(toy_workflow, toy_model, tmp_path):
-    ensemble = Ensemble(session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
     rows = toy_session.interactions(6, seed=9)
     before = ensemble.transform(rows)
     ensemble.export(tmp_path / "first")

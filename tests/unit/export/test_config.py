@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from merlin_torch_serving import Ensemble, ModelOptions
+from tests import toy_session
 from merlin_torch_serving.export import config as configs
-from tests.unit.test_ensemble import session_graph
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -15,8 +15,8 @@ GOLDEN = Path(__file__).parent / "golden"
 @pytest.fixture(scope="module")
 def exported(toy_workflow, toy_model, tmp_path_factory):
     repository = tmp_path_factory.mktemp("golden") / "repository"
-    mixed = Ensemble(session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
-    fused = Ensemble(session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    mixed = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
+    fused = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
     mixed.export(repository, "mixed")
     fused.export(repository, "fused")
     return repository
@@ -57,7 +57,7 @@ def test_model_options_reject_nonsense():
 def test_warmup_can_be_turned_off(toy_workflow, toy_model, tmp_path):
     from merlin_torch_serving.export.repository import export_ensemble
 
-    ensemble = Ensemble(session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
     export_ensemble(ensemble, tmp_path, "cold", options=ModelOptions(warmup_count=0))
     text = (tmp_path / "cold-0-transformworkflow_predictpytorch_topk" / "config.pbtxt").read_text()
     assert "model_warmup" not in text

@@ -20,7 +20,6 @@ from merlin_torch_serving import (
 )
 from merlin_torch_serving.export.python_model import HostedStep
 from tests import toy_session
-from tests.unit.test_ensemble import session_graph
 
 
 def snapshot(path: Path) -> dict:
@@ -29,7 +28,7 @@ def snapshot(path: Path) -> dict:
 
 @pytest.fixture()
 def ensemble(toy_workflow, toy_model):
-    return Ensemble(session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
+    return Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
 
 
 def test_export_writes_one_folder_per_step_and_the_ensemble(ensemble, tmp_path):
@@ -57,7 +56,7 @@ def test_manifest_records_schemas_parameters_versions_and_fusion(ensemble, tmp_p
 
 
 def test_python_operators_fuse_into_one_model(toy_workflow, toy_model, tmp_path):
-    fused = Ensemble(session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    fused = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
     result = fused.export(tmp_path, "reco")
     assert result.fused == {
         "reco-0-transformworkflow_predictpytorch_topk": ["TransformWorkflow", "PredictPytorch[python]", "TopK(k=3)"]
@@ -122,7 +121,7 @@ def test_invalid_model_names_and_conflicting_flags_are_rejected(ensemble, tmp_pa
 
 
 def test_exported_python_step_reproduces_the_in_process_result(toy_workflow, toy_model, tmp_path):
-    fused = Ensemble(session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    fused = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
     result = fused.export(tmp_path, "reco")
     step = HostedStep.load(str(tmp_path / result.models[0] / "1"))
     rows = toy_session.interactions(9, seed=11)

@@ -1,0 +1,65 @@
+"""Exported ensembles on the real tritonserver: served answers equal in-process answers exactly."""
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from merlin_torch_serving import BackendNotAvailableError, Ensemble, frames, wire
+from tests import toy_session
+
+pytestmark = pytest.mark.integration
+
+
+def infer(module, url, model, arrays, output_names):
+    """A raw tritonclient request: one tensor per wire array."""
+    client = module.InferenceServerClient(url)
+    inputs = []
+    for name, array in arrays.items():
+        tensor = module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    outputs = [module.InferRequestedOutput(name) for name in output_names]
+    result = client.infer(model, inputs, outputs=outputs)
+    return {name: result.as_numpy(name) for name in output_names}
+
+
+@pytest.fixture(scope="module")
+def served_python_ensemble(triton_server, toy_workflow, toy_model):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python", k=4), toy_workflow.input_schema)
+    ensemble.export(triton_server.repository, "toy-python")
+    triton_server.load("toy-python")
+    return ensemble
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("n_sessions", [1, 7, 64])
+def test_served_ensemble_equals_in_process_ensemble_exactly(triton_server, served_python_ensemble, toy_workflow, protocol, n_sessions):
+    rows = toy_session.interactions(n_sessions, seed=n_sessions, first_session=5000)
+    rows = rows.sample(frac=1.0, random_state=n_sessions).reset_index(drop=True)  # shuffled rows
+    request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
+    expected = wire.to_wire(served_python_ensemble.run(request))
+
+    module, url = (grpcclient, triton_server.grpc_url) if protocol == "grpc" else (httpclient, triton_server.http_url)
+    names = {wire.response_name(name, toy_workflow.input_schema.column_names): name for name in expected}
+    served = infer(module, url, "toy-python", wire.to_wire(request), list(names))
+
+    for served_name, name in names.items():
+        assert served[served_name].dtype == expected[name].dtype, name
+        np.testing.assert_array_equal(served[served_name], expected[name], err_msg=name)
+    assert len(expected["session_id"]) == n_sessions
+
+
+def test_libtorch_export_passes_its_check_and_the_bundled_server_says_it_cannot_load_it(triton_server, toy_workflow, toy_model):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
+    result = ensemble.export(triton_server.repository, "toy-libtorch")  # runs the libtorch check
+    assert "toy-libtorch-1-predictpytorch" in result.models
+
+    with pytest.raises(BackendNotAvailableError) as error:
+        triton_server.load("toy-libtorch")
+
+    message = str(error.value)
+    assert "'toy-libtorch-1-predictpytorch' needs backend 'pytorch'" in message
+    assert "it has: python, ensemble" in message or "it has: ensemble, python" in message
+    assert "backend='python'" in message
+    assert error.value.missing == {"toy-libtorch-1-predictpytorch": "pytorch"}
