@@ -43,8 +43,11 @@ class Ensemble:
         self, data: pd.DataFrame | Mapping[str, object], executor: Executor | None = None
     ) -> pd.DataFrame:
         """Run on raw rows (a DataFrame or a dict of columns) and return a DataFrame with one row
-        per output row (per session for session-based graphs); list outputs are array cells."""
-        request = frames.frame_to_table(_select(data, self.input_schema.column_names))
+        per output row (per session for session-based graphs); list outputs are array cells.
+
+        The request is checked against the input schema first (``InputError`` names the column).
+        """
+        request = frames.frame_to_table(data, self.input_schema)
         return frames.table_to_frame(self.run(request, executor))
 
     def export(
@@ -63,9 +66,3 @@ class Ensemble:
         from merlin_torch_serving.export.repository import export_ensemble
 
         return export_ensemble(self, path, name, overwrite=overwrite, add_version=add_version)
-
-
-def _select(data, names: list[str]):
-    if isinstance(data, pd.DataFrame):
-        return data[names]
-    return {name: data[name] for name in names}

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from merlin.table import TensorTable
 
+from merlin_torch_serving.exceptions import SchemaError
+
 if TYPE_CHECKING:
     from merlin_torch_serving.ensemble import Ensemble
 
@@ -25,3 +27,35 @@ class LocalExecutor:
 
     def execute(self, ensemble: "Ensemble", request: TensorTable) -> TensorTable:
         return ensemble.plan.run(request)
+
+
+class TritonExecutor:
+    """Runs the ensemble as exported to a tritonserver, under the model name it was exported as.
+
+    Parameters
+    ----------
+    client
+        A ``Client``, or a ``host:port`` URL to build one for.
+    model
+        The ensemble's model name on the server (the ``name`` given to ``Ensemble.export``).
+    protocol
+        With a URL: ``"grpc"`` or ``"http"``.
+    """
+
+    def __init__(self, client, model: str, protocol: str = "grpc"):
+        from merlin_torch_serving.client import Client
+
+        self.client = client if isinstance(client, Client) else Client(client, protocol)
+        self.model = model
+
+    def execute(self, ensemble: "Ensemble", request: TensorTable) -> TensorTable:
+        served = self.client.schemas(self.model)
+        if served.output_schema.column_names != ensemble.output_schema.column_names:
+            raise SchemaError(
+                f"served model {self.model!r}",
+                None,
+                f"the ensemble's outputs {ensemble.output_schema.column_names}",
+                f"{served.output_schema.column_names}",
+                "export this ensemble under that name, or point the executor at the right model",
+            )
+        return self.client.infer_table(self.model, request)

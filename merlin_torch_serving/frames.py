@@ -1,5 +1,10 @@
 """Conversions between pandas DataFrames (one row per record, list cells for list columns) and
-``TensorTable``s (values/offsets for ragged lists, 2-D arrays for fixed-length lists)."""
+``TensorTable``s (values/offsets for ragged lists, 2-D arrays for fixed-length lists).
+
+With a schema, ``frame_to_table`` is strict: every column must be there, with its shape, and
+its dtype or one that converts to it without changing a value; anything else is an
+``InputError`` naming the column.
+"""
 
 from __future__ import annotations
 
@@ -7,36 +12,60 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import InputError
+from merlin_torch_serving.schemas import describe_column
 
 
-def table_to_frame(table: TensorTable) -> pd.DataFrame:
-    """One DataFrame column per table column; list columns hold one numpy array per row."""
+def table_to_frame(table: TensorTable, names: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """One DataFrame column per table column (renamed through ``names``); list columns hold
+    one numpy array per row."""
     data = {}
     for name, column in table.items():
         values = np.asarray(column.values)
         if column.offsets is not None:
             offsets = np.asarray(column.offsets)
-            data[name] = _object_column(np.split(values, offsets[1:-1]) if len(offsets) > 1 else [])
+            cells = np.split(values, offsets[1:-1]) if len(offsets) > 1 else []
+            data[name] = _object_column(cells)
         elif values.ndim > 1:
             data[name] = _object_column(list(values))
         else:
             data[name] = values
-    return pd.DataFrame(data)
+    frame = pd.DataFrame(data)
+    return frame.rename(columns=dict(names)) if names else frame
 
 
-def frame_to_table(frame: pd.DataFrame | Mapping[str, object]) -> TensorTable:
-    """A table from a DataFrame or a dict of columns; list cells become ragged columns."""
-    columns = {}
-    for name, series in (frame.items() if isinstance(frame, pd.DataFrame) else frame.items()):
-        values = series.to_numpy() if isinstance(series, pd.Series) else series
-        if is_list_column(values):
-            columns[name] = ragged_from_lists(values)
-        else:
-            columns[name] = np.asarray(values)
-    return TensorTable(columns, _unsafe=True)
+def frame_to_table(data: pd.DataFrame | Mapping[str, object], schema: Schema | None = None) -> TensorTable:
+    """A table from a DataFrame or a dict of columns; list cells become ragged columns.
+
+    Without a schema every column is taken as it is; with one, exactly the schema's columns are
+    taken, checked and converted to its dtypes.
+    """
+    columns = dict(data.items())
+    if schema is None:
+        converted = {}
+        for name, column in columns.items():
+            values = column.to_numpy() if isinstance(column, pd.Series) else column
+            converted[name] = ragged_from_lists(values) if is_list_column(values) else np.asarray(values)
+        return TensorTable(converted, _unsafe=True)
+    missing = [c.name for c in schema if c.name not in columns]
+    if missing:
+        raise InputError(
+            missing[0],
+            describe_column(schema[missing[0]]),
+            "no such column",
+            f"the request has {', '.join(map(repr, columns)) or 'no columns'}",
+        )
+    converted = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
+    row_counts = {name: len(value[1]) - 1 if isinstance(value, tuple) else len(value) for name, value in converted.items()}
+    first = next(iter(row_counts), None)
+    for name, count in row_counts.items():
+        if count != row_counts[first]:
+            raise InputError(name, f"{row_counts[first]} rows, like {first!r}", f"{count}", "every column needs one entry per row")
+    return TensorTable(converted, _unsafe=True)
 
 
 def is_list_column(values) -> bool:
@@ -52,6 +81,66 @@ def ragged_from_lists(rows) -> tuple[np.ndarray, np.ndarray]:
     offsets = wire.offsets_from_lengths(np.array([len(a) for a in arrays], dtype=np.int64))
     values = np.concatenate(arrays) if arrays else np.zeros(0)
     return values, offsets
+
+
+def _column_for_schema(column, schema: ColumnSchema):
+    values = column.to_numpy() if isinstance(column, pd.Series) else column
+    if not isinstance(values, np.ndarray):
+        values = np.asarray(values, dtype=object) if is_list_column(values) else np.asarray(values)
+    dims = schema.shape.dims
+    listed = is_list_column(values) or values.ndim > 1
+    if dims is None or len(dims) <= 1:
+        if listed:
+            raise InputError(schema.name, describe_column(schema), "a list per row", "send one value per row")
+        return _cast(values, schema)
+    if not listed:
+        raise InputError(schema.name, describe_column(schema), f"one {values.dtype} value per row", "send a list per row")
+    if values.ndim > 1:
+        rows = list(values)
+    else:
+        rows = [np.asarray(cell) for cell in values]
+    if wire.is_ragged(schema):
+        flat, offsets = ragged_from_lists(rows)
+        return _cast(flat, schema), offsets
+    length = int(dims[1].max)
+    lengths = sorted({len(row) for row in rows})
+    if lengths and lengths != [length]:
+        raise InputError(schema.name, describe_column(schema), f"lists of length {', '.join(map(str, lengths))}")
+    return _cast(np.stack(rows) if rows else np.zeros((0, length)), schema)
+
+
+def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
+    """``values`` as the schema's dtype, if that changes no value (else an InputError)."""
+    want = wire.column_numpy_dtype(schema)
+    if values.dtype == want or values.size == 0:
+        return values.astype(want, copy=False)
+    got = values.dtype
+    if want == np.dtype(object):
+        if got.kind in "USO":
+            return values.astype(object)
+    elif got == np.dtype(object) or np.can_cast(got, want, casting="safe"):
+        try:
+            converted = values.astype(want)
+        except (TypeError, ValueError):
+            converted = None
+        if converted is not None and (got != np.dtype(object) or _same_values(converted, values)):
+            return converted
+    elif got.kind in "iub" and want.kind in "iu" and _same_values(values.astype(want), values):
+        return values.astype(want)  # e.g. int64 ids that fit the schema's int32
+    elif got.kind == "f" and want.kind == "f":
+        return values.astype(want)
+    if got.kind == "f" and want.kind in "iu" and np.isnan(values).any():
+        raise InputError(schema.name, describe_column(schema), "missing (NaN) values", "fill or drop them first")
+    raise InputError(
+        schema.name, describe_column(schema), f"{got} values", f"they do not convert to {want} without changing"
+    )
+
+
+def _same_values(converted: np.ndarray, original: np.ndarray) -> bool:
+    try:
+        return bool(np.array_equal(converted.astype(object), original.astype(object)))
+    except (TypeError, ValueError):
+        return False
 
 
 def _object_column(rows: list) -> np.ndarray:

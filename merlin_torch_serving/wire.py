@@ -168,3 +168,19 @@ def offsets_from_lengths(row_lengths: np.ndarray) -> np.ndarray:
 def response_name(column_name: str, request_names) -> str:
     """The name an output column travels under: its own, unless a request column has it."""
     return column_name + RESPONSE_SUFFIX if column_name in set(request_names) else column_name
+
+
+def bytes_to_text(array: np.ndarray) -> np.ndarray:
+    """BYTES tensors arrive as ``bytes`` objects; operators and callers see ``str``."""
+    if array.dtype != np.dtype(object):
+        return array
+    flat = [v.decode("utf-8") if isinstance(v, bytes) else v for v in array.ravel()]
+    return np.array(flat, dtype=object).reshape(array.shape)
+
+
+def text_to_bytes(array: np.ndarray) -> np.ndarray:
+    """``str`` values encoded as UTF-8 ``bytes``, as BYTES tensors carry them."""
+    if array.dtype != np.dtype(object):
+        return array
+    flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.ravel()]
+    return np.array(flat, dtype=object).reshape(array.shape)

@@ -14,6 +14,7 @@ import numpy as np
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import MerlinTorchServingError
 from merlin_torch_serving.ops.base import operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
@@ -50,7 +51,7 @@ class HostedStep:
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
-        table = wire.from_wire({name: _text(array) for name, array in arrays.items()}, self.input_schema)
+        table = wire.from_wire({name: wire.bytes_to_text(array) for name, array in arrays.items()}, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
         results = run_calls(self.calls, env, self.outputs)
         return wire.to_wire(TensorTable(results, _unsafe=True))
@@ -79,22 +80,10 @@ class TritonPythonModel:
                     for spec in self.step.input_specs
                 }
                 outputs = self.step.run(arrays)
-                tensors = [pb.Tensor(name, _bytes(outputs[name])) for name in self.output_names]
+                tensors = [pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
             except Exception as exc:  # one failing request must not fail the others
-                message = f"model {self.model_name!r}: {type(exc).__name__}: {exc}"
+                detail = str(exc) if isinstance(exc, MerlinTorchServingError) else f"{type(exc).__name__}: {exc}"
+                message = f"model {self.model_name!r}: {detail}"
                 responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
         return responses
-
-
-def _text(array: np.ndarray) -> np.ndarray:
-    """BYTES tensors arrive as bytes objects; operators see str, as pandas would give them."""
-    if array.dtype == np.dtype(object):
-        return np.array([v.decode("utf-8") if isinstance(v, bytes) else v for v in array.ravel()], dtype=object).reshape(array.shape)
-    return array
-
-
-def _bytes(array: np.ndarray) -> np.ndarray:
-    if array.dtype == np.dtype(object):
-        return np.array([v.encode("utf-8") if isinstance(v, str) else v for v in array.ravel()], dtype=object).reshape(array.shape)
-    return array

@@ -1,0 +1,97 @@
+"""The schema-driven client and the Triton executor against the real tritonserver."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from merlin_torch_serving import Client, Ensemble, InferenceError, InputError, TritonExecutor, frames
+from tests import toy_session
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def served(triton_server, toy_workflow, toy_model):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema)
+    ensemble.export(triton_server.repository, "toy-client")
+    triton_server.load("toy-client")
+    return ensemble
+
+
+@pytest.fixture(params=["grpc", "http"])
+def client(request, triton_server):
+    url = triton_server.grpc_url if request.param == "grpc" else triton_server.http_url
+    return Client(url, protocol=request.param)
+
+
+def assert_frames_equal(served: pd.DataFrame, local: pd.DataFrame):
+    assert list(served.columns) == list(local.columns)
+    for column in local.columns:
+        for got, want in zip(served[column], local[column]):
+            np.testing.assert_array_equal(got, want, err_msg=column)
+    assert len(served) == len(local)
+
+
+def test_client_reads_schemas_from_the_server(served, client):
+    schemas = client.schemas("toy-client")
+    assert schemas.input_schema.column_names == served.input_schema.column_names
+    assert schemas.output_schema.column_names == ["session_id", "item_ids", "item_scores"]
+    assert schemas.response_names["session_id"] == "session_id__out"
+
+
+def test_client_answers_one_row_per_session_in_request_order(served, client):
+    rows = toy_session.interactions(12, seed=21, first_session=7000).sample(frac=1.0, random_state=3)
+    answer = client.infer("toy-client", rows)
+    assert answer["session_id"].tolist() == list(pd.unique(rows["session_id"]))
+    assert_frames_equal(answer, served.transform(rows))
+
+
+def test_client_accepts_a_dict_of_lists_and_safe_casts(served, client):
+    rows = toy_session.interactions(3, seed=22)
+    as_dict = {name: rows[name].astype("int32").tolist() for name in rows.columns}
+    assert_frames_equal(client.infer("toy-client", as_dict), served.transform(rows))
+
+
+def test_triton_executor_runs_the_ensemble_through_the_same_call(served, client):
+    rows = toy_session.interactions(5, seed=23)
+    remote = served.transform(rows, executor=TritonExecutor(client, "toy-client"))
+    assert_frames_equal(remote, served.transform(rows))
+
+
+def test_client_names_a_missing_column(served, client):
+    rows = toy_session.interactions(2, seed=24).drop(columns=["timestamp"])
+    with pytest.raises(InputError, match="input column 'timestamp': expected int64 scalar, got no such column"):
+        client.infer("toy-client", rows)
+
+
+def test_client_names_a_column_whose_values_do_not_convert(served, client):
+    rows = toy_session.interactions(2, seed=25).astype({"item_id": "float64"})
+    rows.loc[0, "item_id"] = 3.5
+    with pytest.raises(InputError, match="input column 'item_id': expected int64 scalar, got float64 values"):
+        client.infer("toy-client", rows)
+
+
+def test_client_names_a_list_where_a_value_is_expected(served, client):
+    with pytest.raises(InputError, match="'session_id': expected int64 scalar, got a list per row"):
+        client.infer("toy-client", {"session_id": [[1, 2]], "item_id": [1], "category": [1], "timestamp": [1]})
+
+
+def test_rows_of_unequal_length_are_refused_before_sending(served, client):
+    rows = toy_session.interactions(1, seed=26)
+    request = {name: rows[name].tolist() for name in rows.columns}
+    request["item_id"] = request["item_id"][:-1]
+    with pytest.raises(InputError, match=f"'item_id': expected {len(rows)} rows, like 'timestamp', got {len(rows) - 1}"):
+        client.infer("toy-client", request)
+
+
+def test_a_failing_step_is_named_in_the_error_the_client_sees(served, client):
+    rows = toy_session.interactions(1, seed=26)
+    request = frames.frame_to_table(rows[served.input_schema.column_names])
+    request["item_id"] = frames.frame_to_table({"item_id": np.zeros(0, dtype=np.int64)})["item_id"]
+    with pytest.raises(InferenceError, match="model 'toy-client-0-transformworkflow_predictpytorch_topk'.*TransformWorkflow"):
+        client.infer_table("toy-client", request)
+
+
+def test_an_unknown_model_is_an_inference_error_naming_it(client):
+    with pytest.raises(InferenceError, match="'no-such-model'"):
+        client.schemas("no-such-model")
