@@ -115,6 +115,8 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
     if values.dtype == want or values.size == 0:
         return values.astype(want, copy=False)
     got = values.dtype
+    if want.kind in "iub" and got.kind in "fO" and pd.isna(values).any():
+        raise InputError(schema.name, describe_column(schema), "missing (null) values", "fill or drop them first")
     if want == np.dtype(object):
         if got.kind in "USO":
             return values.astype(object)
@@ -129,8 +131,6 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
         return values.astype(want)  # e.g. int64 ids that fit the schema's int32
     elif got.kind == "f" and want.kind == "f":
         return values.astype(want)
-    if got.kind == "f" and want.kind in "iu" and np.isnan(values).any():
-        raise InputError(schema.name, describe_column(schema), "missing (NaN) values", "fill or drop them first")
     raise InputError(
         schema.name, describe_column(schema), f"{got} values", f"they do not convert to {want} without changing"
     )

@@ -1,0 +1,68 @@
+import numpy as np
+import pandas as pd
+import pytest
+from merlin.schema import ColumnSchema, Schema
+
+from merlin_torch_serving import InputError, frames
+
+SCHEMA = Schema(
+    [
+        ColumnSchema("session_id", dtype="int64"),
+        ColumnSchema("items", dtype="int64", dims=(None, None)),
+        ColumnSchema("embedding", dtype="float32", dims=(None, 2)),
+    ]
+)
+
+
+def request(**overrides):
+    data = {"session_id": [1, 2], "items": [[3, 4, 5], [6]], "embedding": [[0.5, 1.0], [2.0, 3.0]]}
+    data.update(overrides)
+    return data
+
+
+def test_dict_of_lists_becomes_scalar_ragged_and_fixed_columns():
+    table = frames.frame_to_table(request(), SCHEMA)
+    assert table["items"].values.tolist() == [3, 4, 5, 6]
+    assert table["items"].offsets.tolist() == [0, 3, 4]
+    assert table["embedding"].values.dtype == np.float32
+    assert table["embedding"].values.shape == (2, 2)
+
+
+def test_frame_round_trips_through_a_table():
+    frame = pd.DataFrame(request())
+    back = frames.table_to_frame(frames.frame_to_table(frame, SCHEMA))
+    assert back["items"].map(list).tolist() == [[3, 4, 5], [6]]
+    assert back["session_id"].tolist() == [1, 2]
+
+
+def test_safe_casts_are_applied_silently():
+    table = frames.frame_to_table(request(session_id=np.array([1, 2], dtype=np.int32)), SCHEMA)
+    assert table["session_id"].values.dtype == np.int64
+
+
+def test_extra_columns_are_ignored_and_missing_ones_named():
+    assert frames.frame_to_table(request(extra=[0, 0]), SCHEMA).columns == SCHEMA.column_names
+    data = request()
+    del data["items"]
+    with pytest.raises(InputError, match="input column 'items': expected int64 ragged list, got no such column"):
+        frames.frame_to_table(data, SCHEMA)
+
+
+def test_values_that_would_change_are_refused():
+    with pytest.raises(InputError, match="'session_id': expected int64 scalar, got float64 values"):
+        frames.frame_to_table(request(session_id=[1.5, 2.0]), SCHEMA)
+
+
+def test_missing_values_are_named_as_such():
+    with pytest.raises(InputError, match="'session_id'.*missing \\(null\\) values"):
+        frames.frame_to_table(request(session_id=[1, None]), SCHEMA)
+
+
+def test_fixed_length_lists_must_have_that_length():
+    with pytest.raises(InputError, match="'embedding': expected float32 fixed list \\[-1, 2\\], got lists of length 1, 2"):
+        frames.frame_to_table(request(embedding=[[1.0], [1.0, 2.0]]), SCHEMA)
+
+
+def test_a_scalar_where_a_list_is_expected_is_named():
+    with pytest.raises(InputError, match="'items': expected int64 ragged list, got one int64 value per row"):
+        frames.frame_to_table(request(items=[1, 2]), SCHEMA)
