@@ -21,6 +21,7 @@ from merlin_torch_serving import frames, wire
 from merlin_torch_serving.exceptions import InferenceError, ServerError
 from merlin_torch_serving.export.config import INPUT_SCHEMA_PARAMETER, OUTPUT_SCHEMA_PARAMETER
 from merlin_torch_serving.schemas import schema_from_json
+from merlin_torch_serving.server import ModelStatus
 
 Protocol = Literal["grpc", "http"]
 
@@ -78,12 +79,17 @@ class Client:
             self._schemas[model] = _schemas_from_config(config)
         return self._schemas[model]
 
-    def models(self) -> list[dict]:
+    def models(self) -> list[ModelStatus]:
         """The server's repository index: name, version and state of every model it knows."""
         index = self._call(None, self._client.get_model_repository_index, **self._json_flag())
         entries = index.get("models", []) if isinstance(index, dict) else index
         return [
-            {"name": e.get("name"), "version": e.get("version") or None, "state": e.get("state") or None, "reason": e.get("reason", "")}
+            ModelStatus(
+                name=e["name"],
+                version=int(e["version"]) if e.get("version") else None,
+                state=e.get("state") or None,
+                reason=e.get("reason", ""),
+            )
             for e in entries
         ]
 

@@ -1,0 +1,148 @@
+"""The ``merlin-torch-serving`` command: thin wrappers over TritonServer and Client.
+
+    merlin-torch-serving serve REPOSITORY      run tritonserver in the foreground (Ctrl-C stops it)
+    merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
+    merlin-torch-serving models                what the server has loaded
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from merlin_torch_serving.exceptions import MerlinTorchServingError
+
+DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _default_url(args)
+    try:
+        return args.run(args)
+    except MerlinTorchServingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def serve(args) -> int:
+    from merlin_torch_serving.server import TritonServer
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    server = TritonServer(
+        args.repository,
+        http_port=args.http_port or None,
+        grpc_port=args.grpc_port or None,
+        metrics_port=args.metrics_port or None,
+        model_control=args.model_control,
+        load_models=args.load or (),
+        start_timeout_s=args.start_timeout,
+    )
+    with server:
+        print(f"tritonserver is ready (pid {server.pid})")
+        print(f"  gRPC    {server.grpc_url}")
+        print(f"  HTTP    {server.http_url}")
+        print(f"  metrics {server.metrics_url}")
+        _print_models(server.models())
+        print("press Ctrl-C to stop", flush=True)
+        while not stop.wait(0.5):
+            if not server.is_running:
+                print("error: tritonserver exited on its own; its log:\n" + server.logs()[-4000:], file=sys.stderr)
+                return 1
+        print("stopping tritonserver ...", flush=True)
+    print("stopped")
+    return 0
+
+
+def infer(args) -> int:
+    import pandas as pd
+
+    from merlin_torch_serving.client import Client
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise SystemExit(f"error: no such file: {path}")
+    rows = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    answer = Client(args.url, args.protocol).infer(args.model, rows)
+    if args.output:
+        _write(answer, Path(args.output))
+        print(f"wrote {len(answer)} rows to {args.output}")
+    else:
+        with pd.option_context("display.max_colwidth", 120, "display.width", 200):
+            print(answer.to_string(index=False))
+    return 0
+
+
+def models(args) -> int:
+    from merlin_torch_serving.client import Client
+
+    _print_models(Client(args.url, args.protocol).models())
+    return 0
+
+
+def _print_models(statuses) -> None:
+    if not statuses:
+        print("no models")
+        return
+    width = max(len(s.name) for s in statuses)
+    print(f"{'MODEL':<{width}}  VERSION  STATE")
+    for s in statuses:
+        extra = f"  ({s.reason})" if s.reason and s.state != "READY" else ""
+        print(f"{s.name:<{width}}  {str(s.version or '-'):<7}  {s.state or 'not loaded'}{extra}")
+
+
+def _write(frame, path: Path) -> None:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        frame.applymap(lambda v: v.tolist() if hasattr(v, "tolist") else v).to_csv(path, index=False)
+    elif suffix == ".json":
+        frame.to_json(path, orient="records", lines=True)
+    else:
+        frame.to_parquet(path, index=False)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="merlin-torch-serving",
+        description="Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve_parser = commands.add_parser("serve", help="run tritonserver on a model repository (foreground)")
+    serve_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
+    serve_parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose")
+    serve_parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="0 lets the OS choose")
+    serve_parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="0 lets the OS choose")
+    serve_parser.add_argument("--model-control", choices=("none", "explicit"), default="none")
+    serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
+    serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
+    serve_parser.set_defaults(run=serve)
+
+    for name, function, help_text in (
+        ("infer", infer, "send the rows of a parquet or CSV file to a served model and show the answer"),
+        ("models", models, "list the models the server knows, with version and state"),
+    ):
+        sub = commands.add_parser(name, help=help_text)
+        if name == "infer":
+            sub.add_argument("model", help="the ensemble's model name")
+            sub.add_argument("file", help="a .parquet or .csv file of raw rows")
+            sub.add_argument("--output", "-o", help="write the answer to .parquet, .csv or .json instead of printing")
+        sub.add_argument("--url", default=None, help="host:port (default: localhost and the protocol's default port)")
+        sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+        sub.set_defaults(run=function)
+    return parser
+
+
+def _default_url(args) -> None:
+    if getattr(args, "url", "") is None:
+        args.url = f"localhost:{DEFAULT_GRPC_PORT if args.protocol == 'grpc' else DEFAULT_HTTP_PORT}"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The command line: serve in the foreground, infer from a file, list models, stop on Ctrl-C."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from merlin_torch_serving import Ensemble
+from tests import toy_session
+
+pytestmark = pytest.mark.integration
+
+
+def run_cli(*args, timeout_s=120):
+    return subprocess.run(
+        [sys.executable, "-m", "merlin_torch_serving", *args], capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+def read_until(process, pattern, timeout_s=180):
+    """Lines of the process's stdout up to the first that matches ``pattern``."""
+    lines, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if re.search(pattern, line):
+            return lines
+    raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s; got:\n{''.join(lines)}")
+
+
+@pytest.fixture(scope="module")
+def served_repository(tmp_path_factory, toy_workflow, toy_model):
+    repository = tmp_path_factory.mktemp("cli") / "repository"
+    Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema).export(repository, "reco")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = read_until(process, "press Ctrl-C to stop")
+        urls = dict(re.findall(r"^\s+(gRPC|HTTP)\s+(\S+)$", "".join(lines), flags=re.M))
+        yield process, urls, "".join(lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+
+
+def test_serve_prints_urls_and_the_loaded_models(served_repository):
+    _, urls, output = served_repository
+    assert set(urls) == {"gRPC", "HTTP"}
+    assert re.search(r"^reco\s+1\s+READY$", output, flags=re.M)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_infer_sends_a_file_of_rows_and_prints_one_line_per_session(served_repository, tmp_path, suffix):
+    _, urls, _ = served_repository
+    rows = toy_session.interactions(3, seed=31, first_session=4200)
+    path = tmp_path / f"rows{suffix}"
+    rows.to_csv(path, index=False) if suffix == ".csv" else rows.to_parquet(path)
+
+    result = run_cli("infer", "reco", str(path), "--url", urls["gRPC"])
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split() == ["session_id", "item_ids", "item_scores"]
+    assert [int(line.split()[0]) for line in lines[1:]] == list(pd.unique(rows["session_id"]))
+
+
+def test_infer_writes_the_answer_to_a_file(served_repository, tmp_path):
+    _, urls, _ = served_repository
+    rows = toy_session.interactions(2, seed=32)
+    rows.to_parquet(tmp_path / "rows.parquet")
+    result = run_cli("infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["HTTP"], "--protocol", "http", "-o", str(tmp_path / "answer.parquet"))
+    assert result.returncode == 0, result.stderr
+    answer = pd.read_parquet(tmp_path / "answer.parquet")
+    assert answer["session_id"].tolist() == list(pd.unique(rows["session_id"]))
+    assert all(len(ids) == 3 for ids in answer["item_ids"])
+
+
+def test_infer_reports_a_bad_request_as_an_error_naming_the_column(served_repository, tmp_path):
+    _, urls, _ = served_repository
+    toy_session.interactions(2).drop(columns=["category"]).to_parquet(tmp_path / "bad.parquet")
+    result = run_cli("infer", "reco", str(tmp_path / "bad.parquet"), "--url", urls["gRPC"])
+    assert result.returncode == 1
+    assert "input column 'category'" in result.stderr
+
+
+def test_models_lists_versions_and_states(served_repository):
+    _, urls, _ = served_repository
+    result = run_cli("models", "--url", urls["gRPC"])
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^reco-0-\S+\s+1\s+READY$", result.stdout, flags=re.M)
+
+
+def test_ctrl_c_stops_the_server_cleanly(served_repository):
+    process, _, output = served_repository
+    server_pid = int(re.search(r"ready \(pid (\d+)\)", output).group(1))
+    stubs = subprocess.run(["pgrep", "-P", str(server_pid)], capture_output=True, text=True).stdout.split()
+    assert stubs, "the server should have python-backend stubs while serving"
+
+    process.send_signal(signal.SIGINT)
+    rest = process.communicate(timeout=60)[0]
+
+    assert process.returncode == 0, rest
+    assert "stopped" in rest
+    for pid in [server_pid, *map(int, stubs)]:
+        assert not os.path.exists(f"/proc/{pid}"), f"process {pid} outlived the command"
