@@ -34,8 +34,8 @@ def triton_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def toy_workflow():
-    return toy_session.fitted_workflow()
+def toy_workflow(tmp_path_factory):
+    return toy_session.fitted_workflow(tmp_path_factory.mktemp("toy_vocabularies"))
 
 
 @pytest.fixture(scope="session")

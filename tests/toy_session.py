@@ -29,13 +29,16 @@ def interactions(n_sessions: int = 60, seed: int = 0, first_session: int = 1000)
     return frame.astype("int64")
 
 
-def fitted_workflow(train: pd.DataFrame | None = None, max_sequence_length: int = MAX_SEQUENCE_LENGTH):
-    """Categorify -> Groupby(session, sorted by time) -> ListSlice, tagged for Transformers4Rec."""
+def fitted_workflow(vocabulary_dir, train: pd.DataFrame | None = None, max_sequence_length: int = MAX_SEQUENCE_LENGTH):
+    """Categorify -> Groupby(session, sorted by time) -> ListSlice, tagged for Transformers4Rec.
+
+    Categorify writes its vocabularies under ``vocabulary_dir``.
+    """
     import nvtabular as nvt
     from merlin.io import Dataset
 
     train = interactions() if train is None else train
-    categorical = ["item_id", "category"] >> nvt.ops.Categorify()
+    categorical = ["item_id", "category"] >> nvt.ops.Categorify(out_path=str(vocabulary_dir))
     groupby = (["session_id", "timestamp"] + categorical) >> nvt.ops.Groupby(
         groupby_cols=["session_id"],
         sort_cols=["timestamp"],
