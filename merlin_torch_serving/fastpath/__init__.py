@@ -1,0 +1,9 @@
+"""A serving fast path for NVTabular workflows: compiled once at export, run on numpy arrays.
+
+``compile_workflow(workflow).transform(columns)`` equals ``workflow.transform`` in the wire format.
+"""
+
+from merlin_torch_serving.fastpath.compiled import CompiledWorkflow
+from merlin_torch_serving.fastpath.compiler import compile_workflow
+
+__all__ = ["CompiledWorkflow", "compile_workflow"]

@@ -1,0 +1,142 @@
+"""A compiled workflow: its steps, run in order on a request the way NVTabular's executor runs nodes.
+
+The executor's rules for feeding a node are kept exactly (parents that return no rows are dropped,
+missing inputs come from the request, later parents win on shared columns); only the data differs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+from merlin.schema import Schema
+
+from merlin_torch_serving.fastpath.batch import Batch, Column
+from merlin_torch_serving.fastpath.kernel import Delegate, Kernel
+from merlin_torch_serving.fastpath.wire_io import empty_wire_arrays, request_batch, wire_arrays
+
+logger = logging.getLogger("merlin_torch_serving")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One workflow node: where its inputs come from and the kernel that computes its output."""
+
+    label: str
+    parents: tuple[int, ...]  # indices of earlier steps, in the node's parents-then-dependencies order
+    input_columns: tuple[str, ...]
+    root_columns: tuple[str, ...]  # input and dependency columns, taken from the request if no parent has them
+    kernel: Kernel
+    fallback: Kernel | None  # NVTabular's own execution, for calls the kernel delegates
+
+
+class CompiledWorkflow:
+    """Transforms request arrays like ``workflow.transform`` would, without building DataFrames."""
+
+    def __init__(
+        self,
+        steps: list[Step],
+        input_schema: Schema,
+        output_schema: Schema,
+        fallbacks: list[tuple[str, str]],
+    ):
+        self._steps = list(steps)
+        self._input_schema = input_schema
+        self._output_schema = output_schema
+        self._output_names = list(dict.fromkeys(output_schema.column_names))
+        self.fallbacks = list(fallbacks)
+
+    @property
+    def input_schema(self) -> Schema:
+        return self._input_schema
+
+    @property
+    def output_schema(self) -> Schema:
+        return self._output_schema
+
+    def transform(self, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The workflow's output for one request, in the wire format of its output schema.
+
+        An empty request gives empty outputs (NVTabular itself fails on empty frames in Categorify).
+        """
+        request = request_batch(columns, self._input_schema)
+        if request.num_rows == 0:
+            return empty_wire_arrays(self._output_schema)
+        outputs: list[Batch] = []
+        for step in self._steps:
+            outputs.append(self._run(step, outputs, request))
+        return wire_arrays(outputs[-1].select(self._output_names), self._output_schema)
+
+    def _run(self, step: Step, outputs: list[Batch], request: Batch) -> Batch:
+        upstream = [outputs[parent] for parent in step.parents if outputs[parent].num_rows > 0]
+        present = {name for name in step.input_columns if any(name in batch for batch in upstream)}
+        from_request = [name for name in step.root_columns if name not in present]
+        if from_request:
+            absent = [name for name in from_request if name not in request]
+            if absent:
+                raise ValueError(
+                    f"step {step.label!r} needs column(s) {absent!r}, which no upstream step produced for "
+                    "this request (NVTabular drops upstream results with no rows) and the request does not "
+                    "hold; NVTabular's own transform fails on this request too"
+                )
+            upstream.append(request.select(from_request))
+        if not upstream:
+            raise ValueError(f"step {step.label!r} has no input for this request")
+        batch = _merge(step.label, upstream)
+        try:
+            return step.kernel(batch)
+        except Delegate as delegated:
+            if step.fallback is None:
+                raise
+            logger.debug("fast path: %s runs through NVTabular for this request: %s", step.label, delegated.reason)
+            return step.fallback(batch)
+
+
+def _merge(label: str, batches: list[Batch]) -> Batch:
+    """Combine a node's inputs like LocalExecutor._merge_upstream_columns: later inputs win."""
+    combined = None
+    seen: set[str] = set()
+    for batch in batches:
+        names = set(batch.columns)
+        if combined is None or combined.num_rows == 0:
+            combined, seen = batch, names
+            continue
+        parts = []
+        old, shared, new = seen - names, seen & names, names - seen
+        if old:
+            parts.append(combined.select(old))
+        if shared:
+            parts.append(batch.select(shared))
+        if new:
+            parts.append(batch.select(new))
+            seen |= new
+        if parts:
+            combined = parts[0] if len(parts) == 1 else _concat(label, parts)
+    return combined
+
+
+def _concat(label: str, parts: list[Batch]) -> Batch:
+    num_rows = max(part.num_rows for part in parts)
+    columns = {}
+    for part in parts:
+        for name, column in part.columns.items():
+            # pandas aligns the frames on row number and fills the shorter ones with nulls
+            columns[name] = column if part.num_rows == num_rows else _pad_with_nulls(label, name, column, num_rows)
+    return Batch(columns, num_rows)
+
+
+def _pad_with_nulls(label: str, name: str, column: Column, num_rows: int) -> Column:
+    if column.is_list:
+        raise ValueError(
+            f"step {label!r} combines inputs with different row counts; NVTabular would fill list column "
+            f"{name!r} with nulls, which the fast path cannot hold. Make the branches produce the same rows"
+        )
+    values = column.values
+    kind = values.dtype.kind
+    if kind in "iub":
+        # pandas' null for these columns is NaN, in float64 (or object, for booleans)
+        values = values.astype(np.float64 if kind != "b" else object)
+    filler = np.array([np.datetime64("NaT") if kind == "M" else np.timedelta64("NaT") if kind == "m" else np.nan])
+    return Column(np.concatenate([values, filler.astype(values.dtype)[[0] * (num_rows - len(values))]]))

@@ -1,0 +1,167 @@
+"""The compiled workflow's edges: request arrays in, wire-format arrays out.
+
+Requests hold one 1-D array per input column (ragged lists as ``<c>__values``/``<c>__offsets``);
+results follow ``merlin_torch_serving.wire`` for the workflow's output schema.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+from merlin.schema import ColumnSchema, Schema
+
+from merlin_torch_serving.exceptions import InputError
+from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
+from merlin_torch_serving.wire import (
+    OFFSETS_DTYPE,
+    OFFSETS_SUFFIX,
+    VALUES_SUFFIX,
+    column_numpy_dtype,
+    is_ragged,
+)
+
+
+def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
+    """The request as a batch: the input schema's columns, with strings as object arrays like pandas."""
+    if not isinstance(columns, Mapping):
+        raise TypeError(f"columns must be a mapping of column name to numpy array, got {type(columns).__name__}")
+    batch_columns = {}
+    missing = []
+    for column in schema:
+        name = column.name
+        if name in columns:
+            batch_columns[name] = Column(_values(name, columns[name]))
+        elif name + VALUES_SUFFIX in columns and name + OFFSETS_SUFFIX in columns:
+            batch_columns[name] = _ragged(name, columns[name + VALUES_SUFFIX], columns[name + OFFSETS_SUFFIX])
+        else:
+            missing.append(name)
+    if missing:
+        raise InputError(
+            missing[0],
+            "an array (or '__values' and '__offsets' arrays for a list column)",
+            "no such key",
+            f"the workflow needs {schema.column_names!r}; missing: {missing!r}; given: {sorted(columns)!r}",
+        )
+    row_counts = {name: column.num_rows for name, column in batch_columns.items()}
+    if len(set(row_counts.values())) > 1:
+        counts = list(row_counts.values())
+        usual = max(set(counts), key=counts.count)
+        odd = next(name for name, rows in row_counts.items() if rows != usual)
+        like = [name for name, rows in row_counts.items() if rows == usual]
+        raise InputError(
+            odd,
+            f"{usual} rows, like {', '.join(map(repr, like))}",
+            f"{row_counts[odd]} rows",
+            f"every input column needs one value (or one list) per raw row; rows per column: {row_counts}",
+        )
+    return Batch(batch_columns, next(iter(row_counts.values()), 0))
+
+
+def _values(name: str, array) -> np.ndarray:
+    values = np.asarray(array)
+    if values.ndim != 1:
+        raise InputError(
+            name,
+            "a 1-D array with one value per row",
+            f"an array of shape {values.shape}",
+            f"send a list column as {name + VALUES_SUFFIX!r} and {name + OFFSETS_SUFFIX!r}",
+        )
+    # pandas holds fixed-width strings and bytes as object columns of str / bytes
+    return values.astype(object) if values.dtype.kind in "US" else values
+
+
+def _ragged(name: str, values, offsets) -> Column:
+    values = _values(name + VALUES_SUFFIX, values)
+    offsets = np.asarray(offsets)
+    problem = None
+    if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or len(offsets) == 0:
+        problem = f"an array of dtype {offsets.dtype} and shape {offsets.shape}"
+    elif offsets[0] != 0 or offsets[-1] != len(values) or np.any(np.diff(offsets) < 0):
+        problem = f"offsets from {offsets[0]} to {offsets[-1]} for {len(values)} values"
+    if problem:
+        raise InputError(
+            name + OFFSETS_SUFFIX,
+            f"non-decreasing integer offsets from 0 to len({name + VALUES_SUFFIX!r})",
+            problem,
+        )
+    # pandas holds the rows of a ragged input as numpy arrays
+    return Column(values, offsets.astype(np.int64), ARRAY_CELLS)
+
+
+def wire_arrays(batch: Batch, schema: Schema) -> dict[str, np.ndarray]:
+    """The batch's columns in the wire format of the schema, cast to the schema's dtypes."""
+    if batch.num_rows == 0:
+        # a step that ran through NVTabular may return no rows, and with them no list columns
+        return empty_wire_arrays(schema)
+    arrays = {}
+    for column_schema in schema:
+        name = column_schema.name
+        column = batch[name]
+        dtype = _wire_dtype(column_schema, column.values)
+        if column_schema.is_list != column.is_list:
+            want = "a list column" if column_schema.is_list else "a scalar column"
+            raise ValueError(f"output column {name!r} is {want} in the output schema, but the workflow made the other kind")
+        if is_ragged(column_schema):
+            arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
+            arrays[name + OFFSETS_SUFFIX] = column.offsets.astype(OFFSETS_DTYPE)
+        elif column_schema.is_list:
+            length = _fixed_length(column_schema)
+            row_lengths = column.lengths()
+            if np.any(row_lengths != length):
+                raise ValueError(
+                    f"output column {name!r} is a list of {length} values per row in the output schema, "
+                    f"but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list (ListSlice(pad=True)) "
+                    "or declare the column ragged"
+                )
+            arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, length)
+        else:
+            arrays[name] = _cast(name, column.values, dtype)
+    return arrays
+
+
+def empty_wire_arrays(schema: Schema) -> dict[str, np.ndarray]:
+    """The wire format of zero rows for every column of the schema."""
+    arrays = {}
+    for column_schema in schema:
+        name = column_schema.name
+        dtype = _wire_dtype(column_schema, np.array([], dtype=np.float64))
+        if is_ragged(column_schema):
+            arrays[name + VALUES_SUFFIX] = np.array([], dtype=dtype)
+            arrays[name + OFFSETS_SUFFIX] = np.zeros(1, dtype=OFFSETS_DTYPE)
+        elif column_schema.is_list:
+            arrays[name] = np.zeros((0, _fixed_length(column_schema)), dtype=dtype)
+        else:
+            arrays[name] = np.array([], dtype=dtype)
+    return arrays
+
+
+def _fixed_length(column: ColumnSchema) -> int:
+    dims = column.shape.dims
+    if dims is None or len(dims) < 2 or not dims[1].is_fixed:
+        raise ValueError(f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}")
+    return int(dims[1].max)
+
+
+def _wire_dtype(column: ColumnSchema, values: np.ndarray) -> np.dtype:
+    try:
+        return column_numpy_dtype(column)
+    except TypeError:
+        # no dtype in the schema: send what the workflow produced
+        return values.dtype
+
+
+def _cast(name: str, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if values.dtype == dtype:
+        return values
+    if dtype.kind in "iub" and values.dtype.kind == "f" and np.isnan(values).any():
+        raise ValueError(
+            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold them; "
+            "fill the nulls in the workflow (e.g. FillMissing) or give the column a float dtype"
+        )
+    try:
+        return values.astype(dtype)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"output column {name!r} holds {values.dtype} values that do not convert to its schema dtype {dtype}: {error}"
+        ) from None
