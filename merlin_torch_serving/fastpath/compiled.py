@@ -15,7 +15,12 @@ from merlin.schema import Schema
 
 from merlin_torch_serving.fastpath.batch import Batch, Column
 from merlin_torch_serving.fastpath.kernel import Delegate, Kernel
-from merlin_torch_serving.fastpath.wire_io import empty_wire_arrays, request_batch, wire_arrays
+from merlin_torch_serving.fastpath.wire_io import (
+    empty_wire_arrays,
+    output_layout,
+    request_batch,
+    wire_arrays,
+)
 
 logger = logging.getLogger("merlin_torch_serving")
 
@@ -46,6 +51,7 @@ class CompiledWorkflow:
         self._input_schema = input_schema
         self._output_schema = output_schema
         self._output_names = list(dict.fromkeys(output_schema.column_names))
+        self._output_layout = output_layout(output_schema)
         self.fallbacks = list(fallbacks)
 
     @property
@@ -63,11 +69,11 @@ class CompiledWorkflow:
         """
         request = request_batch(columns, self._input_schema)
         if request.num_rows == 0:
-            return empty_wire_arrays(self._output_schema)
+            return empty_wire_arrays(self._output_layout)
         outputs: list[Batch] = []
         for step in self._steps:
             outputs.append(self._run(step, outputs, request))
-        return wire_arrays(outputs[-1].select(self._output_names), self._output_schema)
+        return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
 
     def _run(self, step: Step, outputs: list[Batch], request: Batch) -> Batch:
         upstream = [outputs[parent] for parent in step.parents if outputs[parent].num_rows > 0]

@@ -6,6 +6,7 @@ results follow ``merlin_torch_serving.wire`` for the workflow's output schema.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -89,50 +90,73 @@ def _ragged(name: str, values, offsets) -> Column:
     return Column(values, offsets.astype(np.int64), ARRAY_CELLS)
 
 
-def wire_arrays(batch: Batch, schema: Schema) -> dict[str, np.ndarray]:
-    """The batch's columns in the wire format of the schema, cast to the schema's dtypes."""
+@dataclass(frozen=True)
+class OutputColumn:
+    """How one output column travels: its wire dtype (None: as produced) and kind of tensor."""
+
+    name: str
+    dtype: np.dtype | None
+    ragged: bool
+    width: int | None  # values per row of a fixed-size list; None for scalars and ragged lists
+
+
+def output_layout(schema: Schema) -> list[OutputColumn]:
+    """Read once at compile time what the output schema asks of every column."""
+    layout = []
+    for column in schema:
+        try:
+            dtype = column_numpy_dtype(column)
+        except TypeError:
+            dtype = None
+        ragged = is_ragged(column)
+        width = _fixed_length(column) if column.is_list and not ragged else None
+        layout.append(OutputColumn(column.name, dtype, ragged, width))
+    return layout
+
+
+def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarray]:
+    """The batch's columns in the wire format of the output layout, cast to its dtypes."""
     if batch.num_rows == 0:
         # a step that ran through NVTabular may return no rows, and with them no list columns
-        return empty_wire_arrays(schema)
+        return empty_wire_arrays(layout)
     arrays = {}
-    for column_schema in schema:
-        name = column_schema.name
+    for output in layout:
+        name = output.name
         column = batch[name]
-        dtype = _wire_dtype(column_schema, column.values)
-        if column_schema.is_list != column.is_list:
-            want = "a list column" if column_schema.is_list else "a scalar column"
+        dtype = output.dtype or column.values.dtype
+        is_list = output.ragged or output.width is not None
+        if is_list != column.is_list:
+            want = "a list column" if is_list else "a scalar column"
             raise ValueError(f"output column {name!r} is {want} in the output schema, but the workflow made the other kind")
-        if is_ragged(column_schema):
+        if output.ragged:
             arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
             arrays[name + OFFSETS_SUFFIX] = column.offsets.astype(OFFSETS_DTYPE)
-        elif column_schema.is_list:
-            length = _fixed_length(column_schema)
+        elif output.width is not None:
             row_lengths = column.lengths()
-            if np.any(row_lengths != length):
+            if np.any(row_lengths != output.width):
                 raise ValueError(
-                    f"output column {name!r} is a list of {length} values per row in the output schema, "
+                    f"output column {name!r} is a list of {output.width} values per row in the output schema, "
                     f"but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list (ListSlice(pad=True)) "
                     "or declare the column ragged"
                 )
-            arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, length)
+            arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, output.width)
         else:
             arrays[name] = _cast(name, column.values, dtype)
     return arrays
 
 
-def empty_wire_arrays(schema: Schema) -> dict[str, np.ndarray]:
-    """The wire format of zero rows for every column of the schema."""
+def empty_wire_arrays(layout: list[OutputColumn]) -> dict[str, np.ndarray]:
+    """The wire format of zero rows for every output column (float64 where the schema has no dtype)."""
     arrays = {}
-    for column_schema in schema:
-        name = column_schema.name
-        dtype = _wire_dtype(column_schema, np.array([], dtype=np.float64))
-        if is_ragged(column_schema):
-            arrays[name + VALUES_SUFFIX] = np.array([], dtype=dtype)
-            arrays[name + OFFSETS_SUFFIX] = np.zeros(1, dtype=OFFSETS_DTYPE)
-        elif column_schema.is_list:
-            arrays[name] = np.zeros((0, _fixed_length(column_schema)), dtype=dtype)
+    for output in layout:
+        dtype = output.dtype or np.dtype(np.float64)
+        if output.ragged:
+            arrays[output.name + VALUES_SUFFIX] = np.array([], dtype=dtype)
+            arrays[output.name + OFFSETS_SUFFIX] = np.zeros(1, dtype=OFFSETS_DTYPE)
+        elif output.width is not None:
+            arrays[output.name] = np.zeros((0, output.width), dtype=dtype)
         else:
-            arrays[name] = np.array([], dtype=dtype)
+            arrays[output.name] = np.array([], dtype=dtype)
     return arrays
 
 
@@ -141,14 +165,6 @@ def _fixed_length(column: ColumnSchema) -> int:
     if dims is None or len(dims) < 2 or not dims[1].is_fixed:
         raise ValueError(f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}")
     return int(dims[1].max)
-
-
-def _wire_dtype(column: ColumnSchema, values: np.ndarray) -> np.dtype:
-    try:
-        return column_numpy_dtype(column)
-    except TypeError:
-        # no dtype in the schema: send what the workflow produced
-        return values.dtype
 
 
 def _cast(name: str, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
