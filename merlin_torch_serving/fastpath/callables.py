@@ -1,7 +1,6 @@
 """Compiled ``LambdaOp``/``UDF`` and ``Filter``: the user's function called on numpy arrays.
 
-A function written for pandas Series often works unchanged on numpy arrays. It is compiled only
-if, on probe data built from the input schema, it gives exactly what NVTabular gives on pandas;
+Compiled only where it gives exactly NVTabular's result on probe data built from the input schema;
 at run time any surprise (an exception, a wrong shape) sends that call to NVTabular instead.
 """
 
@@ -25,8 +24,12 @@ from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.kernel import Delegate, Kernel, NotCompiled
 
 _PROBE_INTEGERS = [0, 1, -1, 2, 3, 7, -8, 10, 42, 100, -100, 1000, 65535, -32768, 123456789, 5]
-_PROBE_FLOATS = [0.0, 1.0, -1.0, 0.5, -2.25, 3.75, 10.0, 1e-3, 1e6, -1e6, np.nan, np.inf, -np.inf, 42.0, -0.0, 7.5]
-_PROBE_STRINGS = ["a", "b", "", "abc", "Z", "hello world", "a", "0", "-1", "é", "b", "xyz", "A", " ", "long" * 5, "q"]
+_PROBE_FLOATS = [
+    0.0, 1.0, -1.0, 0.5, -2.25, 3.75, 10.0, 1e-3, 1e6, -1e6, np.nan, np.inf, -np.inf, 42.0, -0.0, 7.5,
+]
+_PROBE_STRINGS = [
+    "a", "b", "", "abc", "Z", "hello world", "a", "0", "-1", "é", "b", "xyz", "A", " ", "long" * 5, "q",
+]
 
 
 class UDFKernel:
@@ -67,7 +70,7 @@ class FilterKernel:
 
 
 class ArrayColumns:
-    """What a filter function receives instead of a DataFrame: ``cols["a"]`` and ``cols.a`` give arrays."""
+    """What a filter receives instead of a DataFrame: ``cols["a"]`` and ``cols.a`` give arrays."""
 
     def __init__(self, batch: Batch):
         self._batch = batch
@@ -98,7 +101,9 @@ def _call(f, argument, num_rows: int) -> np.ndarray:
         raise Delegate(f"the function raised {type(error).__name__}: {error}") from None
     if not isinstance(result, np.ndarray) or result.shape != (num_rows,):
         shape = getattr(result, "shape", None)
-        raise Delegate(f"the function returned {type(result).__name__} of shape {shape}, not one value per row")
+        raise Delegate(
+            f"the function returned {type(result).__name__} of shape {shape}, not one value per row"
+        )
     return result
 
 
@@ -109,7 +114,9 @@ def _check_on_probe(kernel: Kernel, node: Node, selection: ColumnSelector) -> No
         try:
             expected = nvtabular(probe)
         except Exception as error:
-            raise NotCompiled(f"NVTabular fails on probe data ({variant}: {type(error).__name__}: {error})") from None
+            raise NotCompiled(
+                f"NVTabular fails on probe data ({variant}: {type(error).__name__}: {error})"
+            ) from None
         try:
             got = kernel(probe)
         except Delegate as delegated:
@@ -150,10 +157,11 @@ def probe_batches(schema: Schema) -> dict[str, Batch]:
         "reversed": lambda values: values[::-1].copy(),
         "one row": lambda values: values[:1].copy(),
     }
-    return {
-        name: Batch.of({column.name: _probe_column(column, change(base[column.name])) for column in schema})
-        for name, change in variants.items()
-    }
+    batches = {}
+    for variant, change in variants.items():
+        columns = {column.name: _probe_column(column, change(base[column.name])) for column in schema}
+        batches[variant] = Batch.of(columns)
+    return batches
 
 
 def _replace(values: np.ndarray, where) -> np.ndarray:

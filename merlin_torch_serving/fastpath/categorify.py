@@ -1,7 +1,7 @@
 """Compiled NVTabular ``Categorify``: each vocabulary is read once and looked up with searchsorted.
 
 Encoding (nvtabular 23.08): 0 is padding, 1 a null value, 2 a value outside the vocabulary, then
-the vocabulary from the label stored beside each value (most frequent first, from 2 + buckets).
+the vocabulary, most frequent first, under the label NVTabular stored beside each value.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Vocabulary:
         return np.where(found, self.labels[positions], OOV_LABEL)
 
     def encode(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Labels of the values and where they were null; nulls and non-finite floats get OOV_LABEL."""
+        """Labels of the values, and where they were null (nulls and non-finite floats get OOV_LABEL)."""
         nulls = null_mask(values)
         keys, unmatchable = self._as_keys(values, nulls)
         labels = self.lookup(keys)

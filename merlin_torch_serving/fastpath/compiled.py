@@ -30,9 +30,9 @@ class Step:
     """One workflow node: where its inputs come from and the kernel that computes its output."""
 
     label: str
-    parents: tuple[int, ...]  # indices of earlier steps, in the node's parents-then-dependencies order
+    parents: tuple[int, ...]  # earlier steps, in the node's parents-then-dependencies order
     input_columns: tuple[str, ...]
-    root_columns: tuple[str, ...]  # input and dependency columns, taken from the request if no parent has them
+    root_columns: tuple[str, ...]  # input and dependency columns; from the request if no parent has them
     kernel: Kernel
     fallback: Kernel | None  # NVTabular's own execution, for calls the kernel delegates
 
@@ -96,7 +96,9 @@ class CompiledWorkflow:
         except Delegate as delegated:
             if step.fallback is None:
                 raise
-            logger.debug("fast path: %s runs through NVTabular for this request: %s", step.label, delegated.reason)
+            logger.debug(
+                "fast path: %s runs through NVTabular for this request: %s", step.label, delegated.reason
+            )
             return step.fallback(batch)
 
 
@@ -129,20 +131,25 @@ def _concat(label: str, parts: list[Batch]) -> Batch:
     for part in parts:
         for name, column in part.columns.items():
             # pandas aligns the frames on row number and fills the shorter ones with nulls
-            columns[name] = column if part.num_rows == num_rows else _pad_with_nulls(label, name, column, num_rows)
+            if part.num_rows < num_rows:
+                column = _pad_with_nulls(label, name, column, num_rows)
+            columns[name] = column
     return Batch(columns, num_rows)
 
 
 def _pad_with_nulls(label: str, name: str, column: Column, num_rows: int) -> Column:
     if column.is_list:
         raise ValueError(
-            f"step {label!r} combines inputs with different row counts; NVTabular would fill list column "
-            f"{name!r} with nulls, which the fast path cannot hold. Make the branches produce the same rows"
+            f"step {label!r} combines inputs with different row counts; NVTabular would fill the list "
+            f"column {name!r} with nulls, which the fast path cannot hold. Make the branches keep the "
+            "same rows"
         )
     values = column.values
     kind = values.dtype.kind
-    if kind in "iub":
-        # pandas' null for these columns is NaN, in float64 (or object, for booleans)
-        values = values.astype(np.float64 if kind != "b" else object)
-    filler = np.array([np.datetime64("NaT") if kind == "M" else np.timedelta64("NaT") if kind == "m" else np.nan])
-    return Column(np.concatenate([values, filler.astype(values.dtype)[[0] * (num_rows - len(values))]]))
+    # pandas' null is NaN, so integers become float64 and booleans objects
+    if kind in "iu":
+        values = values.astype(np.float64)
+    elif kind == "b":
+        values = values.astype(object)
+    nulls = np.full(num_rows - len(values), "NaT" if kind in "mM" else np.nan, dtype=values.dtype)
+    return Column(np.concatenate([values, nulls]))

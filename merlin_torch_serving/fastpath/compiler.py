@@ -62,11 +62,15 @@ def compile_workflow(workflow: nvt.Workflow) -> CompiledWorkflow:
     if not isinstance(workflow, nvt.Workflow):
         raise TypeError(f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}")
     if not workflow.output_schema or workflow.output_node.input_schema is None:
-        raise ValueError("the workflow has no schemas yet; fit it (workflow.fit(dataset)) before compiling it")
+        raise ValueError(
+            "the workflow has no schemas yet; fit it (workflow.fit(dataset)) before compiling it"
+        )
     nodes = _nodes_in_run_order(workflow.output_node)
     unfitted = [node.op.label for node in nodes if isinstance(node.op, StatOperator) and not node.op.fitted]
     if unfitted:
-        raise ValueError(f"operator(s) {unfitted!r} are not fitted; call workflow.fit(dataset) before compiling")
+        raise ValueError(
+            f"operator(s) {unfitted!r} are not fitted; call workflow.fit(dataset) before compiling"
+        )
     index = {id(node): position for position, node in enumerate(nodes)}
     steps, fallbacks = [], []
     for node in nodes:

@@ -25,7 +25,8 @@ class NVTabularStep:
         self.selection = selection
         formats = self.op.supported_formats
         self.takes_dataframe = bool(formats & DataFormats.PANDAS_DATAFRAME)
-        if not self.takes_dataframe and not formats & (DataFormats.NUMPY_TENSOR_TABLE | DataFormats.NUMPY_DICT_ARRAY):
+        takes_arrays = formats & (DataFormats.NUMPY_TENSOR_TABLE | DataFormats.NUMPY_DICT_ARRAY)
+        if not self.takes_dataframe and not takes_arrays:
             raise TypeError(
                 f"operator {self.label!r} takes none of the CPU formats (pandas DataFrame, numpy "
                 f"TensorTable or dict of arrays); it supports {formats!r}"

@@ -47,9 +47,8 @@ class GroupbyKernel:
             if "list" in aggs:
                 self.list_cols.append(column)
             self.picks.extend((column, agg) for agg in aggs if agg in ("first", "last"))
-        self.input_cols = list(
-            dict.fromkeys(self.groupby_cols + self.sort_cols + list(self.reductions) + [c for c, _ in self.picks] + self.list_cols)
-        )
+        aggregated = list(self.reductions) + self.list_cols + [column for column, _ in self.picks]
+        self.input_cols = list(dict.fromkeys(self.groupby_cols + self.sort_cols + aggregated))
         output_names = self.groupby_cols + [
             self._name(column, agg) for column, aggs in self.reductions.items() for agg in aggs
         ]
@@ -126,8 +125,9 @@ def _reduce(agg: str, values: np.ndarray, groups: Groups) -> np.ndarray:
         integers = values.astype(np.int64)
         if agg == "sum":
             return _group_totals(integers, groups)
-        magnitude = np.abs(integers).max(initial=0) * max(len(values), 1)
-        if magnitude < _EXACT_FLOAT_INTEGER:
+        # in float64, so that the bound itself cannot overflow
+        largest_sum = np.abs(integers.astype(np.float64)).max(initial=0.0) * len(values)
+        if largest_sum < _EXACT_FLOAT_INTEGER:
             return _group_totals(integers, groups).astype(np.float64) / groups.counts
         total, observed = _kahan_sums(integers.astype(np.float64), groups)
         return _mean(total, observed)
@@ -155,17 +155,19 @@ def _kahan_sums(values: np.ndarray, groups: Groups) -> tuple[np.ndarray, np.ndar
     observed = np.zeros(len(groups.counts), dtype=np.int64)
     starts = groups.starts
     longest = int(groups.counts.max(initial=0))
-    for position in range(longest):
-        group_ids = np.flatnonzero(groups.counts > position)
-        step = values[starts[group_ids] + position]
-        present = ~np.isnan(step)
-        group_ids = group_ids[present]
-        step = step[present]
-        observed[group_ids] += 1
-        y = step - compensation[group_ids]
-        t = total[group_ids] + y
-        compensation[group_ids] = t - total[group_ids] - y
-        total[group_ids] = t
+    # infinities make NaN compensations, in pandas as here; that is the result, not an accident
+    with np.errstate(invalid="ignore", over="ignore"):
+        for position in range(longest):
+            group_ids = np.flatnonzero(groups.counts > position)
+            step = values[starts[group_ids] + position]
+            present = ~np.isnan(step)
+            group_ids = group_ids[present]
+            step = step[present]
+            observed[group_ids] += 1
+            y = step - compensation[group_ids]
+            t = total[group_ids] + y
+            compensation[group_ids] = t - total[group_ids] - y
+            total[group_ids] = t
     return total, observed
 
 

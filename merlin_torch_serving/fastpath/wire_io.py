@@ -26,7 +26,9 @@ from merlin_torch_serving.wire import (
 def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
     """The request as a batch: the input schema's columns, with strings as object arrays like pandas."""
     if not isinstance(columns, Mapping):
-        raise TypeError(f"columns must be a mapping of column name to numpy array, got {type(columns).__name__}")
+        raise TypeError(
+            f"columns must be a mapping of column name to numpy array, got {type(columns).__name__}"
+        )
     batch_columns = {}
     missing = []
     for column in schema:
@@ -61,11 +63,16 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
 
 def _values(name: str, array) -> np.ndarray:
     values = np.asarray(array)
+    got = None
     if values.ndim != 1:
+        got = f"an array of shape {values.shape}"
+    elif values.dtype == object and len(values) and isinstance(values[0], (list, tuple, np.ndarray)):
+        got = "an object array of lists"
+    if got:
         raise InputError(
             name,
             "a 1-D array with one value per row",
-            f"an array of shape {values.shape}",
+            got,
             f"send a list column as {name + VALUES_SUFFIX!r} and {name + OFFSETS_SUFFIX!r}",
         )
     # pandas holds fixed-width strings and bytes as object columns of str / bytes
@@ -127,7 +134,9 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
         is_list = output.ragged or output.width is not None
         if is_list != column.is_list:
             want = "a list column" if is_list else "a scalar column"
-            raise ValueError(f"output column {name!r} is {want} in the output schema, but the workflow made the other kind")
+            raise ValueError(
+                f"output column {name!r} is {want} in the output schema, but the workflow made the other kind"
+            )
         if output.ragged:
             arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
             arrays[name + OFFSETS_SUFFIX] = column.offsets.astype(OFFSETS_DTYPE)
@@ -135,9 +144,9 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
             row_lengths = column.lengths()
             if np.any(row_lengths != output.width):
                 raise ValueError(
-                    f"output column {name!r} is a list of {output.width} values per row in the output schema, "
-                    f"but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list (ListSlice(pad=True)) "
-                    "or declare the column ragged"
+                    f"output column {name!r} is a list of {output.width} values per row in the output "
+                    f"schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list "
+                    "(ListSlice(pad=True)) or declare the column ragged"
                 )
             arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, output.width)
         else:
@@ -163,7 +172,9 @@ def empty_wire_arrays(layout: list[OutputColumn]) -> dict[str, np.ndarray]:
 def _fixed_length(column: ColumnSchema) -> int:
     dims = column.shape.dims
     if dims is None or len(dims) < 2 or not dims[1].is_fixed:
-        raise ValueError(f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}")
+        raise ValueError(
+            f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}"
+        )
     return int(dims[1].max)
 
 
@@ -179,5 +190,6 @@ def _cast(name: str, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return values.astype(dtype)
     except (TypeError, ValueError) as error:
         raise ValueError(
-            f"output column {name!r} holds {values.dtype} values that do not convert to its schema dtype {dtype}: {error}"
+            f"output column {name!r} holds {values.dtype} values that do not convert to its schema "
+            f"dtype {dtype}: {error}"
         ) from None

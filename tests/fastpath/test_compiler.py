@@ -72,3 +72,10 @@ def test_transform_does_not_modify_the_request(compiled_session):
     compiled_session.transform(request)
     for name, values in REQUEST.items():
         np.testing.assert_array_equal(request[name], values)
+
+
+def test_transform_rejects_list_rows_in_an_object_array_and_says_how_to_send_lists(compiled_session):
+    rows = np.empty(2, dtype=object)
+    rows[0], rows[1] = [5], [6]
+    with pytest.raises(InputError, match=r"'item_id': expected a 1-D array .* got an object array of lists"):
+        compiled_session.transform({**REQUEST, "item_id": rows})

@@ -54,7 +54,7 @@ def grouped_rows(draw, two_keys: bool = False):
     rows = draw(st.integers(1, 60))
     floats = st.one_of(
         st.floats(-1e6, 1e6, allow_nan=False),
-        st.sampled_from([0.1, 0.2, 0.3, 1e16, -1e16, 1.0, 1e-8]),
+        st.sampled_from([0.1, 0.2, 0.3, 1e16, -1e16, 1.0, 1e-8, np.inf, -np.inf]),
         st.just(np.nan),
     )
 

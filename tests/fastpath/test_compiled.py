@@ -1,0 +1,49 @@
+"""How compiled steps feed each other: NVTabular's executor rules, kept even where they surprise."""
+
+from __future__ import annotations
+
+import numpy as np
+import nvtabular as nvt
+import pandas as pd
+import pytest
+
+from merlin_torch_serving.fastpath import compile_workflow
+from tests.fastpath.helpers import assert_wire_equal, fit, oracle
+
+TRAIN = pd.DataFrame({"a": [1.5, -2.0, 3.0], "b": [1, 2, 3]})
+
+# fitting LogOp takes the log of a negative training value
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in log:RuntimeWarning")
+
+
+def test_branches_with_fewer_rows_are_filled_with_nulls_like_nvtabular():
+    # pandas concatenates the branches side by side and fills the shorter one with NaN
+    workflow = fit((["a"] >> nvt.ops.Filter(f=lambda df: df["a"] > 0)) + ["b"], TRAIN)
+    request = {"a": np.array([-1.0, 2.0, -3.0, 4.0]), "b": np.array([10, 20, 30, 40])}
+    got = compile_workflow(workflow).transform(request)
+    np.testing.assert_array_equal(got["a"], [2.0, 4.0, np.nan, np.nan])
+    np.testing.assert_array_equal(got["b"], [10, 20, 30, 40])
+    assert_wire_equal(got, oracle(workflow, request))
+
+
+def test_later_branch_wins_when_two_branches_produce_the_same_column():
+    workflow = fit((["a"] >> nvt.ops.LogOp()) + (["a"] >> nvt.ops.LambdaOp(lambda col: col * 2)), TRAIN)
+    request = {"a": np.array([1.0, 3.0])}
+    got = compile_workflow(workflow).transform(request)
+    np.testing.assert_array_equal(got["a"], [2.0, 6.0])
+    assert_wire_equal(got, oracle(workflow, request))
+
+
+def test_transform_fails_like_nvtabular_when_a_filter_leaves_no_session(rich_session_workflow):
+    request = {
+        "session_id": np.array([1, 2]),
+        "timestamp": np.array([10, 20]),
+        "item_id": np.array(["x", "y"], dtype=object),
+        "category": np.array([1, 2]),
+        "price": np.array([1.0, 2.0]),
+    }
+    # every session has one row, the filter keeps none, and later steps find no list columns
+    with pytest.raises(KeyError):
+        oracle(rich_session_workflow, request)
+    with pytest.raises(ValueError, match=r"needs column\(s\) \['item_id-list', .*\], which no upstream step produced"):
+        compile_workflow(rich_session_workflow).transform(request)
