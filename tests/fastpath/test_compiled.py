@@ -47,3 +47,20 @@ def test_transform_fails_like_nvtabular_when_a_filter_leaves_no_session(rich_ses
         oracle(rich_session_workflow, request)
     with pytest.raises(ValueError, match=r"needs column\(s\) \['item_id-list', .*\], which no upstream step produced"):
         compile_workflow(rich_session_workflow).transform(request)
+
+
+def test_schema_only_operators_compile_and_pass_data_through():
+    from merlin.schema import Tags
+
+    tagged = ["a"] >> nvt.ops.AddProperties(properties={"unit": "eur"}) >> nvt.ops.TagAsItemID()
+    renamed = ["b"] >> nvt.ops.Rename(f=lambda name: name + "_renamed") >> nvt.ops.AddTags(tags=[Tags.USER])
+    # subtracting a plain column list fails in NVTabular 23.08 itself; subtract a node instead
+    kept = (["a", "b"] >> nvt.ops.AddMetadata(tags=[Tags.CONTINUOUS])) - (["b"] >> nvt.ops.AddTags([Tags.ID]))
+    workflow = fit(tagged + renamed + (kept >> nvt.ops.Rename(postfix="_kept")), TRAIN)
+    compiled = compile_workflow(workflow)
+    assert compiled.fallbacks == []
+    request = {"a": np.array([0.5, -1.0]), "b": np.array([7, 8])}
+    got = compiled.transform(request)
+    assert sorted(got) == ["a", "a_kept", "b_renamed"]
+    np.testing.assert_array_equal(got["b_renamed"], [7, 8])
+    assert_wire_equal(got, oracle(workflow, request))

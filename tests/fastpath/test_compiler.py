@@ -79,3 +79,11 @@ def test_transform_rejects_list_rows_in_an_object_array_and_says_how_to_send_lis
     rows[0], rows[1] = [5], [6]
     with pytest.raises(InputError, match=r"'item_id': expected a 1-D array .* got an object array of lists"):
         compiled_session.transform({**REQUEST, "item_id": rows})
+
+
+def test_a_saved_and_loaded_workflow_compiles_with_its_copied_vocabularies(session_workflow, tmp_path):
+    session_workflow.save(str(tmp_path / "workflow"))
+    loaded = nvt.Workflow.load(str(tmp_path / "workflow"))
+    compiled = compile_workflow(loaded)
+    assert compiled.fallbacks == []
+    assert_wire_equal(compiled.transform(REQUEST), oracle(session_workflow, REQUEST))
