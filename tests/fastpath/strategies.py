@@ -22,13 +22,18 @@ def session_requests(
     that sessions have ties; item ids mix known, never-seen and (for float and string ids) null values.
     """
     session_count = draw(st.integers(1, max_sessions))
-    session_ids = draw(st.lists(st.integers(0, 10**6), min_size=session_count, max_size=session_count, unique=True))
-    lengths = draw(st.lists(st.integers(1, max_length), min_size=session_count, max_size=session_count))
+    per_session = dict(min_size=session_count, max_size=session_count)
+    session_ids = draw(st.lists(st.integers(0, 10**6), unique=True, **per_session))
+    lengths = draw(st.lists(st.integers(1, max_length), **per_session))
     if max(lengths) < min_longest:
         lengths[0] = min_longest
     rows = sum(lengths)
     order = np.array(draw(st.permutations(range(rows))))
-    unseen = {"int": st.integers(10**6, 10**6 + 50), "float": st.integers(10**6, 10**6 + 50).map(float), "str": st.text(min_size=0, max_size=3)}[item_kind]
+    unseen = {
+        "int": st.integers(10**6, 10**6 + 50),
+        "float": st.integers(10**6, 10**6 + 50).map(float),
+        "str": st.text(min_size=0, max_size=3),
+    }[item_kind]
     choices = [st.sampled_from(known_items), unseen]
     if item_kind != "int":
         choices.append(st.just(None if item_kind == "str" else np.nan))
@@ -37,13 +42,14 @@ def session_requests(
         # NVTabular cannot encode a column that holds nulls only (see test_categorify)
         items[0] = known_items[0]
     item_dtype = {"int": np.int64, "float": np.float64, "str": object}[item_kind]
+    per_row = dict(min_size=rows, max_size=rows)
     columns = {
         "session_id": np.repeat(np.array(session_ids, dtype=np.int64), lengths)[order],
-        "timestamp": np.array(draw(st.lists(st.integers(0, 40), min_size=rows, max_size=rows)), dtype=np.int64) * 1000,
+        "timestamp": np.array(draw(st.lists(st.integers(0, 40), **per_row)), dtype=np.int64) * 1000,
         "item_id": np.array(items, dtype=item_dtype),
-        "category": np.array(draw(st.lists(st.integers(0, 20), min_size=rows, max_size=rows)), dtype=np.int64),
+        "category": np.array(draw(st.lists(st.integers(0, 20), **per_row)), dtype=np.int64),
     }
     if with_price:
-        prices = draw(st.lists(st.one_of(st.floats(0, 1000, allow_nan=False), st.just(np.nan)), min_size=rows, max_size=rows))
+        prices = draw(st.lists(st.one_of(st.floats(0, 1000), st.just(np.nan)), **per_row))
         columns["price"] = np.array(prices, dtype=np.float64)
     return columns

@@ -63,7 +63,11 @@ def test_filter_on_columns_is_compiled_and_equals_nvtabular(row_filter, request)
         (["s"], lambda col: col.str.upper(), "on numpy arrays the function raised AttributeError: .* no attribute 'str'"),
         (["b"], lambda col: col.fillna(0.0), "on numpy arrays the function raised AttributeError: .* no attribute 'fillna'"),
         # pandas' mean skips NaN, numpy's does not: the probe's NaN tells them apart
-        (["b"], lambda col: col - col.mean(), r"on numpy arrays it gives other values or dtypes for 'b' than pandas \(without infinities\)"),
+        (
+            ["b"],
+            lambda col: col - col.mean(),
+            r"on numpy arrays it gives other values or dtypes for 'b' than pandas \(without infinities\)",
+        ),
         (["b"], lambda col, df: col + df["a"], "the function takes the whole DataFrame as a second argument"),
     ],
 )

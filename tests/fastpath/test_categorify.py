@@ -72,7 +72,11 @@ def float_workflow(tmp_path_factory):
 
 
 @settings(max_examples=60, deadline=None)
-@given(items=st.lists(st.one_of(st.sampled_from(["a", "b", "c", "", "B"]), st.text(max_size=2), st.none()), min_size=1, max_size=40))
+@given(
+    items=st.lists(
+        st.one_of(st.sampled_from(["a", "b", "c", "", "B"]), st.text(max_size=2), st.none()), min_size=1, max_size=40
+    )
+)
 def test_categorify_string_requests_equal_nvtabular(letters_workflow, items):
     if all(item is None for item in items):
         items[0] = "a"  # a column of nulls only fails in NVTabular (see below)

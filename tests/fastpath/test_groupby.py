@@ -130,5 +130,10 @@ def test_groupby_with_an_aggregation_that_is_not_compiled_runs_through_nvtabular
     workflow = groupby_workflow(groupby_cols=["k"], aggs={"f": ["std", "list"]}, name_sep="-")
     compiled = compile_workflow(workflow)
     assert compiled.fallbacks == [("Groupby", "aggregation 'std' on column 'f' is not compiled")]
-    request = {"k": np.array([1, 1, 2]), "t": np.array([0, 0, 0]), "v": np.array([1, 2, 3], dtype=np.int32), "f": np.array([1.0, 2.0, 4.0])}
+    request = {
+        "k": np.array([1, 1, 2]),
+        "t": np.array([0.0, 0.0, 0.0]),
+        "v": np.array([1, 2, 3], dtype=np.int32),
+        "f": np.array([1.0, 2.0, 4.0]),
+    }
     assert_wire_equal(compiled.transform(request), oracle(workflow, request))
