@@ -40,3 +40,25 @@ def test_take_rows_reorders_ragged_and_scalar_columns_together():
     taken = take_rows(table, np.array([2, 0]))
     assert frames.table_to_frame(taken)["l"].map(list).tolist() == [[4, 5, 6], [1]]
     assert taken["s"].values.tolist() == [30, 10]
+
+
+def test_fast_path_and_nvtabular_path_give_the_same_table(toy_workflow):
+    rows = toy_session.interactions(12, seed=8)
+    rows.loc[rows.index[::4], "item_id"] = 99_999  # never seen in training: out-of-vocabulary bucket
+    shuffled = rows.sample(frac=1.0, random_state=3).reset_index(drop=True)
+
+    fast = Ensemble(TransformWorkflow(toy_workflow), toy_workflow.input_schema).transform(shuffled)
+    slow = Ensemble(TransformWorkflow(toy_workflow, fast_path=False), toy_workflow.input_schema).transform(shuffled)
+
+    assert list(fast.columns) == list(slow.columns)
+    for name in fast.columns:
+        assert [np.asarray(cell).tolist() for cell in fast[name]] == [np.asarray(cell).tolist() for cell in slow[name]], name
+    assert fast["item_id-list"].map(len).sum() > 0
+
+
+def test_loaded_transform_workflow_is_compiled_before_its_first_request(toy_workflow, tmp_path):
+    operator = TransformWorkflow(toy_workflow)
+    operator.save_artifacts(str(tmp_path))
+    loaded = TransformWorkflow.load(operator.config(), str(tmp_path))
+    assert loaded._compiled is not None
+    assert loaded.compiled_workflow().fallbacks == []
