@@ -150,7 +150,7 @@ def train(
                 optimizer.zero_grad()
                 output["loss"].backward()
                 optimizer.step()
-                batch_losses.append(float(output["loss"]))
+                batch_losses.append(output["loss"].item())
                 bar.update()
                 bar.set_postfix(epoch=epoch + 1, loss=f"{batch_losses[-1]:.3f}")
             epoch_losses.append(float(np.mean(batch_losses)))
