@@ -1,6 +1,7 @@
-"""Cutting a plan into Triton steps: each libtorch operator is a model of its own, and python
-operators are fused into as few python-backend models as the data flow allows (each model is one
-hop through a python stub, so fewer models answer faster)."""
+"""Cutting a plan into Triton steps: each libtorch operator is a model of its own (with the TopK
+that ranks its scores compiled into it, see ``fusion``), and python operators are fused into as
+few python-backend models as the data flow allows (each model is one hop through a python stub,
+so fewer models answer faster)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from merlin.schema import Schema
 
 from merlin_torch_serving.exceptions import ExportError
+from merlin_torch_serving.export.fusion import fusable_top_k
 from merlin_torch_serving.plan import REQUEST, OpCall, Plan, Ref
 
 
@@ -39,11 +41,16 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
     """Assign every call to a step, then derive each step's inputs and outputs."""
     groups: list[tuple[str, list[OpCall]]] = []
     step_of_call: dict[int, int] = {}
+    calls_by_index = {call.index: call for call in plan.calls}
+    consumers = _consumer_counts(plan)
     for call in plan.calls:
         producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
         earliest = max(producer_steps, default=0)
         target = None
-        if call.op.backend == "python":
+        first_producer = calls_by_index.get(next(iter(call.inputs.values()), Ref(REQUEST, "")).producer)
+        if fusable_top_k(call, first_producer, step_of_call, consumers):
+            target = step_of_call[first_producer.index]
+        elif call.op.backend == "python":
             # any python step at or after the last producer's step already has the inputs ready
             target = next((i for i in range(earliest, len(groups)) if groups[i][0] == "python"), None)
         if target is None:
@@ -83,6 +90,14 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
         step.input_schema = _schema(step.inputs, plan)
         step.output_schema = _schema(step.outputs, plan)
     return steps
+
+
+def _consumer_counts(plan: Plan) -> dict[Ref, int]:
+    """How many calls (and ensemble outputs) read each ref."""
+    counts: dict[Ref, int] = {}
+    for ref in [ref for call in plan.calls for ref in call.inputs.values()] + list(plan.outputs.values()):
+        counts[ref] = counts.get(ref, 0) + 1
+    return counts
 
 
 def _step_name(ensemble_name: str, index: int, calls: list[OpCall]) -> str:

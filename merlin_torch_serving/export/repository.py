@@ -27,14 +27,17 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+import torch
 from merlin.schema import Schema
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export.checks import check_libtorch_model
+from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.partition import Step, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
+from merlin_torch_serving.ops.pytorch import MODEL_FILE
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
 from merlin_torch_serving.samples import sample_table
 from merlin_torch_serving.schemas import schema_to_json
@@ -125,10 +128,9 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
     version_dir.mkdir(parents=True)
     warmup_files = _write_warmup(model_dir / WARMUP_DIR, step)
     if step.backend == "pytorch":
-        (call,) = step.calls
-        call.op.save_artifacts(str(version_dir))
+        torch.jit.save(libtorch_module(step.calls, step.inputs, step.input_schema), str(version_dir / MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
-        check_libtorch_model(step.name, version_dir / "model.pt", config, sample_table(step.input_schema))
+        check_libtorch_model(step.name, version_dir / MODEL_FILE, config, sample_table(step.input_schema))
     else:
         spec = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},

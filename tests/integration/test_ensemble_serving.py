@@ -53,7 +53,7 @@ def test_served_ensemble_equals_in_process_ensemble_exactly(triton_server, serve
 def test_libtorch_export_passes_its_check_and_the_bundled_server_says_it_cannot_load_it(triton_server, toy_workflow, toy_model):
     ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
     result = ensemble.export(triton_server.repository, "toy-libtorch")  # runs the libtorch check
-    assert "toy-libtorch-1-predictpytorch" in result.models
+    assert "toy-libtorch-1-predictpytorch_topk" in result.models
 
     with pytest.raises(BackendNotAvailableError) as error:
         triton_server.load("toy-libtorch")
@@ -62,4 +62,4 @@ def test_libtorch_export_passes_its_check_and_the_bundled_server_says_it_cannot_
     assert "'toy-libtorch-1-predictpytorch' needs backend 'pytorch'" in message
     assert "it has: python, ensemble" in message or "it has: ensemble, python" in message
     assert "backend='python'" in message
-    assert error.value.missing == {"toy-libtorch-1-predictpytorch": "pytorch"}
+    assert error.value.missing == {"toy-libtorch-1-predictpytorch_topk": "pytorch"}

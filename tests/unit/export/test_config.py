@@ -25,8 +25,7 @@ def exported(toy_workflow, toy_model, tmp_path_factory):
 MODELS = [
     "mixed",
     "mixed-0-transformworkflow",
-    "mixed-1-predictpytorch",
-    "mixed-2-topk",
+    "mixed-1-predictpytorch_topk",  # TopK compiled into the libtorch model
     "fused",
     "fused-0-transformworkflow_predictpytorch_topk",
 ]

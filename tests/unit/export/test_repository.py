@@ -33,10 +33,10 @@ def ensemble(toy_workflow, toy_model):
 
 def test_export_writes_one_folder_per_step_and_the_ensemble(ensemble, tmp_path):
     result = ensemble.export(tmp_path / "repo", "reco")
-    assert result.models == ["reco-0-transformworkflow", "reco-1-predictpytorch", "reco-2-topk", "reco"]
+    assert result.models == ["reco-0-transformworkflow", "reco-1-predictpytorch_topk", "reco"]
     assert result.version == 1
     repo = tmp_path / "repo"
-    assert (repo / "reco-1-predictpytorch" / "1" / "model.pt").is_file()
+    assert (repo / "reco-1-predictpytorch_topk" / "1" / "model.pt").is_file()
     assert (repo / "reco-0-transformworkflow" / "1" / "model.py").is_file()
     assert (repo / "reco-0-transformworkflow" / "1" / "ops" / "0" / "workflow" / "workflow.pkl").is_file()
     assert sorted(p.name for p in repo.iterdir()) == sorted(result.models)
@@ -49,10 +49,11 @@ def test_manifest_records_schemas_parameters_versions_and_fusion(ensemble, tmp_p
     assert manifest["libraries"]["merlin-torch-serving"] == "0.1.0"
     assert manifest["libraries"]["nvtabular"].startswith("23.8")
     assert [f["name"] for f in manifest["output_schema"]["feature"]] == ["session_id", "item_ids", "item_scores"]
-    topk = manifest["steps"][2]
-    assert topk["fused_operators"] == ["TopK(k=3)"]
-    assert topk["operators"][0]["parameters"]["k"] == 3
-    assert topk["inputs"] == ["next-item", "item_id-list__values", "item_id-list__offsets"]
+    libtorch = manifest["steps"][1]
+    assert libtorch["backend"] == "pytorch"
+    assert libtorch["fused_operators"] == ["PredictPytorch[pytorch]", "TopK(k=3)"]
+    assert libtorch["operators"][1]["parameters"]["k"] == 3
+    assert libtorch["outputs"] == ["item_ids", "item_scores"]
 
 
 def test_python_operators_fuse_into_one_model(toy_workflow, toy_model, tmp_path):
@@ -75,12 +76,12 @@ def test_export_refuses_to_overwrite_unless_asked(ensemble, tmp_path):
 
 def test_add_version_writes_version_n_plus_one_beside_version_n(ensemble, tmp_path):
     ensemble.export(tmp_path, "reco")
-    version_one = snapshot(tmp_path / "reco-1-predictpytorch" / "1")
+    version_one = snapshot(tmp_path / "reco-1-predictpytorch_topk" / "1")
     result = ensemble.export(tmp_path, "reco", add_version=True)
     assert result.version == 2
     for model in result.models:
         assert sorted(p.name for p in (tmp_path / model).iterdir() if p.name.isdigit()) == ["1", "2"]
-    assert snapshot(tmp_path / "reco-1-predictpytorch" / "1") == version_one
+    assert snapshot(tmp_path / "reco-1-predictpytorch_topk" / "1") == version_one
 
 
 def test_export_keeps_models_it_does_not_own(ensemble, tmp_path):

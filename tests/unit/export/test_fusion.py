@@ -1,0 +1,53 @@
+"""TopK compiled into the libtorch model it follows: same answer as in-process, and only when the
+catalog's scores are needed nowhere else."""
+
+import json
+
+import numpy as np
+import torch
+from merlin.dag import ColumnSelector
+
+from merlin_torch_serving import Ensemble, PredictPytorch, TopK, TransformWorkflow, frames, wire
+from tests import toy_session
+
+
+def test_fused_libtorch_model_returns_the_in_process_top_k_exactly(toy_workflow, toy_model, tmp_path):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch", k=4), toy_workflow.input_schema)
+    ensemble.export(tmp_path, "reco")
+    rows = toy_session.interactions(9, seed=21, first_session=7000)
+    request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
+    expected = ensemble.run(request)
+
+    # what the libtorch step receives: the workflow step's outputs, keyed by the config's input names
+    features = wire.to_wire(TransformWorkflow(toy_workflow).transform(ColumnSelector(), request))
+    module = torch.jit.load(str(tmp_path / "reco-1-predictpytorch_topk" / "1" / "model.pt"))
+    with torch.inference_mode():  # as the config asks of libtorch
+        ids, scores = module({name: torch.from_numpy(array) for name, array in features.items() if "list" in name})
+
+    np.testing.assert_array_equal(ids.numpy(), expected["item_ids"].values)
+    np.testing.assert_array_equal(scores.numpy(), expected["item_scores"].values)
+    # the seen items are left out inside the TorchScript too
+    for row, seen in enumerate(np.split(features["item_id-list__values"], features["item_id-list__offsets"][1:-1])):
+        assert not set(ids[row].tolist()) & set(seen.tolist())
+
+
+def test_top_k_stays_a_step_of_its_own_when_the_scores_are_also_an_output(toy_workflow, toy_model, tmp_path):
+    scripted, input_schema, output_schema = toy_model
+    features = toy_workflow.input_schema.column_names >> TransformWorkflow(toy_workflow)
+    scores = features >> PredictPytorch(scripted, input_schema, output_schema, backend="pytorch")
+    graph = scores + (scores >> TopK(3, seen_items=features["item_id-list"]))
+    result = Ensemble(graph, toy_workflow.input_schema).export(tmp_path, "reco")
+
+    assert result.fused == {
+        "reco-0-transformworkflow": ["TransformWorkflow"],
+        "reco-1-predictpytorch": ["PredictPytorch[pytorch]"],
+        "reco-2-topk": ["TopK(k=3)"],
+    }
+    manifest = json.loads((tmp_path / "reco" / "1" / "manifest.json").read_text())
+    assert [step["backend"] for step in manifest["steps"]] == ["python", "pytorch", "python"]
+
+
+def test_top_k_after_a_python_backend_model_fuses_with_the_python_step(toy_workflow, toy_model, tmp_path):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    result = ensemble.export(tmp_path, "reco")
+    assert list(result.fused.values()) == [["TransformWorkflow", "PredictPytorch[python]", "TopK(k=3)"]]
