@@ -59,7 +59,7 @@ def test_libtorch_export_passes_its_check_and_the_bundled_server_says_it_cannot_
         triton_server.load("toy-libtorch")
 
     message = str(error.value)
-    assert "'toy-libtorch-1-predictpytorch' needs backend 'pytorch'" in message
+    assert "'toy-libtorch-1-predictpytorch_topk' needs backend 'pytorch'" in message
     assert "it has: python, ensemble" in message or "it has: ensemble, python" in message
     assert "backend='python'" in message
     assert error.value.missing == {"toy-libtorch-1-predictpytorch_topk": "pytorch"}
