@@ -88,6 +88,9 @@ class TransformWorkflow(ServingOperator):
         return {"keep_request_order": self.keep_request_order, "fast_path": self.fast_path}
 
     def save_artifacts(self, artifact_path=None) -> None:
+        if self.fast_path:
+            # compile at export too, so what falls back to NVTabular is logged before serving
+            self.compiled_workflow()
         # Workflow.save repoints the statistics of the workflow it saves to the new folder;
         # save a copy so that exporting never changes this operator
         copy.deepcopy(self.workflow).save(os.path.join(artifact_path, WORKFLOW_DIR))
