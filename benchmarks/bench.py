@@ -1,0 +1,305 @@
+"""One benchmark run: build the example and the three repositories, then measure the in-process
+limit and each served system in turn (one tritonserver at a time), collecting the records.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from benchmarks import floor, inprocess, merlin_baseline, report, server_stats, systems, targets
+from benchmarks.environment import OtherCpuLoad, describe_machine
+from benchmarks.load import LoadResult, LoadSettings, run_load
+from benchmarks.memory import PeakServerMemory, server_processes, server_rss_bytes
+from benchmarks.results import FLOOR, IN_PROCESS, MERLIN, PROJECT, Measurement, ServerStart, find
+from benchmarks.workload import MAX_SEQUENCE_LENGTH, TOP_K, build_workload
+from merlin_torch_serving import TritonServer
+
+_MB = 2**20
+
+
+class Benchmark:
+    def __init__(
+        self,
+        *,
+        mode,
+        work_dir: Path,
+        progress,
+        session_counts: tuple[int, ...],
+        concurrencies: tuple[int, ...],
+        protocols: tuple[str, ...],
+        server_start_timeout_s: float,
+        repository_root: Path,
+    ):
+        self.mode = mode
+        self.work_dir = work_dir
+        self.progress = progress
+        self.session_counts = session_counts
+        self.concurrencies = concurrencies
+        self.protocols = protocols
+        self.server_start_timeout_s = server_start_timeout_s
+        self.load = LoadSettings(mode.warmup_requests, mode.timed_requests, mode.time_budget_s)
+        self.environment = describe_machine(repository_root)
+        self.measurements: list[Measurement] = []
+        self.starts: list[ServerStart] = []
+        self.targets: list[targets.Target] = []
+        self.notes: list[str] = []
+        self.in_process_parts: dict[str, dict[str, float]] = {}
+        self.tritonserver_version: str | None = None
+        self.began = time.perf_counter()
+
+    # ---- the run ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        progress = self.progress
+        progress.step(f"mode {self.mode.name}: building the example (clicks, workflow, 1 epoch of training)")
+        self.workload = build_workload(self.work_dir / "example", session_counts=self.session_counts, progress=True)
+        progress.step(f"trained in {self.workload.training_seconds:.1f} s; exporting the three repositories")
+        ensemble, served = self._prepare_repositories()
+        self._measure_in_process(ensemble)
+        for system in served:
+            self._measure_served(system)
+        self.wall_s = time.perf_counter() - self.began
+        self.targets = targets.evaluate(self.measurements, self.starts)
+
+    def write(self, output_dir: Path, stem: str) -> list[Path]:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        run = self._run_record()
+        paths = [output_dir / f"{stem}.{suffix}" for suffix in ("json", "md", "png")]
+        report.write_json(paths[0], run, self.measurements, self.starts, self.targets)
+        report.write_markdown(paths[1], run, self.measurements, self.starts, self.targets)
+        report.write_chart(paths[2], self.measurements)
+        return paths
+
+    # ---- building -----------------------------------------------------------------------------
+
+    def _prepare_repositories(self):
+        workload = self.workload
+        request_schema = workload.workflow.input_schema
+        ensemble = systems.project_ensemble(workload)
+        project_repository = self.work_dir / "project"
+        exported = ensemble.export(project_repository, systems.PROJECT_MODEL, overwrite=True)
+        project_steps = floor.ensemble_step_count(project_repository, systems.PROJECT_MODEL)
+        self.notes.append(
+            "(a) in-process limit: `Ensemble.transform(DataFrame)` with the LocalExecutor in the benchmark "
+            "process (DataFrame to table, TransformWorkflow on the compiled fast path, PredictPytorch, "
+            f"TopK({TOP_K}) leaving out seen and reserved ids, DecodeItemIds, table to DataFrame); "
+            "8 clients are 8 threads of this process."
+        )
+
+        floor_repository = self.work_dir / "floor"
+        floor.write_floor_repository(floor_repository, project_steps, request_schema)
+        self.notes.append(
+            f"(b) Triton floor: an ensemble of {project_steps} no-op python-backend model(s), as many steps "
+            "as (c)'s exported ensemble schedules, taking the same request tensors and returning them; "
+            "requests built as tensors before timing."
+        )
+
+        fused = "; ".join(f"{model}: {', '.join(ops)}" for model, ops in exported.fused.items())
+        self.notes.append(
+            f"(c) this project: the exported ensemble `{systems.PROJECT_MODEL}` with {project_steps} step(s) "
+            f"({fused}) on the python backend, one instance, Triton warm-up on. `Client` is "
+            "`merlin_torch_serving.Client.infer(DataFrame)` returning a DataFrame (what a user pays); "
+            "`tritonclient, prebuilt` sends the same requests as tensors built before timing."
+        )
+
+        merlin_repository = self.work_dir / "merlin"
+        # a fresh copy of the workflow: Merlin's export saves it, which repoints its vocabularies
+        from examples.session_based import features
+
+        merlin_outputs = merlin_baseline.export_merlin_systems(
+            features.load_workflow(workload.workflow_dir),
+            workload.session_model,
+            merlin_repository,
+            top_k=TOP_K,
+            max_sequence_length=MAX_SEQUENCE_LENGTH,
+        )
+        self.notes.append(
+            "(d) Merlin Systems 23.08: `Ensemble(TransformWorkflow(workflow) >> PredictPyTorch(traced_model, ...))` "
+            "on the same workflow and model, exported with Merlin's own `Ensemble.export`. "
+            + merlin_baseline.SWAP_NOTE
+            + f" The model is traced with Transformers4Rec's `top_k={TOP_K}`, so it also answers ten items per "
+            "session (without leaving out seen or reserved ids, ids still encoded). Each request is converted "
+            "with Merlin's `convert_df_to_triton_input` and sent with tritonclient, as "
+            "`send_triton_request` does (minus its extra is-server-live call per request)."
+        )
+        self.notes.append(
+            "Servers run one at a time; client threads and the server share the machine's cores. "
+            "Each model has one instance (Merlin's default and this project's)."
+        )
+
+        served = [
+            systems.ServedSystem(
+                FLOOR,
+                floor_repository,
+                floor.FLOOR_MODEL,
+                (systems.prebuilt_tritonclient(floor.FLOOR_MODEL, request_schema),),
+            ),
+            systems.ServedSystem(
+                PROJECT,
+                project_repository,
+                systems.PROJECT_MODEL,
+                (
+                    systems.project_client(systems.PROJECT_MODEL),
+                    systems.prebuilt_tritonclient(systems.PROJECT_MODEL, request_schema),
+                ),
+            ),
+            systems.ServedSystem(
+                MERLIN,
+                merlin_repository,
+                merlin_baseline.MERLIN_MODEL,
+                (systems.merlin_tritonclient(merlin_baseline.MERLIN_MODEL, request_schema, merlin_outputs),),
+            ),
+        ]
+        return ensemble, served
+
+    # ---- measuring ----------------------------------------------------------------------------
+
+    def _measure_in_process(self, ensemble) -> None:
+        self.progress.step("(a) in-process: timing each part of Ensemble.transform")
+        for sessions in self.session_counts:
+            requests = self.workload.requests[sessions]
+            self.in_process_parts[str(sessions)] = inprocess.time_parts(ensemble, requests, self.mode.part_repetitions)
+        for sessions in self.session_counts:
+            requests = self.workload.requests[sessions]
+            for concurrency in self.concurrencies:
+                with OtherCpuLoad() as other:
+                    result = run_load(lambda: inprocess.in_process_sender(ensemble, requests), concurrency, self.load)
+                self._record(IN_PROCESS, IN_PROCESS, "Ensemble.transform", sessions, concurrency, result, None, other, {})
+
+    def _measure_served(self, system: systems.ServedSystem) -> None:
+        self.progress.step(f"{system.key}: starting tritonserver on {system.repository.name}/")
+        launched = time.perf_counter()
+        with TritonServer(
+            system.repository,
+            log_path=self.work_dir / f"{system.key}.log",
+            start_timeout_s=self.server_start_timeout_s,
+        ) as server:
+            ready = time.perf_counter()
+            rss_after_ready = server_rss_bytes(server.pid)
+            first_path = system.clients[0]
+            send = first_path.make_sender(server.grpc_url, "grpc", self.workload.requests[min(self.session_counts)])
+            began = time.perf_counter()
+            send(0)
+            answered = time.perf_counter()
+            start = ServerStart(
+                system=system.key,
+                models=sorted(model.name for model in server.models()),
+                ensemble_steps=_steps_or_none(system),
+                start_to_ready_s=round(ready - launched, 3),
+                start_to_first_answer_s=round(answered - launched, 3),
+                first_request_ms=round((answered - began) * 1000.0, 3),
+                rss_after_ready_mb=round(rss_after_ready / _MB, 1),
+            )
+            self.starts.append(start)
+            self.progress.step(
+                f"{system.key}: ready after {start.start_to_ready_s:.1f} s, first answer after "
+                f"{start.start_to_first_answer_s:.1f} s (first request {start.first_request_ms:.1f} ms), "
+                f"RSS {start.rss_after_ready_mb:.0f} MB"
+            )
+            if self.tritonserver_version is None:
+                self.tritonserver_version = _server_version(server.http_url)
+            for client in system.clients:
+                for protocol in self.protocols:
+                    for sessions in self.session_counts:
+                        for concurrency in self.concurrencies:
+                            self._measure_served_setting(system, server, client, protocol, sessions, concurrency)
+        start.steady_p50_ms = find(
+            self.measurements, system.key, "grpc", min(self.session_counts), 1, first_path.name
+        ).p50_ms
+
+    def _measure_served_setting(self, system, server, client, protocol: str, sessions: int, concurrency: int) -> None:
+        url = server.grpc_url if protocol == "grpc" else server.http_url
+        requests = self.workload.requests[sessions]
+        statistics = {}
+
+        def snapshot_statistics() -> None:
+            statistics["before"] = server_stats.snapshot(server.http_url)
+
+        def server_pids() -> list[int]:
+            return [process.pid for process in server_processes(server.pid)]
+
+        with OtherCpuLoad(server_pids) as other, PeakServerMemory(server.pid) as memory:
+            result = run_load(
+                lambda: client.make_sender(url, protocol, requests),
+                concurrency,
+                self.load,
+                on_timing_start=snapshot_statistics,
+            )
+        server_side = server_stats.per_request_ms(statistics["before"], server_stats.snapshot(server.http_url))
+        self._record(system.key, protocol, client.name, sessions, concurrency, result, memory.peak_bytes / _MB, other, server_side)
+
+    def _record(self, system, protocol, client, sessions, concurrency, result: LoadResult, rss_mb, other, server_side) -> None:
+        measurement = Measurement(
+            system=system,
+            protocol=protocol,
+            client=client,
+            sessions=sessions,
+            concurrency=concurrency,
+            requests=result.requests,
+            p50_ms=round(result.percentile_ms(50), 4),
+            p90_ms=round(result.percentile_ms(90), 4),
+            p99_ms=round(result.percentile_ms(99), 4),
+            mean_ms=round(float(result.latencies_ms.mean()), 4),
+            requests_per_s=round(result.requests_per_s, 2),
+            sessions_per_s=round(result.requests_per_s * sessions, 1),
+            wall_s=round(result.wall_s, 3),
+            server_rss_mb=round(rss_mb, 1) if rss_mb is not None else None,
+            other_cpu_cores=round(other.other_cores, 3),
+            steal_cores=round(other.steal_cores, 3),
+            server_side=server_side,
+        )
+        self.measurements.append(measurement)
+        self.progress.measured(measurement)
+
+    # ---- the record -----------------------------------------------------------------------------
+
+    def _run_record(self) -> dict:
+        workflow = self.workload.workflow
+        catalog = int(workflow.output_schema["item_id-list"].properties["domain"]["max"]) + 1
+        return {
+            "environment": self.environment,
+            "tritonserver_version": self.tritonserver_version,
+            "settings": {
+                "mode": self.mode.name,
+                "warmup_requests": self.mode.warmup_requests,
+                "timed_requests": self.mode.timed_requests,
+                "time_budget_s": self.mode.time_budget_s,
+                "in_process_part_repetitions": self.mode.part_repetitions,
+                "session_counts": list(self.session_counts),
+                "concurrencies": list(self.concurrencies),
+                "protocols": list(self.protocols),
+            },
+            "workload": {
+                "train_sessions": self.workload.n_train_sessions,
+                "catalog": catalog,
+                "epochs": self.workload.epochs,
+                "training_s": round(self.workload.training_seconds, 1),
+                "max_sequence_length": MAX_SEQUENCE_LENGTH,
+                "top_k": TOP_K,
+                "requests_per_setting": {str(n): len(frames) for n, frames in self.workload.requests.items()},
+                "rows_per_request_mean": {
+                    str(n): round(sum(len(f) for f in frames) / len(frames), 1) for n, frames in self.workload.requests.items()
+                },
+            },
+            "in_process_parts": self.in_process_parts,
+            "notes": self.notes,
+            "wall_s": round(self.wall_s, 1),
+        }
+
+
+def _steps_or_none(system: systems.ServedSystem) -> int | None:
+    try:
+        return floor.ensemble_step_count(system.repository, system.model)
+    except ValueError:  # Merlin's executor_model is one python model, not a Triton ensemble
+        return None
+
+
+def _server_version(http_url: str) -> str | None:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        return client.get_server_metadata().get("version")
+    finally:
+        client.close()

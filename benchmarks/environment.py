@@ -1,0 +1,118 @@
+"""The machine a run measured: what it is (CPU, versions, date), and how much CPU the rest of the
+machine took while each measurement ran, so contaminated numbers can be told apart.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+
+PACKAGES = (
+    "merlin-torch-serving",
+    "merlin-core",
+    "merlin-systems",
+    "nvtabular",
+    "transformers4rec",
+    "torch",
+    "tritonclient",
+    "nvidia-pytriton",
+    "numpy",
+    "pandas",
+)
+
+
+def describe_machine(repository_root: Path) -> dict:
+    """Date, CPU, memory, Python, package versions and the commit measured."""
+    import torch
+
+    return {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch_threads": torch.get_num_threads(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "commit": _git(repository_root, "rev-parse", "--short", "HEAD"),
+        "uncommitted_changes": bool(_git(repository_root, "status", "--porcelain", "--untracked-files=no")),
+        "load_average_at_start": [round(value, 2) for value in os.getloadavg()],
+    }
+
+
+class OtherCpuLoad:
+    """CPU the rest of the machine used while the ``with`` block ran, in cores.
+
+    ``own_pids`` lists the processes under test besides this one (the server and its stubs);
+    everything else busy on the machine (another test run, a build) counts as other load, and
+    CPU time taken by the hypervisor (steal) is reported on its own.
+    """
+
+    def __init__(self, own_pids: Callable[[], list[int]] = list):
+        self.own_pids = own_pids
+        self.other_cores = 0.0
+        self.steal_cores = 0.0
+
+    def __enter__(self) -> OtherCpuLoad:
+        self._began = time.perf_counter()
+        self._machine = psutil.cpu_times()
+        self._own = self._own_cpu_s()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        wall = max(time.perf_counter() - self._began, 1e-9)
+        machine = psutil.cpu_times()
+        busy = _busy_s(machine) - _busy_s(self._machine)
+        own = self._own_cpu_s() - self._own
+        self.other_cores = max(0.0, (busy - own) / wall)
+        self.steal_cores = max(0.0, (getattr(machine, "steal", 0.0) - getattr(self._machine, "steal", 0.0)) / wall)
+
+    def _own_cpu_s(self) -> float:
+        total = 0.0
+        for pid in [os.getpid(), *self.own_pids()]:
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
+
+def _busy_s(times) -> float:
+    idle = times.idle + getattr(times, "iowait", 0.0) + getattr(times, "steal", 0.0)
+    return sum(times) - idle - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None

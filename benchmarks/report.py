@@ -1,0 +1,169 @@
+"""The run written out: latest.json (everything), latest.md (tables, targets, environment) and
+latest.png (p50 latency and throughput by system and setting).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.results import SYSTEM_LABELS, Measurement, ServerStart, as_dicts
+from benchmarks.targets import Target
+
+# A measurement during which the rest of the machine kept this much CPU busy is flagged.
+CONTAMINATION_CORES = 0.25
+
+
+def write_json(path: Path, run: dict, measurements: list[Measurement], starts: list[ServerStart], targets: list[Target]) -> None:
+    document = {
+        **run,
+        "measurements": as_dicts(measurements),
+        "server_starts": as_dicts(starts),
+        "targets": [
+            {"name": t.name, "ratio": round(t.ratio, 4), "limit": t.limit, "at_most": t.at_most, "passed": t.passed, "detail": t.detail}
+            for t in targets
+        ],
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def write_markdown(path: Path, run: dict, measurements: list[Measurement], starts: list[ServerStart], targets: list[Target]) -> None:
+    machine = run["environment"]
+    lines = [
+        "# Serving benchmark: session-based Transformers4Rec model with its NVTabular workflow",
+        "",
+        f"{machine['date_utc']} on {machine['cpu']} ({machine['logical_cpus']} logical CPUs, "
+        f"{machine['memory_gb']} GB, no GPU), commit {machine['commit']}"
+        f"{' with uncommitted changes' if machine['uncommitted_changes'] else ''}; "
+        f"mode `{run['settings']['mode']}`, produced by `./run bench{' --quick' if run['settings']['mode'] == 'quick' else ''}`.",
+        "",
+        "## Targets",
+        "",
+        "```",
+        *[target.line() for target in targets],
+        "```",
+        "",
+        "## Latency and throughput",
+        "",
+        f"Each row: {run['settings']['warmup_requests']} warm-up requests, then up to "
+        f"{run['settings']['timed_requests']} timed requests or {run['settings']['time_budget_s']:g} s, whichever "
+        "comes first (`n` is how many were timed). Latency is from the call to the full answer in the client. "
+        "`other CPU` is how many cores the rest of the machine kept busy meanwhile; rows marked `!` were "
+        f"measured while it exceeded {CONTAMINATION_CORES:g}.",
+        "",
+        "| system | protocol | client | sessions | clients | n | p50 ms | p90 ms | p99 ms | requests/s | sessions/s | server RSS MB | other CPU |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for m in measurements:
+        flag = " !" if m.other_cpu_cores > CONTAMINATION_CORES else ""
+        rss = f"{m.server_rss_mb:.0f}" if m.server_rss_mb is not None else "-"
+        lines.append(
+            f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.sessions} | {m.concurrency} | {m.requests} "
+            f"| {m.p50_ms:.2f} | {m.p90_ms:.2f} | {m.p99_ms:.2f} | {m.requests_per_s:.1f} | {m.sessions_per_s:.0f} "
+            f"| {rss} | {m.other_cpu_cores:.2f}{flag} |"
+        )
+    lines += [
+        "",
+        "## Cold start",
+        "",
+        "From launching tritonserver to the first answer (gRPC, one session, the system's first client path; "
+        "the client is connected and has read the model's metadata before its first inference).",
+        "",
+        "| system | steps | start to ready s | start to first answer s | first request ms | steady p50 ms | first / steady | RSS after ready MB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for s in starts:
+        ratio = s.first_request_ms / s.steady_p50_ms if s.steady_p50_ms else float("nan")
+        lines.append(
+            f"| {SYSTEM_LABELS[s.system]} | {s.ensemble_steps if s.ensemble_steps is not None else '-'} "
+            f"| {s.start_to_ready_s:.1f} | {s.start_to_first_answer_s:.1f} | {s.first_request_ms:.2f} "
+            f"| {s.steady_p50_ms:.2f} | {ratio:.1f} | {s.rss_after_ready_mb:.0f} |"
+        )
+    lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
+    lines += ["", "## What each system is", "", *[f"- {note}" for note in run["notes"]]]
+    lines += [
+        "",
+        "## Environment",
+        "",
+        f"- Python {machine['python']} on {machine['os']}; torch threads in this process: {machine['torch_threads']}",
+        f"- tritonserver {run.get('tritonserver_version') or 'unknown'} (bundled with nvidia-pytriton), python backend only",
+        "- " + ", ".join(f"{name} {version}" for name, version in machine["packages"].items()),
+        f"- load average at start: {machine['load_average_at_start']}; "
+        f"workload: {run['workload']['train_sessions']} training sessions, catalog of "
+        f"{run['workload']['catalog']} encoded item ids, trained {run['workload']['epochs']} epoch(s) "
+        f"in {run['workload']['training_s']:.0f} s",
+        f"- whole run: {run['wall_s']:.0f} s",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
+    """In-process parts and, for 1-session single-client gRPC, the server's share of each latency."""
+    lines = [
+        "In-process parts (median ms of `Ensemble.transform` split by operator; `compute sum` adds "
+        "the workflow, the model forward and top-k):",
+        "",
+        "| part | " + " | ".join(f"{n} session(s)" for n in run["in_process_parts"]) + " |",
+        "| --- | " + " | ".join("---:" for _ in run["in_process_parts"]) + " |",
+    ]
+    parts = list(next(iter(run["in_process_parts"].values())))
+    for part in parts:
+        lines.append(f"| {part} | " + " | ".join(f"{run['in_process_parts'][n][part]:.3f}" for n in run["in_process_parts"]) + " |")
+    lines += [
+        "",
+        "Served, one session, one client: the client's p50 next to Triton's own mean time per request of "
+        "each model (queue + compute; an ensemble's time includes its steps). The rest is the client, "
+        "the network stack and the protocol.",
+        "",
+        "| system | protocol | client | client p50 ms | server time per model (mean ms) |",
+        "| --- | --- | --- | ---: | --- |",
+    ]
+    for m in measurements:
+        if m.sessions != 1 or m.concurrency != 1 or not m.server_side:
+            continue
+        models = "; ".join(
+            f"{name}: {stats['request_ms']:.2f} (queue {stats['queue_ms']:.2f})" for name, stats in m.server_side.items()
+        )
+        lines.append(f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.p50_ms:.2f} | {models} |")
+    return lines
+
+
+def write_chart(path: Path, measurements: list[Measurement]) -> None:
+    """Grouped bars, one group per (sessions, clients) setting, one bar per system path; log scales."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = sorted({(m.sessions, m.concurrency) for m in measurements})
+    series = list(dict.fromkeys((m.system, m.protocol, m.client) for m in measurements))
+    figure, axes = plt.subplots(2, 1, figsize=(13, 9), sharex=True)
+    width = 0.8 / len(series)
+    for index, (system, protocol, client) in enumerate(series):
+        latency, throughput = [], []
+        for sessions, concurrency in settings:
+            match = [
+                m for m in measurements
+                if (m.system, m.protocol, m.client, m.sessions, m.concurrency) == (system, protocol, client, sessions, concurrency)
+            ]
+            latency.append(match[0].p50_ms if match else 0.0)
+            throughput.append(match[0].sessions_per_s if match else 0.0)
+        positions = [setting + (index - (len(series) - 1) / 2) * width for setting in range(len(settings))]
+        label = f"{SYSTEM_LABELS[system]} · {protocol} · {client}"
+        axes[0].bar(positions, latency, width, label=label, color=f"C{index}")
+        axes[1].bar(positions, throughput, width, color=f"C{index}")
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("p50 latency, ms (log)")
+    axes[0].set_title("p50 latency per request (lower is better)")
+    axes[1].set_yscale("log")
+    axes[1].set_ylabel("sessions / s (log)")
+    axes[1].set_title("throughput (higher is better)")
+    axes[1].set_xticks(range(len(settings)))
+    axes[1].set_xticklabels([f"{s} session(s)/request, {c} client(s)" for s, c in settings])
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    for axis in axes:
+        axis.grid(axis="y", which="both", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

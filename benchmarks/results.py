@@ -1,0 +1,80 @@
+"""The records a run produces, as saved in latest.json: one per measurement, one per server start."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+IN_PROCESS = "in-process"
+FLOOR = "triton-floor"
+PROJECT = "merlin-torch-serving"
+MERLIN = "merlin-systems"
+
+SYSTEM_LABELS = {
+    IN_PROCESS: "(a) in-process limit",
+    FLOOR: "(b) Triton floor",
+    PROJECT: "(c) this project",
+    MERLIN: "(d) Merlin Systems 23.08",
+}
+
+
+@dataclass
+class Measurement:
+    """One (system, protocol, client path, sessions per request, concurrency) setting."""
+
+    system: str
+    protocol: str
+    client: str
+    sessions: int
+    concurrency: int
+    requests: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    requests_per_s: float
+    sessions_per_s: float
+    wall_s: float
+    #: peak RSS of tritonserver and its stubs during the measurement; None in-process
+    server_rss_mb: float | None
+    #: CPU the rest of the machine used meanwhile (cores), and CPU the hypervisor took
+    other_cpu_cores: float
+    steal_cores: float
+    #: Triton's per-model means over the timed requests (see server_stats.per_request_ms)
+    server_side: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple:
+        return (self.system, self.protocol, self.client, self.sessions, self.concurrency)
+
+
+@dataclass
+class ServerStart:
+    """A served system's start and first answer (gRPC, one session, its first client path)."""
+
+    system: str
+    models: list[str]
+    ensemble_steps: int | None
+    start_to_ready_s: float
+    start_to_first_answer_s: float
+    #: the first inference after the server reported ready (the client was connected before)
+    first_request_ms: float
+    rss_after_ready_mb: float
+    #: p50 of the same client path, protocol and size once warm (filled in after the load runs)
+    steady_p50_ms: float | None = None
+
+
+def as_dicts(records) -> list[dict]:
+    return [asdict(record) for record in records]
+
+
+def find(measurements: list[Measurement], system: str, protocol: str, sessions: int, concurrency: int, client: str | None = None) -> Measurement:
+    """The measurement of a setting; with no ``client``, the system's first client path."""
+    for measurement in measurements:
+        if (measurement.system, measurement.protocol, measurement.sessions, measurement.concurrency) == (
+            system,
+            protocol,
+            sessions,
+            concurrency,
+        ) and (client is None or measurement.client == client):
+            return measurement
+    raise KeyError(f"no measurement of {system} {protocol} {sessions} session(s) concurrency {concurrency} client {client}")

@@ -1,0 +1,146 @@
+"""``./run bench``: build the session-based example once, then measure side by side the in-process
+limit, the Triton floor, this project's served ensemble and Merlin Systems 23.08, and write
+benchmarks/results/latest.{json,md,png} (``--quick``: a smoke run, written as quick.*).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, Python puts benchmarks/ itself on the path; `benchmarks` and `examples` live
+# one level up.
+if str(REPOSITORY_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPOSITORY_ROOT))
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import signal  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+SESSION_COUNTS = (1, 32)
+CONCURRENCIES = (1, 8)
+PROTOCOLS = ("grpc", "http")
+RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
+# Loading a model that imports torch and NVTabular in a stub takes tens of seconds on 2 cores.
+SERVER_START_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    warmup_requests: int
+    timed_requests: int
+    time_budget_s: float
+    part_repetitions: int
+
+
+# Full warm-up: one pass over a setting's 16 different requests (see workload.REQUESTS_PER_SETTING),
+# enough for TorchScript to finish compiling for the shapes it will see.
+FULL = Mode("full", warmup_requests=16, timed_requests=300, time_budget_s=5.0, part_repetitions=200)
+QUICK = Mode("quick", warmup_requests=4, timed_requests=20, time_budget_s=1.0, part_repetitions=10)
+
+
+class Progress:
+    """One line per step and per measurement, with the time since the run began."""
+
+    def __init__(self, total_measurements: int):
+        self.began = time.perf_counter()
+        self.total = total_measurements
+        self.done = 0
+
+    def step(self, message: str) -> None:
+        print(f"[{self.elapsed():6.1f} s] {message}", flush=True)
+
+    def measured(self, m) -> None:
+        from benchmarks.results import SYSTEM_LABELS
+
+        self.done += 1
+        rss = f"  RSS {m.server_rss_mb:5.0f} MB" if m.server_rss_mb is not None else ""
+        busy = f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > 0.25 else ""
+        self.step(
+            f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<26} {m.protocol:<10} {m.client:<32} "
+            f"{m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99 {m.p99_ms:8.2f} ms  "
+            f"{m.requests_per_s:7.1f} req/s  {m.sessions_per_s:7.0f} sess/s  n={m.requests}{rss}{busy}"
+        )
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.began
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = _parse_arguments(argv)
+    mode = QUICK if arguments.quick else FULL
+    _quiet_third_party_warnings()
+    # SIGTERM unwinds like Ctrl-C, so every running tritonserver is stopped on the way out.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    from benchmarks.bench import Benchmark
+
+    progress = Progress(total_measurements=_measurement_count())
+    with _work_directory(arguments.work_dir) as work_dir:
+        benchmark = Benchmark(
+            mode=mode,
+            work_dir=work_dir,
+            progress=progress,
+            session_counts=SESSION_COUNTS,
+            concurrencies=CONCURRENCIES,
+            protocols=PROTOCOLS,
+            server_start_timeout_s=SERVER_START_TIMEOUT_S,
+            repository_root=REPOSITORY_ROOT,
+        )
+        benchmark.run()
+    stem = "latest" if mode is FULL else "quick"
+    written = benchmark.write(arguments.output_dir, stem)
+    progress.step("targets:")
+    for target in benchmark.targets:
+        print("  " + target.line(), flush=True)
+    progress.step("wrote " + ", ".join(str(path) for path in written))
+    return 0
+
+
+def _measurement_count() -> int:
+    # in-process once; floor, this project (Client and prebuilt) and Merlin per protocol
+    per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 1)
+    return len(SESSION_COUNTS) * len(CONCURRENCIES) * per_setting
+
+
+def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="./run bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help=f"where results go (default {RESULTS_DIR})")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="keep the model repositories and server logs here (default: a temporary folder, removed)",
+    )
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def _work_directory(path: Path | None):
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        yield path.resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-bench-") as scratch:
+        yield Path(scratch)
+
+
+def _quiet_third_party_warnings() -> None:
+    # Merlin warns about TensorFlow's absence and T4R about deprecated transformers APIs on
+    # every import; neither says anything about this run.
+    for category in (UserWarning, FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The systems under test, and for each the ways a client sends it one request.
+
+A sender factory is called inside the thread that will use it (tritonclient's HTTP client must not
+cross threads), with the server's URL, the protocol and that setting's request frames. It connects
+(one metadata call) and returns ``send(i)``, which sends request ``i`` and waits for the whole
+answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from merlin.schema import Schema
+
+from benchmarks.workload import RESERVED_IDS, TOP_K, Workload
+from merlin_torch_serving import (
+    Client,
+    DecodeItemIds,
+    Ensemble,
+    PredictPytorch,
+    TopK,
+    TransformWorkflow,
+    frames,
+    wire,
+)
+
+PROJECT_MODEL = "session_recs"
+
+Sender = Callable[[int], None]
+SenderFactory = Callable[[str, str, list[pd.DataFrame]], Sender]
+
+
+@dataclass(frozen=True)
+class ClientPath:
+    """One way of sending requests: what the user's code does per request."""
+
+    name: str
+    make_sender: SenderFactory
+
+
+@dataclass(frozen=True)
+class ServedSystem:
+    """A model repository served by one tritonserver, and the client paths measured against it."""
+
+    key: str
+    repository: Path
+    model: str
+    clients: tuple[ClientPath, ...]
+
+
+def project_ensemble(workload: Workload) -> Ensemble:
+    """The example's graph: raw clicks in; per session its id and the k best raw item ids not
+    yet clicked, with their scores (as in examples/session_based/demo.py)."""
+    workflow = workload.workflow
+    session_features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
+    recommendations = (
+        session_features
+        >> PredictPytorch(workload.session_model, backend="python")
+        >> TopK(TOP_K, seen_items=session_features["item_id-list"], exclude_ids=list(RESERVED_IDS))
+        >> DecodeItemIds(workflow, source_column="item_id")
+    )
+    return Ensemble(session_features["session_id"] + recommendations, workflow.input_schema)
+
+
+def project_client(model: str) -> ClientPath:
+    """``merlin_torch_serving.Client.infer``: DataFrame of raw rows in, DataFrame out."""
+
+    def make_sender(url: str, protocol: str, requests: list[pd.DataFrame]) -> Sender:
+        client = Client(url, protocol)
+        client.schemas(model)  # fetched once per client, before timing
+
+        def send(index: int) -> None:
+            client.infer(model, requests[index % len(requests)])
+
+        return send
+
+    return ClientPath("Client", make_sender)
+
+
+def prebuilt_tritonclient(model: str, request_schema: Schema) -> ClientPath:
+    """tritonclient with every request's tensors built before timing: the wire cost alone."""
+
+    def make_sender(url: str, protocol: str, requests: list[pd.DataFrame]) -> Sender:
+        module = _tritonclient(protocol)
+        client = module.InferenceServerClient(url)
+        output_names = _output_names(client, protocol, model)
+        prebuilt = []
+        for frame in requests:
+            arrays = wire.to_wire(frames.frame_to_table(frame, request_schema))
+            prebuilt.append([_infer_input(module, name, array) for name, array in arrays.items()])
+        outputs = [module.InferRequestedOutput(name) for name in output_names]
+
+        def send(index: int) -> None:
+            result = client.infer(model, prebuilt[index % len(prebuilt)], outputs=outputs)
+            for name in output_names:
+                result.as_numpy(name)
+
+        return send
+
+    return ClientPath("tritonclient, prebuilt", make_sender)
+
+
+def merlin_tritonclient(model: str, request_schema: Schema, output_names: list[str]) -> ClientPath:
+    """What ``merlin.systems.triton.utils.send_triton_request`` does per request (convert the
+    DataFrame with Merlin's ``convert_df_to_triton_input``, infer, read the outputs), minus its
+    extra is-server-live round trip, and over HTTP too."""
+
+    def make_sender(url: str, protocol: str, requests: list[pd.DataFrame]) -> Sender:
+        from merlin.systems.triton import convert_df_to_triton_input
+
+        module = _tritonclient(protocol)
+        client = module.InferenceServerClient(url)
+        client.is_server_live()  # connects before timing, as the other client paths do
+
+        def send(index: int) -> None:
+            frame = requests[index % len(requests)]
+            inputs = convert_df_to_triton_input(request_schema, frame, module.InferInput)
+            outputs = [module.InferRequestedOutput(name) for name in output_names]
+            result = client.infer(model, inputs, outputs=outputs)
+            for name in output_names:
+                result.as_numpy(name)
+
+        return send
+
+    return ClientPath("Merlin convert_df + tritonclient", make_sender)
+
+
+def _tritonclient(protocol: str):
+    if protocol == "grpc":
+        import tritonclient.grpc as module
+    elif protocol == "http":
+        import tritonclient.http as module
+    else:
+        raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
+    return module
+
+
+def _output_names(client, protocol: str, model: str) -> list[str]:
+    config = client.get_model_config(model, as_json=True) if protocol == "grpc" else client.get_model_config(model)
+    config = config.get("config", config)
+    return [output["name"] for output in config["output"]]
+
+
+def _infer_input(module, name: str, array):
+    tensor = module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+    tensor.set_data_from_numpy(array)
+    return tensor

@@ -1,0 +1,85 @@
+"""The targets the report checks, each computed from one run's measurements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks.results import FLOOR, IN_PROCESS, MERLIN, PROJECT, Measurement, ServerStart, find
+
+# The project is measured as a user pays for it: through merlin_torch_serving.Client.
+PROJECT_CLIENT = "Client"
+
+
+@dataclass(frozen=True)
+class Target:
+    """``ratio`` is compared with ``limit``: at most it when ``at_most``, else at least it."""
+
+    name: str
+    ratio: float
+    limit: float
+    at_most: bool
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio <= self.limit if self.at_most else self.ratio >= self.limit
+
+    def line(self) -> str:
+        bound = "<=" if self.at_most else ">="
+        return f"{'PASS' if self.passed else 'MISS'}  {self.name}: ratio {self.ratio:.2f} (target {bound} {self.limit:g}); {self.detail}"
+
+
+def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list[Target]:
+    def project(protocol: str, sessions: int, concurrency: int) -> Measurement:
+        return find(measurements, PROJECT, protocol, sessions, concurrency, PROJECT_CLIENT)
+
+    served = project("grpc", 1, 1)
+    limit = find(measurements, IN_PROCESS, IN_PROCESS, 1, 1)
+    floor = find(measurements, FLOOR, "grpc", 1, 1)
+    merlin = find(measurements, MERLIN, "grpc", 1, 1)
+    served_busy = project("grpc", 32, 8)
+    merlin_busy = find(measurements, MERLIN, "grpc", 32, 8)
+    project_start = next(start for start in starts if start.system == PROJECT)
+    rss = {system: _peak_rss(measurements, system) for system in (PROJECT, MERLIN)}
+    return [
+        Target(
+            "1 session, 1 client: p50 of (c) gRPC <= 1.5 x (in-process (a) + Triton floor (b))",
+            served.p50_ms / (limit.p50_ms + floor.p50_ms),
+            1.5,
+            True,
+            f"(c) {served.p50_ms:.2f} ms vs (a) {limit.p50_ms:.2f} ms + (b) {floor.p50_ms:.2f} ms "
+            f"= {limit.p50_ms + floor.p50_ms:.2f} ms",
+        ),
+        Target(
+            "1 session, 1 client: p50 of (c) gRPC at least 10 x lower than (d) gRPC",
+            merlin.p50_ms / served.p50_ms,
+            10.0,
+            False,
+            f"(d) {merlin.p50_ms:.2f} ms vs (c) {served.p50_ms:.2f} ms",
+        ),
+        Target(
+            "32 sessions, 8 clients: throughput of (c) gRPC >= 5 x (d) gRPC",
+            served_busy.sessions_per_s / merlin_busy.sessions_per_s,
+            5.0,
+            False,
+            f"(c) {served_busy.sessions_per_s:.0f} sessions/s vs (d) {merlin_busy.sessions_per_s:.0f} sessions/s",
+        ),
+        Target(
+            "first request after ready <= 2 x steady p50 (c, gRPC, 1 session)",
+            project_start.first_request_ms / project_start.steady_p50_ms,
+            2.0,
+            True,
+            f"first {project_start.first_request_ms:.2f} ms vs steady p50 {project_start.steady_p50_ms:.2f} ms",
+        ),
+        Target(
+            "server memory of (c) <= (d) (peak RSS of tritonserver + stubs)",
+            rss[PROJECT] / rss[MERLIN],
+            1.0,
+            True,
+            f"(c) {rss[PROJECT]:.0f} MB vs (d) {rss[MERLIN]:.0f} MB",
+        ),
+    ]
+
+
+def _peak_rss(measurements: list[Measurement], system: str) -> float:
+    return max(m.server_rss_mb for m in measurements if m.system == system and m.server_rss_mb is not None)
