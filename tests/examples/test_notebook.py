@@ -1,0 +1,135 @@
+"""Runs notebooks/session_based_recommendations.ipynb top to bottom, small, on a real tritonserver.
+
+The kernel is ipykernel on this interpreter (``sys.executable``), whatever kernelspecs are installed.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+pytestmark = pytest.mark.integration
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "session_based_recommendations.ipynb"
+CELL_TIMEOUT_S = 600
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # IPython colours its tracebacks
+
+
+def kernel_on_this_python() -> AsyncKernelManager:
+    """A manager for the notebook's `python3` kernel that runs ipykernel on ``sys.executable``.
+
+    With no kernel folders to search, jupyter_client falls back to ipykernel's own spec, which
+    launches the running interpreter; an installed `python3` spec could name another Python.
+    """
+    manager = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]))
+    if manager.kernel_spec.argv[0] != sys.executable:
+        raise RuntimeError(
+            f"the notebook kernel would run {manager.kernel_spec.argv[0]!r}, not this Python "
+            f"({sys.executable!r}); ipykernel must be installed in the test environment"
+        )
+    return manager
+
+
+def outputs_text(cell) -> str:
+    """Everything a code cell printed or displayed as text."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif output.output_type in ("execute_result", "display_data"):
+            parts.append(output.data.get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def executed_notebook(tmp_path_factory):
+    """The notebook after a small run: 600 sessions, 1 epoch, output in a tmp folder.
+
+    Runs in the notebooks folder, as Jupyter would; a cell that raises (a tritonserver that
+    cannot start included) fails the tests and keeps the executed copy for reading.
+    """
+    output = tmp_path_factory.mktemp("notebook_output")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MTS_NOTEBOOK_SESSIONS", "600")
+        env.setenv("MTS_NOTEBOOK_EPOCHS", "1")
+        env.setenv("MTS_NOTEBOOK_OUTPUT", str(output / "run"))
+        env.delenv("MTS_NOTEBOOK_INTERACTIONS", raising=False)
+        client = NotebookClient(
+            notebook,
+            km=kernel_on_this_python(),
+            timeout=CELL_TIMEOUT_S,
+            resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+        )
+        failure = None
+        try:
+            # The client shuts down a kernel it was handed only when told to.
+            client.execute(cleanup_kc=True)
+        except CellExecutionError as error:
+            failure = ANSI_ESCAPE.sub("", str(error))
+    if failure is not None:
+        executed = output / NOTEBOOK.name
+        nbformat.write(notebook, executed)
+        pytest.fail(f"{NOTEBOOK.name} failed; the executed copy is {executed}\n{failure}", pytrace=False)
+    return notebook, output / "run"
+
+
+def code_cell(notebook, cell_id: str):
+    return next(cell for cell in notebook.cells if cell.get("id") == cell_id)
+
+
+def test_committed_notebook_has_no_outputs_a_parameters_cell_and_the_python3_kernel():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(notebook)
+    assert notebook.metadata.kernelspec.name == "python3"
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.id for cell in code_cells if cell.outputs or cell.execution_count] == []
+    assert "parameters" in code_cells[0].metadata.get("tags", [])
+
+
+def test_notebook_runs_every_code_cell_in_order(executed_notebook):
+    notebook, _ = executed_notebook
+    counts = [cell.execution_count for cell in notebook.cells if cell.cell_type == "code"]
+    assert counts == list(range(1, len(counts) + 1))
+    errors = [
+        cell.id
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if output.output_type == "error"
+    ]
+    assert errors == []
+
+
+def test_notebook_writes_the_workflow_and_the_repository_into_the_output_dir(executed_notebook):
+    notebook, output = executed_notebook
+    assert (output / "workflow" / "workflow.pkl").is_file()
+    assert (output / "repository" / "session_recs" / "config.pbtxt").is_file()
+    listing = outputs_text(code_cell(notebook, "export"))
+    assert "session_recs/    config.pbtxt: name 'session_recs', platform 'ensemble'" in listing
+    assert "backend 'python'" in listing
+
+
+def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(executed_notebook):
+    notebook, _ = executed_notebook
+    served = outputs_text(code_cell(notebook, "serve"))
+    assert "item_ids" in served and "item_scores" in served
+    assert "tritonserver stopped: True" in served
+    pid = int(re.search(r"tritonserver \(pid (\d+)\)", served).group(1))
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    assert not (cmdline.exists() and b"tritonserver" in cmdline.read_bytes())
+
+    check = outputs_text(code_cell(notebook, "check"))
+    shown = re.search(r"served == in-process: same top-10 item ids and scores for sessions \[([\d, ]+)\]", check)
+    assert shown is not None, check
+    sessions = [int(session) for session in shown.group(1).split(", ")]
+    assert len(sessions) == 3
+    for session in sessions:
+        assert re.search(rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check)
