@@ -64,8 +64,11 @@ def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
         inputs = TensorTable({name: env[ref] for name, ref in call.inputs.items()}, _unsafe=True)
         try:
             result = call.op.transform(ColumnSelector(list(call.inputs)), inputs)
-        except MerlinTorchServingError:
+        except InferenceError:
             raise
+        except MerlinTorchServingError as exc:
+            # our own errors already say what is wrong; add which operator said it
+            raise InferenceError(call.name, str(exc)) from exc
         except Exception as exc:
             raise InferenceError(call.name, f"{type(exc).__name__}: {exc}") from exc
         for name in call.output_schema.column_names:
