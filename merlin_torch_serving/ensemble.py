@@ -57,12 +57,17 @@ class Ensemble:
         *,
         overwrite: bool = False,
         add_version: bool = False,
+        options=None,
     ):
         """Write a Triton model repository for this ensemble; see ``export.repository``.
 
-        Returns the ``ExportResult`` (models written, their version). The ensemble itself is not
-        changed by exporting.
+        ``options`` (a ``ModelOptions``) sets instances, warm-up and torch threads of every step
+        model. Returns the ``ExportResult`` (models written, their version). The ensemble itself
+        is not changed by exporting.
         """
+        from merlin_torch_serving.export.config import ModelOptions
         from merlin_torch_serving.export.repository import export_ensemble
 
-        return export_ensemble(self, path, name, overwrite=overwrite, add_version=add_version)
+        return export_ensemble(
+            self, path, name, overwrite=overwrite, add_version=add_version, options=options or ModelOptions()
+        )

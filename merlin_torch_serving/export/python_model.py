@@ -15,6 +15,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER
 from merlin_torch_serving.ops.base import operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
@@ -69,6 +70,11 @@ class TritonPythonModel:
         self.step = HostedStep.load(version_dir)
         config = json.loads(args["model_config"])
         self.output_names = [output["name"] for output in config["output"]]
+        threads = config.get("parameters", {}).get(TORCH_THREADS_PARAMETER, {}).get("string_value")
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
 
     def execute(self, requests):
         pb = self._pb

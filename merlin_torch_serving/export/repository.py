@@ -15,6 +15,7 @@ ensemble does not own are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -239,7 +240,7 @@ def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[S
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "libraries": {lib: _version(lib) for lib in _LIBRARIES},
-        "model_options": {"instance_count": options.instance_count, "warmup_count": options.warmup_count},
+        "model_options": dataclasses.asdict(options),
         "input_schema": json.loads(schema_to_json(ensemble.input_schema)),
         "output_schema": json.loads(schema_to_json(ensemble.output_schema)),
         "steps": [

@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
+import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from merlin_torch_serving import BackendNotAvailableError, Ensemble, frames, wire
+from merlin_torch_serving import BackendNotAvailableError, Ensemble, ModelOptions, frames, wire
 from tests import toy_session
 
 pytestmark = pytest.mark.integration
@@ -63,3 +64,22 @@ def test_libtorch_export_passes_its_check_and_the_bundled_server_says_it_cannot_
     assert "it has: python, ensemble" in message or "it has: ensemble, python" in message
     assert "backend='python'" in message
     assert error.value.missing == {"toy-libtorch-1-predictpytorch_topk": "pytorch"}
+
+
+def test_served_model_runs_with_the_torch_threads_it_was_exported_with(triton_server, toy_workflow, toy_model):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python", k=4), toy_workflow.input_schema)
+    ensemble.export(triton_server.repository, "toy-one-thread", options=ModelOptions(torch_threads=1))
+    triton_server.load("toy-one-thread")
+    rows = toy_session.interactions(40, seed=12, first_session=9000)
+    request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        expected = wire.to_wire(ensemble.run(request))  # what one thread computes
+    finally:
+        torch.set_num_threads(threads)
+
+    served = infer(grpcclient, triton_server.grpc_url, "toy-one-thread", wire.to_wire(request), ["item_ids", "item_scores"])
+
+    np.testing.assert_array_equal(served["item_ids"], expected["item_ids"])
+    np.testing.assert_array_equal(served["item_scores"], expected["item_scores"])

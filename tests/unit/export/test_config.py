@@ -51,12 +51,23 @@ def test_model_options_reject_nonsense():
         ModelOptions(instance_count=0)
     with pytest.raises(ValueError, match="warmup_count must be 0 or more, got -1"):
         ModelOptions(warmup_count=-1)
+    with pytest.raises(ValueError, match="torch_threads must be at least 1 or None, got 0"):
+        ModelOptions(torch_threads=0)
 
 
 def test_warmup_can_be_turned_off(toy_workflow, toy_model, tmp_path):
-    from merlin_torch_serving.export.repository import export_ensemble
-
     ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
-    export_ensemble(ensemble, tmp_path, "cold", options=ModelOptions(warmup_count=0))
+    ensemble.export(tmp_path, "cold", options=ModelOptions(warmup_count=0))
     text = (tmp_path / "cold-0-transformworkflow_predictpytorch_topk" / "config.pbtxt").read_text()
     assert "model_warmup" not in text
+
+
+@pytest.mark.parametrize("backend, model, parameter", [
+    ("python", "threads-0-transformworkflow_predictpytorch_topk", configs.TORCH_THREADS_PARAMETER),
+    ("pytorch", "threads-1-predictpytorch_topk", "INTRA_OP_THREAD_COUNT"),
+])
+def test_torch_threads_reach_the_model_config(toy_workflow, toy_model, tmp_path, backend, model, parameter):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend=backend), toy_workflow.input_schema)
+    ensemble.export(tmp_path, "threads", options=ModelOptions(torch_threads=1))
+    config = configs.from_pbtxt((tmp_path / model / "config.pbtxt").read_text())
+    assert config.parameters[parameter].string_value == "1"
