@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.environment import BUSY_MACHINE_CORES
 from benchmarks.results import SYSTEM_LABELS, Measurement, ServerStart, as_dicts
 from benchmarks.targets import Target
-
-# A measurement during which the rest of the machine kept this much CPU busy is flagged.
-CONTAMINATION_CORES = 0.25
 
 
 def write_json(path: Path, run: dict, measurements: list[Measurement], starts: list[ServerStart], targets: list[Target]) -> None:
@@ -43,19 +41,23 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         *[target.line() for target in targets],
         "```",
         "",
+        _disturbance_summary(measurements),
+        "",
         "## Latency and throughput",
         "",
         f"Each row: {run['settings']['warmup_requests']} warm-up requests, then up to "
         f"{run['settings']['timed_requests']} timed requests or {run['settings']['time_budget_s']:g} s, whichever "
         "comes first (`n` is how many were timed). Latency is from the call to the full answer in the client. "
-        "`other CPU` is how many cores the rest of the machine kept busy meanwhile; rows marked `!` were "
-        f"measured while it exceeded {CONTAMINATION_CORES:g}.",
+        "`other CPU` is how many cores the rest of the machine kept busy meanwhile; a row measured while it "
+        f"exceeded {BUSY_MACHINE_CORES:g} was measured once more after a pause, and the less disturbed attempt kept; "
+        "rows marked `!` stayed above it.",
         "",
         "| system | protocol | client | sessions | clients | n | p50 ms | p90 ms | p99 ms | requests/s | sessions/s | server RSS MB | other CPU |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for m in measurements:
-        flag = " !" if m.other_cpu_cores > CONTAMINATION_CORES else ""
+        flag = " !" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
+        flag += f" ({m.attempts} tries)" if m.attempts > 1 else ""
         rss = f"{m.server_rss_mb:.0f}" if m.server_rss_mb is not None else "-"
         lines.append(
             f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.sessions} | {m.concurrency} | {m.requests} "
@@ -69,16 +71,22 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         "From launching tritonserver to the first answer (gRPC, one session, the system's first client path; "
         "the client is connected and has read the model's metadata before its first inference).",
         "",
-        "| system | steps | start to ready s | start to first answer s | first request ms | steady p50 ms | first / steady | RSS after ready MB |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| system | steps | start to ready s | start to first answer s | first request ms | steady p50 ms | first / steady | RSS after ready MB | other CPU |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in starts:
         ratio = s.first_request_ms / s.steady_p50_ms if s.steady_p50_ms else float("nan")
         lines.append(
             f"| {SYSTEM_LABELS[s.system]} | {s.ensemble_steps if s.ensemble_steps is not None else '-'} "
             f"| {s.start_to_ready_s:.1f} | {s.start_to_first_answer_s:.1f} | {s.first_request_ms:.2f} "
-            f"| {s.steady_p50_ms:.2f} | {ratio:.1f} | {s.rss_after_ready_mb:.0f} |"
+            f"| {s.steady_p50_ms:.2f} | {ratio:.1f} | {s.rss_after_ready_mb:.0f} | {s.other_cpu_cores:.2f} |"
         )
+    lines += [
+        "",
+        f"The first {len(starts[0].first_requests_ms) if starts else 0} requests after ready, one at a time (ms):",
+        "",
+        *[f"- {SYSTEM_LABELS[s.system]}: {', '.join(f'{ms:.1f}' for ms in s.first_requests_ms)}" for s in starts],
+    ]
     lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
     lines += ["", "## What each system is", "", *[f"- {note}" for note in run["notes"]]]
     lines += [
@@ -96,6 +104,20 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         "",
     ]
     path.write_text("\n".join(lines))
+
+
+def _disturbance_summary(measurements: list[Measurement]) -> str:
+    disturbed = [m for m in measurements if m.other_cpu_cores > BUSY_MACHINE_CORES]
+    if not disturbed:
+        return (
+            f"No measurement was disturbed: other processes never kept more than {BUSY_MACHINE_CORES:g} "
+            "cores busy while one ran."
+        )
+    return (
+        f"**{len(disturbed)} of {len(measurements)} measurements were taken while other processes kept more than "
+        f"{BUSY_MACHINE_CORES:g} cores busy** (marked `!` below); on 2 cores that can multiply torch's latency, "
+        "so treat those rows, and the targets that use them, with suspicion."
+    )
 
 
 def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
@@ -160,7 +182,7 @@ def write_chart(path: Path, measurements: list[Measurement]) -> None:
     axes[1].set_ylabel("sessions / s (log)")
     axes[1].set_title("throughput (higher is better)")
     axes[1].set_xticks(range(len(settings)))
-    axes[1].set_xticklabels([f"{s} session(s)/request, {c} client(s)" for s, c in settings])
+    axes[1].set_xticklabels([f"{s} session{'s' * (s > 1)} per request\n{c} client{'s' * (c > 1)}" for s, c in settings])
     axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     for axis in axes:
         axis.grid(axis="y", which="both", alpha=0.3)

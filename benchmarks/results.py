@@ -41,6 +41,8 @@ class Measurement:
     steal_cores: float
     #: Triton's per-model means over the timed requests (see server_stats.per_request_ms)
     server_side: dict = field(default_factory=dict)
+    #: how many times it was measured (again while other processes kept the machine busy)
+    attempts: int = 1
 
     @property
     def key(self) -> tuple:
@@ -58,7 +60,11 @@ class ServerStart:
     start_to_first_answer_s: float
     #: the first inference after the server reported ready (the client was connected before)
     first_request_ms: float
+    #: the first few inferences after ready, one at a time, each a different request
+    first_requests_ms: list[float]
     rss_after_ready_mb: float
+    #: cores other processes kept busy during the first requests
+    other_cpu_cores: float
     #: p50 of the same client path, protocol and size once warm (filled in after the load runs)
     steady_p50_ms: float | None = None
 

@@ -28,6 +28,8 @@ from merlin_torch_serving import (
 )
 
 PROJECT_MODEL = "session_recs"
+# A request that takes longer than this fails the run rather than stalling it.
+REQUEST_TIMEOUT_S = 60.0
 
 Sender = Callable[[int], None]
 SenderFactory = Callable[[str, str, list[pd.DataFrame]], Sender]
@@ -69,7 +71,7 @@ def project_client(model: str) -> ClientPath:
     """``merlin_torch_serving.Client.infer``: DataFrame of raw rows in, DataFrame out."""
 
     def make_sender(url: str, protocol: str, requests: list[pd.DataFrame]) -> Sender:
-        client = Client(url, protocol)
+        client = Client(url, protocol, timeout_s=REQUEST_TIMEOUT_S)
         client.schemas(model)  # fetched once per client, before timing
 
         def send(index: int) -> None:
@@ -84,8 +86,7 @@ def prebuilt_tritonclient(model: str, request_schema: Schema) -> ClientPath:
     """tritonclient with every request's tensors built before timing: the wire cost alone."""
 
     def make_sender(url: str, protocol: str, requests: list[pd.DataFrame]) -> Sender:
-        module = _tritonclient(protocol)
-        client = module.InferenceServerClient(url)
+        module, client, timeout = _tritonclient(protocol, url)
         output_names = _output_names(client, protocol, model)
         prebuilt = []
         for frame in requests:
@@ -94,7 +95,7 @@ def prebuilt_tritonclient(model: str, request_schema: Schema) -> ClientPath:
         outputs = [module.InferRequestedOutput(name) for name in output_names]
 
         def send(index: int) -> None:
-            result = client.infer(model, prebuilt[index % len(prebuilt)], outputs=outputs)
+            result = client.infer(model, prebuilt[index % len(prebuilt)], outputs=outputs, **timeout)
             for name in output_names:
                 result.as_numpy(name)
 
@@ -111,15 +112,14 @@ def merlin_tritonclient(model: str, request_schema: Schema, output_names: list[s
     def make_sender(url: str, protocol: str, requests: list[pd.DataFrame]) -> Sender:
         from merlin.systems.triton import convert_df_to_triton_input
 
-        module = _tritonclient(protocol)
-        client = module.InferenceServerClient(url)
+        module, client, timeout = _tritonclient(protocol, url)
         client.is_server_live()  # connects before timing, as the other client paths do
 
         def send(index: int) -> None:
             frame = requests[index % len(requests)]
             inputs = convert_df_to_triton_input(request_schema, frame, module.InferInput)
             outputs = [module.InferRequestedOutput(name) for name in output_names]
-            result = client.infer(model, inputs, outputs=outputs)
+            result = client.infer(model, inputs, outputs=outputs, **timeout)
             for name in output_names:
                 result.as_numpy(name)
 
@@ -128,14 +128,18 @@ def merlin_tritonclient(model: str, request_schema: Schema, output_names: list[s
     return ClientPath("Merlin convert_df + tritonclient", make_sender)
 
 
-def _tritonclient(protocol: str):
+def _tritonclient(protocol: str, url: str):
+    """The tritonclient module, a client of ``url``, and the keyword that bounds each infer call."""
     if protocol == "grpc":
         import tritonclient.grpc as module
-    elif protocol == "http":
+
+        return module, module.InferenceServerClient(url), {"client_timeout": REQUEST_TIMEOUT_S}
+    if protocol == "http":
         import tritonclient.http as module
-    else:
-        raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
-    return module
+
+        client = module.InferenceServerClient(url, connection_timeout=REQUEST_TIMEOUT_S, network_timeout=REQUEST_TIMEOUT_S)
+        return module, client, {}
+    raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
 
 
 def _output_names(client, protocol: str, model: str) -> list[str]:
