@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import floor, inprocess, merlin_baseline, report, server_stats, systems, targets
@@ -14,6 +15,7 @@ from benchmarks.load import LoadResult, LoadSettings, run_load
 from benchmarks.memory import PeakServerMemory, server_processes, server_rss_bytes
 from benchmarks.results import FLOOR, IN_PROCESS, MERLIN, PROJECT, Measurement, ServerStart, find
 from benchmarks.workload import MAX_SEQUENCE_LENGTH, TOP_K, build_workload
+from examples.session_based import features
 from merlin_torch_serving import TritonServer
 
 _MB = 2**20
@@ -24,11 +26,25 @@ BUSY_PAUSE_S = 3.0
 COLD_REQUESTS = 8
 
 
+@dataclass(frozen=True)
+class Mode:
+    """How long each measurement runs; ``part_repetitions`` times each in-process part."""
+
+    name: str
+    warmup_requests: int
+    timed_requests: int
+    time_budget_s: float
+    part_repetitions: int
+
+
 class Benchmark:
+    """Builds, measures and records; ``run()`` then ``write()``. ``progress`` prints a line per
+    step (``step(message)``) and per measurement (``measured(measurement)``)."""
+
     def __init__(
         self,
         *,
-        mode,
+        mode: Mode,
         work_dir: Path,
         progress,
         session_counts: tuple[int, ...],
@@ -58,7 +74,7 @@ class Benchmark:
 
     def run(self) -> None:
         progress = self.progress
-        progress.step(f"mode {self.mode.name}: building the example (clicks, workflow, 1 epoch of training)")
+        progress.step(f"mode {self.mode.name}: building the example (clicks, workflow, a short training)")
         self.workload = build_workload(self.work_dir / "example", session_counts=self.session_counts, progress=True)
         progress.step(f"trained in {self.workload.training_seconds:.1f} s; exporting the three repositories")
         ensemble, served = self._prepare_repositories()
@@ -90,7 +106,7 @@ class Benchmark:
             "(a) in-process limit: `Ensemble.transform(DataFrame)` with the LocalExecutor in the benchmark "
             "process (DataFrame to table, TransformWorkflow on the compiled fast path, PredictPytorch, "
             f"TopK({TOP_K}) leaving out seen and reserved ids, DecodeItemIds, table to DataFrame); "
-            "8 clients are 8 threads of this process."
+            "one client is the benchmark's main thread, 8 clients are it and 7 more threads."
         )
 
         floor_repository = self.work_dir / "floor"
@@ -104,15 +120,14 @@ class Benchmark:
         fused = "; ".join(f"{model}: {', '.join(ops)}" for model, ops in exported.fused.items())
         self.notes.append(
             f"(c) this project: the exported ensemble `{systems.PROJECT_MODEL}` with {project_steps} step(s) "
-            f"({fused}) on the python backend, one instance, Triton warm-up on. `Client` is "
+            f"({fused}) on the python backend, exported with the default `ModelOptions()` (one instance, "
+            "Triton warm-up configured, torch's default threads). `Client` is "
             "`merlin_torch_serving.Client.infer(DataFrame)` returning a DataFrame (what a user pays); "
             "`tritonclient, prebuilt` sends the same requests as tensors built before timing."
         )
 
         merlin_repository = self.work_dir / "merlin"
         # a fresh copy of the workflow: Merlin's export saves it, which repoints its vocabularies
-        from examples.session_based import features
-
         merlin_outputs = merlin_baseline.export_merlin_systems(
             features.load_workflow(workload.workflow_dir),
             workload.session_model,
@@ -270,8 +285,6 @@ class Benchmark:
         self.measurements.append(kept)
         self.progress.measured(kept)
 
-
-
     # ---- the record -----------------------------------------------------------------------------
 
     def _run_record(self) -> dict:
@@ -306,7 +319,6 @@ class Benchmark:
             "notes": self.notes,
             "wall_s": round(self.wall_s, 1),
         }
-
 
 
 def _measurement(system, protocol, client, sessions, concurrency, result: LoadResult, rss_mb, other, server_side) -> Measurement:

@@ -14,13 +14,22 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
+import warnings  # noqa: E402
+
+# Merlin warns about TensorFlow's absence and Transformers4Rec about deprecated transformers APIs
+# on import; neither says anything about this run. Set before the imports below trigger them.
+for _category in (UserWarning, FutureWarning, DeprecationWarning):
+    warnings.filterwarnings("ignore", category=_category)
+
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import warnings  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+
+from benchmarks.bench import Benchmark, Mode  # noqa: E402
+from benchmarks.environment import BUSY_MACHINE_CORES  # noqa: E402
+from benchmarks.results import SYSTEM_LABELS, Measurement  # noqa: E402
 
 SESSION_COUNTS = (1, 32)
 CONCURRENCIES = (1, 8)
@@ -28,16 +37,6 @@ PROTOCOLS = ("grpc", "http")
 RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
 # Loading a model that imports torch and NVTabular in a stub takes tens of seconds on 2 cores.
 SERVER_START_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    warmup_requests: int
-    timed_requests: int
-    time_budget_s: float
-    part_repetitions: int
-
 
 # Full warm-up: one pass over a setting's 16 different requests (see workload.REQUESTS_PER_SETTING),
 # enough for TorchScript to finish compiling for the shapes it will see.
@@ -56,12 +55,10 @@ class Progress:
     def step(self, message: str) -> None:
         print(f"[{self.elapsed():6.1f} s] {message}", flush=True)
 
-    def measured(self, m) -> None:
-        from benchmarks.results import SYSTEM_LABELS
-
+    def measured(self, m: Measurement) -> None:
         self.done += 1
         rss = f"  RSS {m.server_rss_mb:5.0f} MB" if m.server_rss_mb is not None else ""
-        busy = f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > 0.25 else ""
+        busy = f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
         self.step(
             f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<26} {m.protocol:<10} {m.client:<32} "
             f"{m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99 {m.p99_ms:8.2f} ms  "
@@ -75,11 +72,8 @@ class Progress:
 def main(argv: list[str] | None = None) -> int:
     arguments = _parse_arguments(argv)
     mode = QUICK if arguments.quick else FULL
-    _quiet_third_party_warnings()
     # SIGTERM unwinds like Ctrl-C, so every running tritonserver is stopped on the way out.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    from benchmarks.bench import Benchmark
-
     progress = Progress(total_measurements=_measurement_count())
     with _work_directory(arguments.work_dir) as work_dir:
         benchmark = Benchmark(
@@ -129,13 +123,6 @@ def _work_directory(path: Path | None):
         return
     with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-bench-") as scratch:
         yield Path(scratch)
-
-
-def _quiet_third_party_warnings() -> None:
-    # Merlin warns about TensorFlow's absence and T4R about deprecated transformers APIs on
-    # every import; neither says anything about this run.
-    for category in (UserWarning, FutureWarning, DeprecationWarning):
-        warnings.filterwarnings("ignore", category=category)
 
 
 def _exit_on_sigterm(signum, frame) -> None:
