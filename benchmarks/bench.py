@@ -24,6 +24,8 @@ BUSY_RETRIES = 1
 BUSY_PAUSE_S = 3.0
 # Requests timed one by one right after the server is ready, to show how long it stays cold.
 COLD_REQUESTS = 8
+# Passes over all requests of all settings between the cold start and the first measurement.
+STEADY_STATE_PASSES = 2
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ class Benchmark:
             start_timeout_s=self.server_start_timeout_s,
         ) as server:
             start = self._cold_start(system, server, launched, ready=time.perf_counter())
+            self._bring_to_steady_state(system, server)
             if self.tritonserver_version is None:
                 self.tritonserver_version = _server_version(server.http_url)
             for client in system.clients:
@@ -246,6 +249,19 @@ class Benchmark:
             f"{', '.join(f'{ms:.0f}' for ms in first_requests_ms)}; RSS {start.rss_after_ready_mb:.0f} MB"
         )
         return start
+
+    def _bring_to_steady_state(self, system: systems.ServedSystem, server) -> None:
+        """Send every request of every setting STEADY_STATE_PASSES times, one at a time.
+
+        TorchScript compiles the model again for each new input shape it meets, for dozens of
+        requests; measurements should see a server that has been serving for a while, as the
+        cold-start table shows the server that has not.
+        """
+        for sessions in self.session_counts:
+            requests = self.workload.requests[sessions]
+            send = system.clients[0].make_sender(server.grpc_url, "grpc", requests)
+            for index in range(STEADY_STATE_PASSES * len(requests)):
+                send(index)
 
     def _measure_served_setting(self, system, server, client, protocol: str, sessions: int, concurrency: int) -> None:
         url = server.grpc_url if protocol == "grpc" else server.http_url
