@@ -315,6 +315,8 @@ class Benchmark:
                 "timed_requests": self.mode.timed_requests,
                 "time_budget_s": self.mode.time_budget_s,
                 "in_process_part_repetitions": self.mode.part_repetitions,
+                "cold_requests": COLD_REQUESTS,
+                "steady_state_passes": STEADY_STATE_PASSES,
                 "session_counts": list(self.session_counts),
                 "concurrencies": list(self.concurrencies),
                 "protocols": list(self.protocols),

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from google.protobuf import json_format, text_format
+from google.protobuf import json_format
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.export.config import from_pbtxt, tensor_configs, to_pbtxt
 
 FLOOR_MODEL = "floor"
 # The step returns what it got, under other names: an ensemble output may not share an input's name.
@@ -45,8 +45,7 @@ class TritonPythonModel:
 
 def ensemble_step_count(repository: Path, ensemble_name: str) -> int:
     """How many models the ensemble ``ensemble_name`` of ``repository`` schedules per request."""
-    config_text = (repository / ensemble_name / "config.pbtxt").read_text()
-    config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
+    config = from_pbtxt((repository / ensemble_name / "config.pbtxt").read_text())
     if config.platform != "ensemble":
         raise ValueError(f"model {ensemble_name!r} in {str(repository)!r} is not an ensemble (platform {config.platform!r})")
     return len(config.ensemble_scheduling.step)
@@ -57,11 +56,11 @@ def write_floor_repository(repository: Path, steps: int, request_schema: Schema)
     ensemble's output tensor names. Tensors are those of ``request_schema`` in the wire format."""
     if steps < 1:
         raise ValueError(f"the floor needs at least one step, got {steps!r}")
-    specs = wire.schema_specs(request_schema)
-    tensors = [{"name": spec.name, "data_type": "TYPE_" + spec.triton_dtype, "dims": list(spec.dims)} for spec in specs]
+    tensors = tensor_configs(request_schema)
+    names = [tensor["name"] for tensor in tensors]
     passed = [{**tensor, "name": tensor["name"] + _PASSED_SUFFIX} for tensor in tensors]
     ensemble_steps = []
-    source = {spec.name: spec.name for spec in specs}  # step input -> ensemble tensor it reads
+    source = {name: name for name in names}  # step input -> ensemble tensor it reads
     for index in range(steps):
         name = f"{FLOOR_MODEL}-{index}-noop"
         _write_model(repository / name, {
@@ -75,10 +74,10 @@ def write_floor_repository(repository: Path, steps: int, request_schema: Schema)
         (repository / name / "1" / "model.py").write_text(_NO_OP_MODEL_SOURCE.format(suffix=_PASSED_SUFFIX))
         last = index == steps - 1
         produced = {
-            spec.name + _PASSED_SUFFIX: spec.name + _PASSED_SUFFIX if last else f"{name}/{spec.name}" for spec in specs
+            tensor + _PASSED_SUFFIX: tensor + _PASSED_SUFFIX if last else f"{name}/{tensor}" for tensor in names
         }
         ensemble_steps.append({"model_name": name, "model_version": -1, "input_map": dict(source), "output_map": produced})
-        source = {spec.name: produced[spec.name + _PASSED_SUFFIX] for spec in specs}
+        source = {tensor: produced[tensor + _PASSED_SUFFIX] for tensor in names}
     _write_model(repository / FLOOR_MODEL, {
         "name": FLOOR_MODEL,
         "platform": "ensemble",
@@ -92,5 +91,4 @@ def write_floor_repository(repository: Path, steps: int, request_schema: Schema)
 
 def _write_model(model_dir: Path, config: dict) -> None:
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    parsed = json_format.ParseDict(config, model_config_pb2.ModelConfig())
-    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(parsed))
+    (model_dir / "config.pbtxt").write_text(to_pbtxt(json_format.ParseDict(config, model_config_pb2.ModelConfig())))

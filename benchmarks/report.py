@@ -45,6 +45,8 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         "",
         "## Latency and throughput",
         "",
+        "Each server first answers its cold-start requests (below) and then every request of every setting "
+        f"{run['settings']['steady_state_passes']} times, so rows measure a server that has been serving for a while. "
         f"Each row: {run['settings']['warmup_requests']} warm-up requests, then up to "
         f"{run['settings']['timed_requests']} timed requests or {run['settings']['time_budget_s']:g} s, whichever "
         "comes first (`n` is how many were timed). Latency is from the call to the full answer in the client. "
