@@ -95,7 +95,14 @@ def pytorch_model_config(
             "output": tensor_configs(output_schema),
             "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
             "default_model_filename": "model.pt",
-            "parameters": _parameters({"INFERENCE_MODE": "true", "INTRA_OP_THREAD_COUNT": options.torch_threads}),
+            # as PredictPytorch runs it in-process: no per-shape re-optimisation (see ops/pytorch.py)
+            "parameters": _parameters(
+                {
+                    "INFERENCE_MODE": "true",
+                    "DISABLE_OPTIMIZED_EXECUTION": "true",
+                    "INTRA_OP_THREAD_COUNT": options.torch_threads,
+                }
+            ),
             "model_warmup": _warmup(warmup_files, options),
         }
     )
@@ -146,7 +153,9 @@ def _warmup(warmup_files: dict, options: ModelOptions) -> list[dict]:
         name: {"data_type": "TYPE_" + dtype, "dims": list(dims), "input_data_file": file_name}
         for name, (file_name, dtype, dims) in warmup_files.items()
     }
-    return [{"name": "sample", "batch_size": 0, "count": options.warmup_count, "inputs": inputs}]
+    # batch_size 1: Triton skips samples of batch size 0, and with max_batch_size 0 the dims are
+    # the whole request shape
+    return [{"name": "sample", "batch_size": 1, "count": options.warmup_count, "inputs": inputs}]
 
 
 def _config_dtype(spec: wire.TensorSpec) -> str:

@@ -6,7 +6,7 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from merlin_torch_serving import BackendNotAvailableError, Ensemble, ModelOptions, frames, wire
+from merlin_torch_serving import BackendNotAvailableError, Ensemble, ModelOptions, TritonServer, frames, wire
 from tests import toy_session
 
 pytestmark = pytest.mark.integration
@@ -83,3 +83,13 @@ def test_served_model_runs_with_the_torch_threads_it_was_exported_with(triton_se
 
     np.testing.assert_array_equal(served["item_ids"], expected["item_ids"])
     np.testing.assert_array_equal(served["item_scores"], expected["item_scores"])
+
+
+def test_tritonserver_runs_the_warm_up_of_every_step_model(toy_workflow, toy_model, tmp_path):
+    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    result = ensemble.export(tmp_path, "warm", options=ModelOptions(warmup_count=2))
+    with TritonServer(tmp_path, log_verbose=1) as server:
+        log = server.logs()
+    (step,) = [model for model in result.models if model != "warm"]
+    assert "Skipping batch 0 warmup sample" not in log
+    assert log.count(f"model '{step}' instance {step}_0_0 is running warmup sample 'sample'") == 2
