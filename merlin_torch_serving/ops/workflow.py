@@ -10,7 +10,6 @@ order they first appear in the request, so answers line up with what the caller 
 from __future__ import annotations
 
 import copy
-import logging
 import os
 from typing import Any
 
@@ -23,9 +22,6 @@ from merlin_torch_serving import frames, wire
 from merlin_torch_serving.ops.base import ServingOperator
 
 WORKFLOW_DIR = "workflow"
-
-logger = logging.getLogger("merlin_torch_serving")
-
 
 class TransformWorkflow(ServingOperator):
     """Apply ``workflow`` (fitted ``nvtabular.Workflow``) to the request.
