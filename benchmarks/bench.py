@@ -69,6 +69,7 @@ class Benchmark:
         self.targets: list[targets.Target] = []
         self.notes: list[str] = []
         self.in_process_parts: dict[str, dict[str, float]] = {}
+        self.in_process_parts_other_cpu_cores = 0.0
         self.tritonserver_version: str | None = None
         self.began = time.perf_counter()
 
@@ -180,9 +181,13 @@ class Benchmark:
 
     def _measure_in_process(self, ensemble) -> None:
         self.progress.step("(a) in-process: timing each part of Ensemble.transform")
-        for sessions in self.session_counts:
-            requests = self.workload.requests[sessions]
-            self.in_process_parts[str(sessions)] = inprocess.time_parts(ensemble, requests, self.mode.part_repetitions)
+        with OtherCpuLoad() as other:
+            for sessions in self.session_counts:
+                requests = self.workload.requests[sessions]
+                self.in_process_parts[str(sessions)] = inprocess.time_parts(
+                    ensemble, requests, self.mode.part_repetitions, self.mode.time_budget_s
+                )
+        self.in_process_parts_other_cpu_cores = round(other.other_cores, 3)
         for sessions in self.session_counts:
             requests = self.workload.requests[sessions]
             for concurrency in self.concurrencies:
@@ -253,9 +258,10 @@ class Benchmark:
     def _bring_to_steady_state(self, system: systems.ServedSystem, server) -> None:
         """Send every request of every setting STEADY_STATE_PASSES times, one at a time.
 
-        TorchScript compiles the model again for each new input shape it meets, for dozens of
-        requests; measurements should see a server that has been serving for a while, as the
-        cold-start table shows the server that has not.
+        Measurements should see a server that has been serving for a while, as the cold-start
+        table shows the server that has not: whatever warms up per input shape (TorchScript's
+        optimizing executor re-specialises a model for each new shape, for dozens of requests)
+        has then met every shape of the benchmark.
         """
         for sessions in self.session_counts:
             requests = self.workload.requests[sessions]
@@ -334,6 +340,7 @@ class Benchmark:
                 },
             },
             "in_process_parts": self.in_process_parts,
+            "in_process_parts_other_cpu_cores": self.in_process_parts_other_cpu_cores,
             "notes": self.notes,
             "wall_s": round(self.wall_s, 1),
         }

@@ -28,12 +28,14 @@ def in_process_sender(ensemble: Ensemble, requests: list[pd.DataFrame]) -> Calla
     return send
 
 
-def time_parts(ensemble: Ensemble, requests: list[pd.DataFrame], repetitions: int) -> dict[str, float]:
+def time_parts(
+    ensemble: Ensemble, requests: list[pd.DataFrame], repetitions: int, time_budget_s: float
+) -> dict[str, float]:
     """Median milliseconds of each part of ``ensemble.transform``, over ``repetitions`` requests
-    sent after one untimed pass over all ``requests``.
+    (fewer if ``time_budget_s`` runs out) sent after one untimed pass over all ``requests``.
 
-    The untimed pass matters: TorchScript's profiling executor compiles the model again for each
-    of the first input shapes it sees, and requests of different sizes have different shapes.
+    The untimed pass lets anything that warms up per input shape (TorchScript's optimizing
+    executor, when it is on) see every shape first, as the served systems do.
 
     Parts: the DataFrame-to-table conversion, every operator of the plan by its label, and the
     table-to-DataFrame conversion; ``compute sum`` adds the medians of COMPUTE_OPERATORS and
@@ -44,7 +46,10 @@ def time_parts(ensemble: Ensemble, requests: list[pd.DataFrame], repetitions: in
     compute_labels = {call.op.label for call in plan.calls if type(call.op).__name__ in COMPUTE_OPERATORS}
     for frame in requests:
         ensemble.transform(frame)
+    deadline = time.perf_counter() + time_budget_s
     for index in range(repetitions):
+        if index > 0 and time.perf_counter() >= deadline:
+            break
         frame = requests[index % len(requests)]
         began = time.perf_counter()
         table = frames.frame_to_table(frame, ensemble.input_schema)

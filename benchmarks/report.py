@@ -126,7 +126,8 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
     """In-process parts and, for 1-session single-client gRPC, the server's share of each latency."""
     lines = [
         "In-process parts (median ms of `Ensemble.transform` split by operator; `compute sum` adds "
-        "the workflow, the model forward and top-k):",
+        "the workflow, the model forward and top-k; other processes kept "
+        f"{run['in_process_parts_other_cpu_cores']:.2f} cores busy meanwhile):",
         "",
         "| part | " + " | ".join(f"{n} session(s)" for n in run["in_process_parts"]) + " |",
         "| --- | " + " | ".join("---:" for _ in run["in_process_parts"]) + " |",
