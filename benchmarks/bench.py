@@ -19,7 +19,8 @@ from examples.session_based import features
 from merlin_torch_serving import TritonServer
 
 _MB = 2**20
-# How often a measurement disturbed by other processes is repeated, and the pause before each repeat.
+# How often a disturbed measurement (see environment.BUSY_MACHINE_CORES) is repeated, and the
+# pause before each repeat.
 BUSY_RETRIES = 1
 BUSY_PAUSE_S = 3.0
 # Requests timed one by one right after the server is ready, to show how long it stays cold.
@@ -292,12 +293,12 @@ class Benchmark:
         self._keep_least_disturbed(measure)
 
     def _keep_least_disturbed(self, measure: Callable[[], Measurement]) -> None:
-        """Measure; while other processes kept the machine busy, pause and measure again (up to
-        BUSY_RETRIES times), then keep the attempt they disturbed least."""
+        """Measure; while other processes or virtual machines took the CPU, pause and measure
+        again (up to BUSY_RETRIES times), then keep the attempt they disturbed least."""
         attempts = [measure()]
         while attempts[-1].other_cpu_cores > BUSY_MACHINE_CORES and len(attempts) <= BUSY_RETRIES:
             self.progress.step(
-                f"other processes kept {attempts[-1].other_cpu_cores:.2f} cores busy; "
+                f"other processes or virtual machines took {attempts[-1].other_cpu_cores:.2f} cores; "
                 f"measuring again in {BUSY_PAUSE_S:g} s"
             )
             time.sleep(BUSY_PAUSE_S)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import psutil
 
-# Other processes keeping this much CPU busy (in cores) during a measurement make it suspect: on
-# 2 cores, torch's intra-op threads then wait for each other for whole scheduler time slices.
+# Other processes (or other virtual machines) taking this much CPU (in cores) during a measurement
+# make it suspect: on 2 cores, torch's intra-op threads then wait for each other for whole
+# scheduler time slices.
 BUSY_MACHINE_CORES = 0.25
 
 PACKAGES = (
@@ -54,11 +55,12 @@ def describe_machine(repository_root: Path) -> dict:
 
 
 class OtherCpuLoad:
-    """CPU the rest of the machine used while the ``with`` block ran, in cores.
+    """CPU taken from the processes under test while the ``with`` block ran, in cores.
 
-    ``own_pids`` lists the processes under test besides this one (the server and its stubs);
-    everything else busy on the machine (another test run, a build) counts as other load, and
-    CPU time taken by the hypervisor (steal) is reported on its own.
+    ``own_pids`` lists the processes under test besides this one (the server and its stubs).
+    ``other_cores`` counts everything else busy on the machine (another test run, a build) plus
+    the time the hypervisor gave to other virtual machines (steal), which slows a run just as
+    much; ``steal_cores`` is that last part on its own.
     """
 
     def __init__(self, own_pids: Callable[[], list[int]] = list):
@@ -77,8 +79,8 @@ class OtherCpuLoad:
         machine = psutil.cpu_times()
         busy = _busy_s(machine) - _busy_s(self._machine)
         own = self._own_cpu_s() - self._own
-        self.other_cores = max(0.0, (busy - own) / wall)
         self.steal_cores = max(0.0, (getattr(machine, "steal", 0.0) - getattr(self._machine, "steal", 0.0)) / wall)
+        self.other_cores = max(0.0, (busy - own) / wall) + self.steal_cores
 
     def _own_cpu_s(self) -> float:
         total = 0.0

@@ -50,7 +50,7 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         f"Each row: {run['settings']['warmup_requests']} warm-up requests, then up to "
         f"{run['settings']['timed_requests']} timed requests or {run['settings']['time_budget_s']:g} s, whichever "
         "comes first (`n` is how many were timed). Latency is from the call to the full answer in the client. "
-        "`other CPU` is how many cores the rest of the machine kept busy meanwhile; a row measured while it "
+        "`other CPU` is how many cores other processes, or other virtual machines (steal), took meanwhile; a row measured while it "
         f"exceeded {BUSY_MACHINE_CORES:g} was measured once more after a pause, and the less disturbed attempt kept; "
         "rows marked `!` stayed above it.",
         "",
@@ -112,12 +112,12 @@ def _disturbance_summary(measurements: list[Measurement]) -> str:
     disturbed = [m for m in measurements if m.other_cpu_cores > BUSY_MACHINE_CORES]
     if not disturbed:
         return (
-            f"No measurement was disturbed: other processes never kept more than {BUSY_MACHINE_CORES:g} "
-            "cores busy while one ran."
+            f"No measurement was disturbed: other processes and virtual machines never took more than "
+            f"{BUSY_MACHINE_CORES:g} cores while one ran."
         )
     return (
-        f"**{len(disturbed)} of {len(measurements)} measurements were taken while other processes kept more than "
-        f"{BUSY_MACHINE_CORES:g} cores busy** (marked `!` below); on 2 cores that can multiply torch's latency, "
+        f"**{len(disturbed)} of {len(measurements)} measurements were taken while other processes or virtual "
+        f"machines took more than {BUSY_MACHINE_CORES:g} cores** (marked `!` below); on 2 cores that can multiply torch's latency, "
         "so treat those rows, and the targets that use them, with suspicion."
     )
 
@@ -126,8 +126,8 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
     """In-process parts and, for 1-session single-client gRPC, the server's share of each latency."""
     lines = [
         "In-process parts (median ms of `Ensemble.transform` split by operator; `compute sum` adds "
-        "the workflow, the model forward and top-k; other processes kept "
-        f"{run['in_process_parts_other_cpu_cores']:.2f} cores busy meanwhile):",
+        "the workflow, the model forward and top-k; other processes and virtual machines took "
+        f"{run['in_process_parts_other_cpu_cores']:.2f} cores meanwhile):",
         "",
         "| part | " + " | ".join(f"{n} session(s)" for n in run["in_process_parts"]) + " |",
         "| --- | " + " | ".join("---:" for _ in run["in_process_parts"]) + " |",

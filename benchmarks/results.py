@@ -36,7 +36,8 @@ class Measurement:
     wall_s: float
     #: peak RSS of tritonserver and its stubs during the measurement; None in-process
     server_rss_mb: float | None
-    #: CPU the rest of the machine used meanwhile (cores), and CPU the hypervisor took
+    #: cores other processes used meanwhile, plus those the hypervisor gave to other virtual
+    #: machines (steal, also on its own)
     other_cpu_cores: float
     steal_cores: float
     #: Triton's per-model means over the timed requests (see server_stats.per_request_ms)
@@ -63,7 +64,7 @@ class ServerStart:
     #: the first few inferences after ready, one at a time, each a different request
     first_requests_ms: list[float]
     rss_after_ready_mb: float
-    #: cores other processes kept busy during the first requests
+    #: cores other processes (and other virtual machines) took during the first requests
     other_cpu_cores: float
     #: p50 of the same client path, protocol and size once warm (filled in after the load runs)
     steady_p50_ms: float | None = None

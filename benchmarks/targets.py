@@ -20,7 +20,7 @@ class Target:
     limit: float
     at_most: bool
     detail: str
-    #: other processes kept the machine busy while an input of this target was measured
+    #: other processes or virtual machines took the CPU while an input of this target was measured
     disturbed: bool = False
 
     @property
@@ -29,7 +29,7 @@ class Target:
 
     def line(self) -> str:
         bound = "<=" if self.at_most else ">="
-        caveat = " [measured while other processes kept the machine busy]" if self.disturbed else ""
+        caveat = " [measured while other processes or virtual machines took the CPU]" if self.disturbed else ""
         return (
             f"{'PASS' if self.passed else 'MISS'}  {self.name}: ratio {self.ratio:.2f} "
             f"(target {bound} {self.limit:g}); {self.detail}{caveat}"
