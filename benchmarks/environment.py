@@ -49,7 +49,10 @@ def describe_machine(repository_root: Path) -> dict:
         "torch_threads": torch.get_num_threads(),
         "packages": {name: _version(name) for name in PACKAGES},
         "commit": _git(repository_root, "rev-parse", "--short", "HEAD"),
-        "uncommitted_changes": bool(_git(repository_root, "status", "--porcelain", "--untracked-files=no")),
+        # results of an earlier run are not code; any other change means the commit is not what ran
+        "uncommitted_changes": bool(
+            _git(repository_root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+        ),
         "load_average_at_start": [round(value, 2) for value in os.getloadavg()],
     }
 
