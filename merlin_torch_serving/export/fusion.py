@@ -1,8 +1,10 @@
-"""Compiling a TopK into the libtorch model of the PredictPytorch it follows.
+"""Compiling a TopK, and the DecodeItemIds after it, into the libtorch model of the PredictPytorch
+they follow.
 
-The libtorch step then answers with ``[-1, k]`` ids and scores instead of the whole catalog's
-``[-1, catalog]`` scores, and the request crosses one python stub fewer. The selection is the same
-scripted ``top_k_items`` that runs in-process, so both give the same answer.
+The libtorch step then answers with ``[-1, k]`` (raw) ids and scores instead of the whole catalog's
+``[-1, catalog]`` scores, and the request crosses one or two python stubs fewer. The selection is
+the same scripted ``top_k_items`` that runs in-process, and the decoding the same lookup, so both
+give the same answer.
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
@@ -10,7 +12,10 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
+import numpy as np
+
 from merlin_torch_serving import wire
+from merlin_torch_serving.ops.decode import DecodeItemIds
 from merlin_torch_serving.ops.pytorch import PredictPytorch
 from merlin_torch_serving.ops.topk import TopK, top_k_items
 from merlin_torch_serving.plan import REQUEST, OpCall, Ref
@@ -20,20 +25,34 @@ class ScoresToTopK(torch.nn.Module):
     """A single-output scoring module followed by the top-k selection, in one TorchScript.
 
     ``seen_name`` is the input (wire base name) holding each row's seen items, ``""`` for none;
-    a ragged one arrives as ``__values`` / ``__offsets``.
+    a ragged one arrives as ``__values`` / ``__offsets``. ``raw_ids`` (empty for none) maps
+    encoded ids to raw ids, -1 for ids that are not items, as ``CategoryVocabulary.decode`` does.
+    ``ids_first`` orders the two outputs as the step's config lists them.
     """
 
     k: int
     seen_name: str
     seen_ragged: bool
+    ids_first: bool
 
-    def __init__(self, scorer: torch.nn.Module, k: int, excluded_ids: List[int], seen_name: str, seen_ragged: bool):
+    def __init__(
+        self,
+        scorer: torch.nn.Module,
+        k: int,
+        excluded_ids: List[int],
+        seen_name: str,
+        seen_ragged: bool,
+        raw_ids: torch.Tensor,
+        ids_first: bool = True,
+    ):
         super().__init__()
         self.scorer = scorer
         self.k = k
         self.seen_name = seen_name
         self.seen_ragged = seen_ragged
+        self.ids_first = ids_first
         self.register_buffer("excluded_ids", torch.tensor(excluded_ids, dtype=torch.int64))
+        self.register_buffer("raw_ids", raw_ids.to(torch.int64))
 
     def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
         scores = self.scorer(inputs)
@@ -45,7 +64,14 @@ class ScoresToTopK(torch.nn.Module):
                 seen_offsets = inputs[self.seen_name + "__offsets"].to(torch.int64)
             else:
                 seen_values = inputs[self.seen_name].to(torch.int64)
-        return top_k_items(scores, self.k, self.excluded_ids, seen_values, seen_offsets)
+        ids, best = top_k_items(scores, self.k, self.excluded_ids, seen_values, seen_offsets)
+        size = self.raw_ids.shape[0]
+        if size > 0:
+            inside = (ids >= 0) & (ids < size)
+            ids = torch.where(inside, self.raw_ids[torch.clamp(ids, 0, size - 1)], torch.full_like(ids, -1))
+        if self.ids_first:
+            return ids, best
+        return best, ids
 
 
 def fusable_top_k(call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], consumers: dict[Ref, int]) -> bool:
@@ -69,8 +95,24 @@ def fusable_top_k(call: OpCall, producer: OpCall | None, step_of_call: dict[int,
     return seen_ref.producer in step_of_call and step_of_call[seen_ref.producer] < step_of_call[producer.index]
 
 
-def libtorch_module(calls: list[OpCall], step_inputs: dict[str, Ref], input_schema) -> torch.jit.ScriptModule:
-    """The TorchScript of a libtorch step: the model alone, or the model and its fused TopK."""
+def fusable_decode(
+    call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], backend_of_step: dict[int, str], consumers: dict[Ref, int]
+) -> bool:
+    """Whether ``call`` (a DecodeItemIds) can run inside the libtorch model that ``producer``, a
+    TopK, was fused into: it decodes TopK's ids to integers, reads exactly TopK's two outputs,
+    and nothing else reads them."""
+    if producer is None or not isinstance(call.op, DecodeItemIds) or not isinstance(producer.op, TopK):
+        return False
+    if backend_of_step.get(step_of_call.get(producer.index, -1)) != "pytorch":
+        return False
+    if call.op.vocabulary.raw_values.dtype.kind not in "iu" or call.op.columns != [producer.op.ids_column]:
+        return False
+    produced = {Ref(producer.index, name) for name in producer.output_schema.column_names}
+    return set(call.inputs.values()) == produced and all(consumers.get(ref, 0) == 1 for ref in produced)
+
+
+def libtorch_module(calls: list[OpCall], step_inputs: dict[str, Ref], step_outputs: dict[str, Ref], input_schema) -> torch.jit.ScriptModule:
+    """The TorchScript of a libtorch step: the model alone, or with its fused TopK (and decoding)."""
     predict = calls[0].op
     if len(calls) == 1:
         return predict.module
@@ -80,4 +122,10 @@ def libtorch_module(calls: list[OpCall], step_inputs: dict[str, Ref], input_sche
         seen_ref = calls[1].inputs[top_k.seen_column]
         seen_name = next(name for name, ref in step_inputs.items() if ref == seen_ref)
         seen_ragged = wire.is_ragged(input_schema[seen_name])
-    return torch.jit.script(ScoresToTopK(predict.module, top_k.k, top_k.exclude_ids, seen_name, seen_ragged))
+    raw_ids = torch.zeros(0, dtype=torch.int64)
+    if len(calls) == 3:
+        vocabulary = calls[2].op.vocabulary
+        raw_ids = torch.from_numpy(np.where(vocabulary.is_item, vocabulary.raw_values, -1).astype(np.int64))
+    ids_first = [ref.column for ref in step_outputs.values()] == [top_k.ids_column, top_k.scores_column]
+    module = ScoresToTopK(predict.module, top_k.k, top_k.exclude_ids, seen_name, seen_ragged, raw_ids, ids_first)
+    return torch.jit.script(module)

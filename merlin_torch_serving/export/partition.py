@@ -1,5 +1,5 @@
 """Cutting a plan into Triton steps: each libtorch operator is a model of its own (with the TopK
-that ranks its scores compiled into it, see ``fusion``), and python operators are fused into as
+that ranks its scores, and the decoding of its ids, compiled into it, see ``fusion``), and python operators are fused into as
 few python-backend models as the data flow allows (each model is one hop through a python stub,
 so fewer models answer faster)."""
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from merlin.schema import Schema
 
 from merlin_torch_serving.exceptions import ExportError
-from merlin_torch_serving.export.fusion import fusable_top_k
+from merlin_torch_serving.export.fusion import fusable_decode, fusable_top_k
 from merlin_torch_serving.plan import REQUEST, OpCall, Plan, Ref
 
 
@@ -48,7 +48,10 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
         earliest = max(producer_steps, default=0)
         target = None
         first_producer = calls_by_index.get(next(iter(call.inputs.values()), Ref(REQUEST, "")).producer)
-        if fusable_top_k(call, first_producer, step_of_call, consumers):
+        backend_of_step = {i: backend for i, (backend, _) in enumerate(groups)}
+        if fusable_top_k(call, first_producer, step_of_call, consumers) or fusable_decode(
+            call, first_producer, step_of_call, backend_of_step, consumers
+        ):
             target = step_of_call[first_producer.index]
         elif call.op.backend == "python":
             # any python step at or after the last producer's step already has the inputs ready

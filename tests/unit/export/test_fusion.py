@@ -7,7 +7,7 @@ import numpy as np
 import torch
 from merlin.dag import ColumnSelector
 
-from merlin_torch_serving import Ensemble, PredictPytorch, TopK, TransformWorkflow, frames, wire
+from merlin_torch_serving import DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow, frames, wire
 from tests import toy_session
 
 
@@ -51,3 +51,32 @@ def test_top_k_after_a_python_backend_model_fuses_with_the_python_step(toy_workf
     ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
     result = ensemble.export(tmp_path, "reco")
     assert list(result.fused.values()) == [["TransformWorkflow", "PredictPytorch[python]", "TopK(k=3)"]]
+
+
+def test_decoding_joins_the_fused_libtorch_model_and_returns_raw_ids(toy_workflow, toy_model, tmp_path):
+    scripted, input_schema, output_schema = toy_model
+    features = toy_workflow.input_schema.column_names >> TransformWorkflow(toy_workflow)
+    recommendations = (
+        features
+        >> PredictPytorch(scripted, input_schema, output_schema, backend="pytorch")
+        >> TopK(5, seen_items=features["item_id-list"], exclude_ids=[0, 1, 2])
+        >> DecodeItemIds(toy_workflow)
+    )
+    ensemble = Ensemble(features["session_id"] + recommendations, toy_workflow.input_schema)
+    result = ensemble.export(tmp_path, "reco")
+    assert result.fused == {
+        "reco-0-transformworkflow": ["TransformWorkflow"],
+        "reco-1-predictpytorch_topk_decodeitemids": ["PredictPytorch[pytorch]", "TopK(k=5)", "DecodeItemIds('item_id')"],
+    }
+
+    rows = toy_session.interactions(11, seed=23, first_session=7100)
+    request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
+    expected = ensemble.run(request)
+    features_out = wire.to_wire(TransformWorkflow(toy_workflow).transform(ColumnSelector(), request))
+    module = torch.jit.load(str(tmp_path / "reco-1-predictpytorch_topk_decodeitemids" / "1" / "model.pt"))
+    with torch.inference_mode():
+        ids, scores = module({name: torch.from_numpy(array) for name, array in features_out.items() if "list" in name})
+
+    np.testing.assert_array_equal(ids.numpy(), expected["item_ids"].values)
+    np.testing.assert_array_equal(scores.numpy(), expected["item_scores"].values)
+    assert ids.min() >= 500  # raw ids of toy_session start at 500
