@@ -111,12 +111,15 @@ def _step(title: str) -> None:
 
 def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--interactions", help="a .parquet or .csv file of clicks (session_id, item_id, category, timestamp); default: synthetic clicks")
-    parser.add_argument("--output", default="demo-output", help="folder for the workflow, the data and the model repository (default: %(default)s)")
-    parser.add_argument("--sessions", type=int, default=5000, help="synthetic sessions to generate (default: %(default)s)")
-    parser.add_argument("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
-    parser.add_argument("--show", type=int, default=3, help="held-out sessions to recommend for (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic clicks (default: %(default)s)")
+    add = parser.add_argument
+    add("--interactions", help="a .parquet or .csv file of clicks (session_id, item_id, category, "
+        "timestamp); default: synthetic clicks")
+    add("--output", default="demo-output", help="folder for the workflow, the data and the model "
+        "repository (default: %(default)s)")
+    add("--sessions", type=int, default=5000, help="synthetic sessions to generate (default: %(default)s)")
+    add("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
+    add("--show", type=int, default=3, help="held-out sessions to recommend for (default: %(default)s)")
+    add("--seed", type=int, default=0, help="seed of the synthetic clicks (default: %(default)s)")
     return parser.parse_args(argv)
 
 

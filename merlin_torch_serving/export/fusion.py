@@ -74,7 +74,9 @@ class ScoresToTopK(torch.nn.Module):
         return best, ids
 
 
-def fusable_top_k(call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], consumers: dict[Ref, int]) -> bool:
+def fusable_top_k(
+    call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], consumers: dict[Ref, int]
+) -> bool:
     """Whether ``call`` (a TopK) can run inside ``producer``'s libtorch model.
 
     It can when ``producer`` is the libtorch PredictPytorch whose only output ``call`` ranks,
@@ -96,7 +98,11 @@ def fusable_top_k(call: OpCall, producer: OpCall | None, step_of_call: dict[int,
 
 
 def fusable_decode(
-    call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], backend_of_step: dict[int, str], consumers: dict[Ref, int]
+    call: OpCall,
+    producer: OpCall | None,
+    step_of_call: dict[int, int],
+    backend_of_step: dict[int, str],
+    consumers: dict[Ref, int],
 ) -> bool:
     """Whether ``call`` (a DecodeItemIds) can run inside the libtorch model that ``producer``, a
     TopK, was fused into: it decodes TopK's ids to integers, reads exactly TopK's two outputs,
@@ -111,7 +117,9 @@ def fusable_decode(
     return set(call.inputs.values()) == produced and all(consumers.get(ref, 0) == 1 for ref in produced)
 
 
-def libtorch_module(calls: list[OpCall], step_inputs: dict[str, Ref], step_outputs: dict[str, Ref], input_schema) -> torch.jit.ScriptModule:
+def libtorch_module(
+    calls: list[OpCall], step_inputs: dict[str, Ref], step_outputs: dict[str, Ref], input_schema
+) -> torch.jit.ScriptModule:
     """The TorchScript of a libtorch step: the model alone, or with its fused TopK (and decoding)."""
     predict = calls[0].op
     if len(calls) == 1:

@@ -1,7 +1,7 @@
 """Cutting a plan into Triton steps: each libtorch operator is a model of its own (with the TopK
-that ranks its scores, and the decoding of its ids, compiled into it, see ``fusion``), and python operators are fused into as
-few python-backend models as the data flow allows (each model is one hop through a python stub,
-so fewer models answer faster)."""
+that ranks its scores, and the decoding of its ids, compiled into it, see ``fusion``), and python
+operators are fused into as few python-backend models as the data flow allows (each model is one
+hop through a python stub, so fewer models answer faster)."""
 
 from __future__ import annotations
 
