@@ -98,18 +98,14 @@ def fusable_top_k(
 
 
 def fusable_decode(
-    call: OpCall,
-    producer: OpCall | None,
-    step_of_call: dict[int, int],
-    backend_of_step: dict[int, str],
-    consumers: dict[Ref, int],
+    call: OpCall, producer: OpCall | None, producer_backend: str | None, consumers: dict[Ref, int]
 ) -> bool:
     """Whether ``call`` (a DecodeItemIds) can run inside the libtorch model that ``producer``, a
-    TopK, was fused into: it decodes TopK's ids to integers, reads exactly TopK's two outputs,
-    and nothing else reads them."""
+    TopK, was fused into (``producer_backend`` is its step's backend): it decodes TopK's ids to
+    integers, reads exactly TopK's two outputs, and nothing else reads them."""
     if producer is None or not isinstance(call.op, DecodeItemIds) or not isinstance(producer.op, TopK):
         return False
-    if backend_of_step.get(step_of_call.get(producer.index, -1)) != "pytorch":
+    if producer_backend != "pytorch":
         return False
     if call.op.vocabulary.raw_values.dtype.kind not in "iu" or call.op.columns != [producer.op.ids_column]:
         return False

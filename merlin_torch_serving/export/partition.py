@@ -48,9 +48,9 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
         earliest = max(producer_steps, default=0)
         target = None
         first_producer = calls_by_index.get(next(iter(call.inputs.values()), Ref(REQUEST, "")).producer)
-        backend_of_step = {i: backend for i, (backend, _) in enumerate(groups)}
+        producer_backend = groups[step_of_call[first_producer.index]][0] if first_producer else None
         if fusable_top_k(call, first_producer, step_of_call, consumers) or fusable_decode(
-            call, first_producer, step_of_call, backend_of_step, consumers
+            call, first_producer, producer_backend, consumers
         ):
             target = step_of_call[first_producer.index]
         elif call.op.backend == "python":

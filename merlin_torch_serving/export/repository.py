@@ -129,7 +129,8 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
     version_dir.mkdir(parents=True)
     warmup_files = _write_warmup(model_dir / WARMUP_DIR, step)
     if step.backend == "pytorch":
-        torch.jit.save(libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema), str(version_dir / MODEL_FILE))
+        module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
+        torch.jit.save(module, str(version_dir / MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
         check_libtorch_model(step.name, version_dir / MODEL_FILE, config, sample_table(step.input_schema))
     else:
