@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    ArtifactError,
     BackendNotAvailableError,
     ExportError,
     InferenceError,
@@ -19,11 +20,13 @@ from merlin_torch_serving.exceptions import (
     ModelLoadError,
     PortInUseError,
     RepositoryExistsError,
+    RequestTimeoutError,
     SchemaError,
     ServerError,
     ServerExitedError,
     ServerNotFoundError,
     ServerStartTimeoutError,
+    ServerUnavailableError,
 )
 
 __version__ = "0.1.0"
@@ -49,6 +52,7 @@ _LAZY = {
 __all__ = sorted(
     [
         *_LAZY,
+        "ArtifactError",
         "BackendNotAvailableError",
         "ExportError",
         "InferenceError",
@@ -58,11 +62,13 @@ __all__ = sorted(
         "ModelLoadError",
         "PortInUseError",
         "RepositoryExistsError",
+        "RequestTimeoutError",
         "SchemaError",
         "ServerError",
         "ServerExitedError",
         "ServerNotFoundError",
         "ServerStartTimeoutError",
+        "ServerUnavailableError",
     ]
 )
 

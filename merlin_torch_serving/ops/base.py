@@ -88,6 +88,13 @@ class ServingOperator(BaseOperator):
         """The input columns this operator needs when it starts a graph."""
         return []
 
+    def request_groups(self) -> list[str] | None:
+        """Input columns whose rows must reach this operator in one request (a Groupby's keys: all
+        clicks of a session); ``[]`` when it transforms rows independently, ``None`` when no split
+        of a request is safe. Clients split big requests by these columns, and requests may hold
+        no null in them."""
+        return []
+
     # ---- export ----------------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:

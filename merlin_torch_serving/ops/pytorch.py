@@ -15,10 +15,10 @@ from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.exceptions import InputError, SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.samples import list_length, sample_table, sample_values
-from merlin_torch_serving.schemas import describe_column, schema_from_json, schema_to_json
+from merlin_torch_serving.schemas import catalog_limits, describe_column, schema_from_json, schema_to_json
 from merlin_torch_serving.ops.torch_module import WireModel
 
 MODEL_FILE = "model.pt"
@@ -92,6 +92,7 @@ class PredictPytorch(ServingOperator):
                 dense_inputs=[c.name for c in self.model_input_schema if not wire.is_ragged(c)],
                 pad_value=self.pad_value,
                 pad_left=pad_side == "left",
+                id_limits=catalog_limits(self.model_input_schema),
             )
         )
         self.model_output_schema = _observed_output_schema(self.module, self.model_input_schema, output_schema)
@@ -119,7 +120,14 @@ class PredictPytorch(ServingOperator):
         # TorchScript's optimizing executor re-specialises the graph for every new input shape, and
         # requests of varying sessions and lengths keep bringing new ones (~0.3 s each on 2 cores)
         with torch.inference_mode(), torch.jit.optimized_execution(False):
-            outputs = self.module(inputs)
+            try:
+                outputs = self.module(inputs)
+            except torch.jit.Error as error:
+                # the wrapper refuses bad offsets and ids outside the catalog in its last line
+                refused = InputError.from_message(str(error).strip().splitlines()[-1])
+                if refused is None:
+                    raise
+                raise refused from None
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         return TensorTable(
             {column.name: tensor.numpy() for column, tensor in zip(self.model_output_schema, outputs)},

@@ -68,6 +68,11 @@ class TransformWorkflow(ServingOperator):
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         return self.workflow.output_schema
 
+    def request_groups(self) -> list[str] | None:
+        """The keys of the workflow's Groupby when they are request columns (the session id): the
+        other operators of a fitted workflow transform rows independently."""
+        return _groupby_columns(self.workflow)
+
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         if self.fast_path:
             arrays = self.compiled_workflow().transform(wire.to_wire(transformable))
@@ -114,6 +119,19 @@ def _groupby_key(workflow) -> str | None:
     if key in workflow.input_schema.column_names and key in workflow.output_schema.column_names:
         return key
     return None
+
+
+def _groupby_columns(workflow) -> list[str] | None:
+    """The key columns shared by every Groupby of the workflow ([] without one; None when the
+    Groupbys differ or group by a column the request does not carry)."""
+    from nvtabular.ops import Groupby
+
+    keys = {tuple(n.op.groupby_cols) for n in postorder_iter_nodes(workflow.output_node) if isinstance(n.op, Groupby)}
+    if not keys:
+        return []
+    if len(keys) > 1 or not set(next(iter(keys))) <= set(workflow.input_schema.column_names):
+        return None
+    return list(next(iter(keys)))
 
 
 def _in_request_order(table: TensorTable, request: TensorTable, key: str) -> TensorTable:
