@@ -8,9 +8,11 @@ Layout (``N`` is the version)::
       <name>-2-topk_decodeitemids/  ...
       <name>/                       config.pbtxt (platform "ensemble"), N/manifest.json
 
-Everything is written into a staging folder beside the repository and swapped in at the end; a
-failed export leaves the repository exactly as it was. Models of the repository that this
-ensemble does not own are kept.
+Everything is written into a staging folder beside the repository and swapped in at the end in
+one atomic step (see ``swap``): a failed or killed export leaves the repository exactly as it was,
+and a tritonserver polling it sees the old tree or the new one, never a part. Models of the
+repository that this ensemble does not own are kept. Every failure is an ``ExportError`` whose
+cause is chained.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -34,8 +35,10 @@ from merlin.schema import Schema
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
+from merlin_torch_serving.export import manifest, swap
 from merlin_torch_serving.export.checks import check_libtorch_model
 from merlin_torch_serving.export.fusion import libtorch_module
+from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import Step, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.ops.pytorch import MODEL_FILE
@@ -43,7 +46,6 @@ from merlin_torch_serving.plan import REQUEST, Plan, Ref
 from merlin_torch_serving.samples import sample_table
 from merlin_torch_serving.schemas import schema_to_json
 
-MANIFEST_FILE = "manifest.json"
 WARMUP_DIR = "warmup"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PYTHON_MODEL_SOURCE = '''"""Triton python-backend entry point of a step exported by merlin_torch_serving."""
@@ -94,11 +96,14 @@ def export_ensemble(
     elif existing and not overwrite:
         raise RepositoryExistsError(str(repository), existing)
 
-    repository.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{repository.name}.export-", dir=repository.parent))
+    doing = "preparing the staging folder"
+    staging = None
     try:
-        staged = staging / "repository"
+        swap.recover(repository)
+        staging = swap.staging_folder(repository)
+        staged = staging / swap.STAGED_DIR
         if repository.exists():
+            doing = "linking the current repository into the staging folder"
             _link_tree(repository, staged)
             if not add_version:
                 for model in existing:
@@ -106,12 +111,23 @@ def export_ensemble(
         staged.mkdir(exist_ok=True)
         tensor_names = _tensor_names(plan, steps)
         for step in steps:
+            doing = f"writing step {step.name!r} ({', '.join(call.op.label for call in step.calls)})"
             _write_step(staged / step.name, step, version, options)
-        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version)
-        _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options)
-        _swap_in(staged, repository)
+        doing = f"writing the ensemble {name!r}"
+        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version, options)
+        _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options, staged)
+        doing = "putting the new repository in place of the old one"
+        swap.replace_tree(staging, repository)
+    except ExportError:
+        raise
+    except Exception as error:
+        raise ExportError(
+            f"exporting ensemble {name!r} to {str(repository)!r} failed while {doing}: "
+            f"{type(error).__name__}: {error}; the repository was left as it was"
+        ) from error
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(
         path=str(repository),
         name=name,
@@ -157,8 +173,9 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
                     "output_schema": schema_to_json(call.output_schema),
                 }
             )
-        _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
         _write_text(version_dir / "model.py", _PYTHON_MODEL_SOURCE)
+        spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
+        _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
         config = configs.python_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
@@ -205,7 +222,9 @@ def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
     return names
 
 
-def _write_ensemble(model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int) -> None:
+def _write_ensemble(
+    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options
+) -> None:
     (model_dir / str(version)).mkdir(parents=True)
     step_configs = []
     for step in steps:
@@ -219,7 +238,9 @@ def _write_ensemble(model_dir: Path, name: str, ensemble, plan: Plan, steps, ten
     response_schema = Schema(
         [c.with_name(wire.response_name(c.name, plan.input_schema.column_names)) for c in ensemble.output_schema]
     )
-    config = configs.ensemble_config(name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs)
+    config = configs.ensemble_config(
+        name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs, plan.request_groups(), options
+    )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
@@ -234,11 +255,13 @@ def _wire_map(schema, refs: dict[str, Ref], tensor_names: dict[Ref, str]) -> dic
     return mapping
 
 
-def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[Step], options) -> None:
-    manifest = {
+def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[Step], options, staged: Path) -> None:
+    record = {
         "ensemble": name,
         "version": version,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "format_version": manifest.STEP_FORMAT_VERSION,
+        "library_version": manifest.library_version(),
         "python": sys.version.split()[0],
         "libraries": {lib: _version(lib) for lib in _LIBRARIES},
         "model_options": dataclasses.asdict(options),
@@ -255,11 +278,12 @@ def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[S
                 ],
                 "inputs": [spec.name for spec in wire.schema_specs(step.input_schema)],
                 "outputs": [spec.name for spec in wire.schema_specs(step.output_schema)],
+                "artifacts": manifest.file_digests(staged / step.name / str(version)),
             }
             for step in steps
         ],
     }
-    _write_text(path, json.dumps(manifest, indent=1))
+    _write_text(path, json.dumps(record, indent=1))
 
 
 # ---- files ----------------------------------------------------------------------------------------
@@ -293,18 +317,3 @@ def _link_tree(source: Path, target: Path) -> None:
             shutil.copy2(src, dst)
 
     shutil.copytree(source, target, copy_function=link_or_copy, symlinks=True)
-
-
-def _swap_in(staged: Path, repository: Path) -> None:
-    """Replace ``repository`` by ``staged`` with two renames; roll back if the second fails."""
-    if not repository.exists():
-        os.rename(staged, repository)
-        return
-    backup = staged.parent / "previous"
-    os.rename(repository, backup)
-    try:
-        os.rename(staged, repository)
-    except BaseException:
-        os.rename(backup, repository)
-        raise
-    shutil.rmtree(backup, ignore_errors=True)
