@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import importlib.util
 import os
+import py_compile
 import re
 import shutil
 import sys
@@ -174,6 +176,7 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
                 }
             )
         _write_text(version_dir / "model.py", _PYTHON_MODEL_SOURCE)
+        _compile(version_dir / "model.py")
         spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
         _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
         config = configs.python_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
@@ -305,6 +308,17 @@ def _write_text(path: Path, text: str) -> None:
     if path.exists():
         path.unlink()
     path.write_text(text)
+
+
+def _compile(source: Path) -> None:
+    """Write the bytecode of ``source`` now: the stub would otherwise write it into the repository
+    when it loads the model, and a polling tritonserver takes that change for a new model to reload."""
+    py_compile.compile(
+        str(source),
+        cfile=importlib.util.cache_from_source(str(source)),
+        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        doraise=True,
+    )
 
 
 def _link_tree(source: Path, target: Path) -> None:
