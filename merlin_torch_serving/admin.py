@@ -1,12 +1,11 @@
 """The server's admin endpoints (model configs, statistics) through ``tritonclient.http``.
 
-tritonclient's HTTP client is not safe to share between threads, so each thread that asks gets a
-client of its own.
+Each call opens a client and closes it: tritonclient's HTTP client is not safe to share between
+threads, and a connection kept open would make tritonserver wait for it, up to its exit
+timeout, when it is stopped.
 """
 
 from __future__ import annotations
-
-import threading
 
 from merlin_torch_serving.exceptions import ServerError
 
@@ -15,7 +14,6 @@ class Admin:
     def __init__(self, url: str, timeout_s: float):
         self.url = url
         self._timeout_s = timeout_s
-        self._local = threading.local()
 
     def model_config(self, name: str, version: int | None = None) -> dict:
         """The config the server runs model ``name`` (``version``) with, as JSON."""
@@ -32,15 +30,14 @@ class Admin:
     def _call(self, method: str, *args):
         from tritonclient.utils import InferenceServerException
 
-        client = getattr(self._local, "client", None)
-        if client is None:
-            import tritonclient.http
+        import tritonclient.http
 
-            client = tritonclient.http.InferenceServerClient(
-                self.url, connection_timeout=self._timeout_s, network_timeout=self._timeout_s
-            )
-            self._local.client = client
+        client = tritonclient.http.InferenceServerClient(
+            self.url, connection_timeout=self._timeout_s, network_timeout=self._timeout_s
+        )
         try:
             return getattr(client, method)(*args)
         except (InferenceServerException, OSError) as error:
             raise ServerError(f"tritonserver at {self.url} did not answer {method}: {error}") from error
+        finally:
+            client.close()
