@@ -73,12 +73,14 @@ class InputError(MerlinTorchServingError):
 
     @classmethod
     def from_message(cls, text: str, model: str | None = None) -> "InputError | None":
-        """The InputError whose message ``text`` ends with (as a served step words its refusal), or None."""
+        """The InputError whose message ``text`` ends with (as a served step words its refusal), or
+        None; the model is the step the text names (``model 'x': input column ...``), else ``model``."""
         match = cls._MESSAGE.search(text)
         if match is None:
             return None
         got, _, hint = match.group("got").partition("; ")
-        return cls(match.group("column"), match.group("expected"), got, hint, model=model)
+        step = re.findall(r"model '([^']+)'", text[: match.start()])
+        return cls(match.group("column"), match.group("expected"), got, hint, model=step[-1] if step else model)
 
 
 class ExportError(MerlinTorchServingError):

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
+import numpy as np
+
 from merlin_torch_serving.process import ProcessInfo, describe_exit
 
 STUB_NAME = "triton_python_backend_stub"
@@ -163,3 +165,32 @@ def expected_stubs(config: Mapping) -> int | None:
     if config.get("backend") != "python":
         return None
     return sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
+
+
+def probe_request(config: Mapping) -> dict[str, np.ndarray] | None:
+    """A request of no rows for a python model, from its config: it reaches the model's stub
+    (the answer to it says whether the stub runs) and costs nothing. None for models it does not
+    fit: those without stubs, and those Triton batches (a batch of 0 rows is refused before it
+    reaches the stub, so its answer would prove nothing)."""
+    if expected_stubs(config) is None or int(config.get("max_batch_size", 0)) > 0:
+        return None
+    arrays = {}
+    for tensor in config.get("input", []):
+        dims = [int(d) for d in tensor.get("dims", [-1])]
+        if dims and dims[0] != -1:
+            return None  # a fixed first dimension cannot hold no rows
+        dtype = tensor["data_type"].removeprefix("TYPE_")
+        try:
+            numpy_dtype = np.dtype(object) if dtype in ("STRING", "BYTES") else np.dtype(dtype.lower().replace("fp", "float"))
+        except TypeError:
+            return None  # e.g. BF16, which numpy has not
+        # ragged offsets (rows + 1 entries) hold a single 0 for no rows
+        rows = 1 if tensor["name"].endswith("__offsets") else 0
+        arrays[tensor["name"]] = np.zeros([rows] + [max(d, 0) for d in dims[1:]], dtype=numpy_dtype)
+    return arrays
+
+
+def stub_answered(error_message: str | None) -> bool:
+    """Whether the answer to a probe came from a running stub: any answer but the python
+    backend's own refusal of a request to a stub that is gone."""
+    return error_message is None or "is not healthy" not in error_message

@@ -20,6 +20,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import frames, wire
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.tables import take_rows
 
 WORKFLOW_DIR = "workflow"
 
@@ -142,24 +143,6 @@ def _in_request_order(table: TensorTable, request: TensorTable, key: str) -> Ten
     slot = np.clip(np.searchsorted(unique_keys, output_keys), 0, max(len(unique_keys) - 1, 0))
     order = np.argsort(first_position[slot], kind="stable")
     return take_rows(table, order)
-
-
-def take_rows(table: TensorTable, rows: np.ndarray) -> TensorTable:
-    """The given rows of every column, in the given order (ragged columns included)."""
-    columns = {}
-    for name, column in table.items():
-        values = np.asarray(column.values)
-        if column.offsets is None:
-            columns[name] = values[rows]
-            continue
-        offsets = np.asarray(column.offsets).astype(np.int64)
-        starts, ends = offsets[:-1][rows], offsets[1:][rows]
-        lengths = ends - starts
-        new_offsets = wire.offsets_from_lengths(lengths)
-        # positions of each kept value in the old values array
-        within = np.arange(int(new_offsets[-1])) - np.repeat(new_offsets[:-1].astype(np.int64), lengths)
-        columns[name] = (values[np.repeat(starts, lengths) + within], new_offsets)
-    return TensorTable(columns, _unsafe=True)
 
 
 def _cast_to_schema(table: TensorTable, schema: Schema) -> TensorTable:

@@ -58,7 +58,7 @@ def served_repository(tmp_path_factory, toy_workflow, toy_model):
 def test_serve_prints_urls_and_the_loaded_models(served_repository):
     _, urls, output = served_repository
     assert set(urls) == {"gRPC", "HTTP"}
-    assert re.search(r"^reco\s+1\s+READY$", output, flags=re.M)
+    assert re.search(r"^reco\s+1\s+READY\s+-\s+0$", output, flags=re.M)  # an ensemble has no stub
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
@@ -95,11 +95,11 @@ def test_infer_reports_a_bad_request_as_an_error_naming_the_column(served_reposi
     assert "input column 'category'" in result.stderr
 
 
-def test_models_lists_versions_and_states(served_repository):
+def test_models_lists_versions_states_and_whether_stubs_answer(served_repository):
     _, urls, _ = served_repository
     result = run_cli("models", "--url", urls["gRPC"])
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^reco-0-\S+\s+1\s+READY$", result.stdout, flags=re.M)
+    assert re.search(r"^reco-0-\S+\s+1\s+READY\s+alive\s+\d+$", result.stdout, flags=re.M)
 
 
 def test_ctrl_c_stops_the_server_cleanly(served_repository):

@@ -84,12 +84,16 @@ def test_rows_of_unequal_length_are_refused_before_sending(served, client):
         client.infer("toy-client", request)
 
 
-def test_a_failing_step_is_named_in_the_error_the_client_sees(served, client):
+def test_a_step_that_refuses_a_request_is_named_with_the_column_in_the_error_the_client_sees(served, client):
     rows = toy_session.interactions(1, seed=26)
     request = frames.frame_to_table(rows[served.input_schema.column_names])
     request["item_id"] = frames.frame_to_table({"item_id": np.zeros(0, dtype=np.int64)})["item_id"]
-    with pytest.raises(InferenceError, match="model 'toy-client-0-transformworkflow_predictpytorch_topk'.*TransformWorkflow"):
+    with pytest.raises(
+        InputError,
+        match=rf"model 'toy-client-0-transformworkflow_predictpytorch_topk' refused the request: input column 'item_id': expected {len(rows)} rows",
+    ) as caught:
         client.infer_table("toy-client", request)
+    assert caught.value.column == "item_id"
 
 
 def test_an_unknown_model_is_an_inference_error_naming_it(client):
