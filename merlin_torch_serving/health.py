@@ -123,14 +123,18 @@ def assess(
     failures: Mapping[tuple[str, int], int],
     notes: Mapping[str, str] = {},
     restarts: Mapping[str, int] = {},
+    reloading: Iterable[str] = (),
 ) -> list[ModelHealth]:
     """One ``ModelHealth`` per index row.
 
     ``instances`` maps each python model version to the stub count its config asks for (models
     missing from it have no stubs); ``live`` and ``deaths`` come from ``StubRecord.update``;
     ``failures`` from the server's statistics; ``notes`` is the launcher's own last word on a
-    model (a failed restart), shown when nothing worse is known.
+    model (a failed restart), shown when nothing worse is known. A model in ``reloading`` is
+    being reloaded after its stubs died: its new stubs may run, but requests still reach the
+    dead ones until the reload is done.
     """
+    reloading = set(reloading)
     report = []
     for status in statuses:
         key = (status.name, status.version or 0)
@@ -138,6 +142,8 @@ def assess(
         error = ""
         if status.state != "READY":
             error = status.reason
+        elif status.name in reloading:
+            stubs_alive = False
         elif key in instances:
             running = len(live.get(key, ()))
             stubs_alive = running >= instances[key]

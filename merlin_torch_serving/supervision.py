@@ -42,6 +42,7 @@ class Supervisor:
         self._retry_at: dict[str, float] = {}
         self._retry_wait_s: dict[str, float] = {}
         self._reported: set[tuple[str, str]] = set()
+        self._reloading: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -70,7 +71,7 @@ class Supervisor:
                     expected = self._expected_stubs(key, frozenset(live.get(key, ())))
                     if expected is not None:
                         instances[key] = expected
-            return assess(statuses, instances, live, deaths, failures, self._notes, self._restarts)
+            return assess(statuses, instances, live, deaths, failures, self._notes, self._restarts, self._reloading)
 
     def _expected_stubs(self, key: tuple[str, int], pids: frozenset[int]) -> int | None:
         """The stubs a model version's config asks for; read again whenever its stubs change, so a
@@ -111,6 +112,8 @@ class Supervisor:
             )
         if not self._restart or time.monotonic() < self._retry_at.get(model.name, 0.0) or self._stop.is_set():
             return
+        self._notes[model.name] = f"being reloaded after: {model.last_error}"
+        self._reloading.add(model.name)
         try:
             self._server.reload(model.name)
         except MerlinTorchServingError as error:
@@ -120,6 +123,8 @@ class Supervisor:
             self._notes[model.name] = f"reloading it after its failure failed: {error}"
             logger.error("reloading model %r failed (next try in %g s): %s", model.name, wait_s, error)
             return
+        finally:
+            self._reloading.discard(model.name)
         self._retry_wait_s.pop(model.name, None)
         self._retry_at.pop(model.name, None)
         self._restarts[model.name] = self._restarts.get(model.name, 0) + 1

@@ -50,14 +50,13 @@ class EntryCheck:
         for name, ref in entries.items():
             groups.setdefault(ref.producer, []).append(name)
         name_of = {ref: name for name, ref in entries.items()}
-        keys = set()
+        non_null = {column.name for column in schema if Tags.ID in column.tags}
         for call in calls:
-            for key in call.op.request_groups() or ():
-                ref = call.inputs.get(key)
+            for name in call.op.non_null_inputs():
+                ref = call.inputs.get(name)
                 if ref in name_of:
-                    keys.add(name_of[ref])
-        ids = {column.name for column in schema if Tags.ID in column.tags}
-        return cls(schema, tuple(tuple(names) for names in groups.values()), frozenset(keys | ids), max_rows)
+                    non_null.add(name_of[ref])
+        return cls(schema, tuple(tuple(names) for names in groups.values()), frozenset(non_null), max_rows)
 
     def check(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Raise ``InputError`` for the first tensor of ``arrays`` (wire format) that does not fit."""

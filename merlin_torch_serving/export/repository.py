@@ -105,11 +105,8 @@ def export_ensemble(
         staging = swap.staging_folder(repository)
         staged = staging / swap.STAGED_DIR
         if repository.exists():
-            doing = "linking the current repository into the staging folder"
-            _link_tree(repository, staged)
-            if not add_version:
-                for model in existing:
-                    shutil.rmtree(staged / model)
+            doing = "copying the current repository into the staging folder"
+            _copy_tree(repository, staged, skip=[] if add_version else existing)
         staged.mkdir(exist_ok=True)
         tensor_names = _tensor_names(plan, steps)
         for step in steps:
@@ -304,7 +301,7 @@ def _version(distribution: str) -> str | None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    # never write through a hard link into the live repository
+    # a file copied from the live repository is replaced, not written into
     if path.exists():
         path.unlink()
     path.write_text(text)
@@ -321,13 +318,12 @@ def _compile(source: Path) -> None:
     )
 
 
-def _link_tree(source: Path, target: Path) -> None:
-    """Copy a repository cheaply: hard links where the filesystem allows, copies elsewhere."""
+def _copy_tree(source: Path, target: Path, skip: list[str]) -> None:
+    """Copy the repository, but the top-level model folders in ``skip``.
 
-    def link_or_copy(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, target, copy_function=link_or_copy, symlinks=True)
+    Copies, not hard links: linking a file changes its change time, and a tritonserver polling
+    the live repository would take that for a new version of every model in it and reload them
+    all while the export is still being written (and again when the old tree is deleted). With
+    copies the live tree is left untouched, and the models are reloaded once, after the swap,
+    together with the new ones."""
+    shutil.copytree(source, target, symlinks=True, ignore=lambda folder, names: skip if Path(folder) == source else [])

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from merlin.dag import postorder_iter_nodes
-from merlin.schema import Schema
+from merlin.schema import Schema, Tags
 from merlin.table import TensorTable
 
 from merlin_torch_serving import frames, wire
@@ -73,6 +73,15 @@ class TransformWorkflow(ServingOperator):
         """The keys of the workflow's Groupby when they are request columns (the session id): the
         other operators of a fitted workflow transform rows independently."""
         return _groupby_columns(self.workflow)
+
+    def non_null_inputs(self) -> list[str]:
+        """The Groupby keys (a null key would drop its rows from the answer) and the raw columns of
+        outputs tagged as ids (a null item id is a broken click, not a category of its own)."""
+        ids = [c.name for c in self.workflow.output_schema if Tags.ID in c.tags]
+        sources = {name for column in ids for name in _input_sources(self.workflow.output_node, column)}
+        keys = _groupby_columns(self.workflow) or []
+        inputs = self.workflow.input_schema.column_names
+        return [name for name in inputs if name in sources or name in keys]
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         if self.fast_path:
@@ -133,6 +142,19 @@ def _groupby_columns(workflow) -> list[str] | None:
     if len(keys) > 1 or not set(next(iter(keys))) <= set(workflow.input_schema.column_names):
         return None
     return list(next(iter(keys)))
+
+
+def _input_sources(node, column: str) -> set[str]:
+    """The workflow input columns ``column`` of ``node`` is computed from."""
+    parents = node.parents_with_dependencies
+    if not parents:
+        return {column}
+    sources = set()
+    for name in node.column_mapping.get(column, [column]):
+        for parent in parents:
+            if name in parent.output_schema.column_names:
+                sources |= _input_sources(parent, name)
+    return sources
 
 
 def _in_request_order(table: TensorTable, request: TensorTable, key: str) -> TensorTable:

@@ -113,11 +113,13 @@ def test_nulls_in_grouping_keys_and_id_columns_are_refused():
         keyed.check({"session_id": np.array([1.0, np.nan]), "item": np.array(["a", "b"], dtype=object)})
 
 
-def test_the_session_key_of_a_workflow_with_a_groupby_must_not_be_null(toy_workflow, toy_model):
+def test_the_session_key_and_the_raw_item_id_of_a_session_workflow_must_not_be_null(toy_workflow, toy_model):
     from merlin_torch_serving import Ensemble
     from tests import toy_session
 
     ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
     assert ensemble.plan.request_groups() == ["session_id"]
     requests = {name: Ref(REQUEST, name) for name in toy_workflow.input_schema.column_names}
-    assert "session_id" in EntryCheck.for_entry(toy_workflow.input_schema, requests, ensemble.plan.calls).non_null
+    # item_id feeds 'item_id-list', tagged as the item id; category is a feature that may be null
+    check = EntryCheck.for_entry(toy_workflow.input_schema, requests, ensemble.plan.calls)
+    assert check.non_null == {"session_id", "item_id"}
