@@ -150,9 +150,8 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
         return values.astype(want)  # e.g. int64 ids that fit the schema's int32
     elif got.kind == "f" and want.kind == "f":
         return values.astype(want)
-    raise InputError(
-        schema.name, describe_column(schema), f"{got} values", f"they do not convert to {want} without changing"
-    )
+    kind = "str" if got.kind in "US" else got
+    raise InputError(schema.name, describe_column(schema), f"{kind} values", f"they do not convert to {want} without changing")
 
 
 def _no_rows(schema: ColumnSchema):

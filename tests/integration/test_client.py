@@ -6,6 +6,7 @@ import pytest
 
 from merlin_torch_serving import Client, Ensemble, InferenceError, InputError, TritonExecutor, frames
 from tests import toy_session
+from tests.served import assert_frames_equal
 
 pytestmark = pytest.mark.integration
 
@@ -22,14 +23,6 @@ def served(triton_server, toy_workflow, toy_model):
 def client(request, triton_server):
     url = triton_server.grpc_url if request.param == "grpc" else triton_server.http_url
     return Client(url, protocol=request.param)
-
-
-def assert_frames_equal(served: pd.DataFrame, local: pd.DataFrame):
-    assert list(served.columns) == list(local.columns)
-    for column in local.columns:
-        for got, want in zip(served[column], local[column]):
-            np.testing.assert_array_equal(got, want, err_msg=column)
-    assert len(served) == len(local)
 
 
 def test_client_reads_schemas_from_the_server(served, client):
