@@ -111,6 +111,16 @@ class Client:
         self._module = module
         self._schemas: dict[str, ModelSchemas] = {}
 
+    def close(self) -> None:
+        """Close the connection (tritonserver waits, when it stops, for open HTTP connections)."""
+        self._client.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     # ---- metadata ---------------------------------------------------------------------------
 
     def schemas(self, model: str) -> ModelSchemas:

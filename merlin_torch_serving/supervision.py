@@ -47,6 +47,9 @@ class Supervisor:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        # know the stubs from the start: one that dies before the first look is still named
+        with self._lock:
+            self._stubs.update(children_of(self._server.pid))
         self._thread = threading.Thread(target=self._watch, name=f"tritonserver-{self._server.pid}-supervisor", daemon=True)
         self._thread.start()
 

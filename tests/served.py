@@ -99,7 +99,10 @@ class Traffic:
 
     def _send(self, protocol: str, offset: int) -> None:
         # no retries: a request that needed one would be a failed request to the caller of the test
-        client = Client(self.urls[protocol], protocol, retries=0)
+        with Client(self.urls[protocol], protocol, retries=0) as client:
+            self._send_until_stopped(client, protocol, offset)
+
+    def _send_until_stopped(self, client: Client, protocol: str, offset: int) -> None:
         index = offset
         while not self._stop.is_set():
             request, expected = self.requests[index % len(self.requests)], self.expected[index % len(self.expected)]

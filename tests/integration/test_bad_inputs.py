@@ -157,10 +157,10 @@ def send(path: str, case: Case, ensemble: Ensemble, server) -> tuple[pd.DataFram
             return ensemble.transform(case.request), ""
         if path.startswith("client"):
             protocol = path.split("-")[1]
-            client = Client(server.grpc_url if protocol == "grpc" else server.http_url, protocol)
-            if case.wire:
-                return frames.table_to_frame(client.infer_table(model, wire.from_wire(case.request, ensemble.input_schema))), ""
-            return client.infer(model, case.request), ""
+            with Client(server.grpc_url if protocol == "grpc" else server.http_url, protocol) as client:
+                if case.wire:
+                    return frames.table_to_frame(client.infer_table(model, wire.from_wire(case.request, ensemble.input_schema))), ""
+                return client.infer(model, case.request), ""
         names = output_names(ensemble)
         served = raw_infer(grpcclient, server.grpc_url, model, raw_arrays(case, ensemble), list(names))
         table = wire.from_wire({names[k]: wire.bytes_to_text(v) for k, v in served.items()}, ensemble.output_schema)
@@ -216,7 +216,8 @@ def assert_server_healthy(server, ensembles):
     unhealthy = [m for m in server.health() if m.name.startswith("bad-") and not m.healthy]
     assert not unhealthy, f"models left unhealthy: {unhealthy}"
     rows = toy_session.interactions(3, seed=41)
-    answer = Client(server.grpc_url).infer(MODELS["clicks"], rows)
+    with Client(server.grpc_url) as client:
+        answer = client.infer(MODELS["clicks"], rows)
     assert_frames_equal(answer, ensembles["clicks"].transform(rows))
 
 

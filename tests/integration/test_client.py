@@ -22,7 +22,8 @@ def served(triton_server, toy_workflow, toy_model):
 @pytest.fixture(params=["grpc", "http"])
 def client(request, triton_server):
     url = triton_server.grpc_url if request.param == "grpc" else triton_server.http_url
-    return Client(url, protocol=request.param)
+    with Client(url, protocol=request.param) as client:
+        yield client
 
 
 def test_client_reads_schemas_from_the_server(served, client):
