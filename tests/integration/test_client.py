@@ -1,10 +1,21 @@
 """The schema-driven client and the Triton executor against the real tritonserver."""
 
+import socket
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from merlin_torch_serving import Client, Ensemble, InferenceError, InputError, TritonExecutor, frames
+from merlin_torch_serving import (
+    Client,
+    Ensemble,
+    InferenceError,
+    InputError,
+    RequestTimeoutError,
+    ServerUnavailableError,
+    TritonExecutor,
+    frames,
+)
 from tests import toy_session
 from tests.served import assert_frames_equal
 
@@ -93,3 +104,49 @@ def test_a_step_that_refuses_a_request_is_named_with_the_column_in_the_error_the
 def test_an_unknown_model_is_an_inference_error_naming_it(client):
     with pytest.raises(InferenceError, match="'no-such-model'"):
         client.schemas("no-such-model")
+
+
+@pytest.fixture(scope="module")
+def slow_model(triton_server):
+    from tests.triton_models import write_python_model
+
+    write_python_model(
+        triton_server.repository,
+        "slow",
+        inputs={"x": ("TYPE_INT64", [-1])},
+        outputs={"y": ("TYPE_INT64", [-1])},
+        compute="time.sleep(3)\nreturn {'y': inputs['x']}",
+    )
+    triton_server.load("slow")
+    return "slow"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(triton_server, slow_model, protocol):
+    url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
+    with Client(url, protocol, timeout_s=0.5) as client:
+        client.schemas(slow_model)  # metadata answers at once
+        with pytest.raises(RequestTimeoutError, match=r"inference on 'slow' failed: no answer within timeout_s=0\.5 s"):
+            client.infer(slow_model, {"x": [1, 2]})
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(protocol, monkeypatch):
+    from merlin_torch_serving import transport
+
+    waits = []
+    monkeypatch.setattr(transport.time, "sleep", waits.append)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
+    with Client(url, protocol, retries=2) as client:
+        with pytest.raises(ServerUnavailableError, match=rf"tritonserver at {url} is not available"):
+            client.models()
+    assert len(waits) == 2
+
+
+def test_wait_until_ready_returns_once_the_model_answers_and_says_why_it_gave_up(triton_server, served):
+    with Client(triton_server.grpc_url) as client:
+        client.wait_until_ready("toy-client", timeout_s=30)
+        with pytest.raises(ServerUnavailableError, match=r"not ready after 0\.5 s: model 'never-loaded' is not ready"):
+            client.wait_until_ready("never-loaded", timeout_s=0.5)
