@@ -48,9 +48,13 @@ def raw_infer(module, url: str, model: str, arrays: dict, output_names) -> dict:
         client.close()
 
 
-def stub_pids(server) -> list[int]:
-    """The live python-backend stubs of a running TritonServer."""
-    return [p.pid for p in children_of(server.pid) if p.is_alive and p.argv and p.argv[0].endswith("triton_python_backend_stub")]
+def stubs_of(server, model: str) -> list[int]:
+    """Pids of the live python-backend stubs that run ``model`` on a running TritonServer."""
+    return [
+        p.pid
+        for p in children_of(server.pid)
+        if p.is_alive and len(p.argv) > 1 and p.argv[0].endswith("triton_python_backend_stub") and f"/{model}/" in p.argv[1]
+    ]
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 
 from merlin_torch_serving import Client, Ensemble, InferenceError, TritonServer
 from tests import toy_session
-from tests.served import assert_frames_equal, stub_pids
+from tests.served import assert_frames_equal, stubs_of
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +26,8 @@ RESTART_BOUND_S = 90.0
 DETECTION_BOUND_S = 10.0
 
 
-def kill_stub(server) -> int:
-    (pid,) = stub_pids(server)
+def kill_stub(server, model: str) -> int:
+    (pid,) = stubs_of(server, model)
     os.kill(pid, signal.SIGKILL)
     return pid
 
@@ -55,7 +55,7 @@ def test_a_dead_stub_is_reported_by_health_the_client_and_the_cli_until_reloaded
         client = Client(server.grpc_url, retries=0)
         assert_frames_equal(client.infer("faulty", rows), ensemble.transform(rows))
 
-        pid = kill_stub(server)
+        pid = kill_stub(server, step_of(result))
 
         step = wait_for_health(server, step_of(result), lambda m: m.stubs_alive is False, DETECTION_BOUND_S)
         assert (step.state, step.stubs_alive, step.healthy) == ("READY", False, False)
@@ -87,7 +87,7 @@ def test_a_server_that_restarts_failed_models_answers_again_within_the_bound(tri
     client = Client(triton_server.grpc_url, retries=0)
     assert_frames_equal(client.infer("self-healing", rows), ensemble.transform(rows))
 
-    kill_stub(triton_server)
+    kill_stub(triton_server, step_of(result))
     killed_at = time.monotonic()
 
     reported = wait_for_health(triton_server, step_of(result), lambda m: m.stubs_alive is False, DETECTION_BOUND_S)

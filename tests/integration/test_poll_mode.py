@@ -12,9 +12,8 @@ import time
 import pytest
 
 from merlin_torch_serving import Client, Ensemble, InferenceError, TritonServer
-from merlin_torch_serving.process import children_of
 from tests import toy_session
-from tests.served import Traffic, assert_frames_equal
+from tests.served import Traffic, assert_frames_equal, stubs_of
 
 pytestmark = pytest.mark.integration
 
@@ -25,13 +24,6 @@ POLL_INTERVAL_S = 1
 ANSWER_SLACK_S = 10.0
 PICK_UP_TIMEOUT_S = 240.0
 _LOG_TIME = re.compile(r"^[IWE]\d{4} (\d\d:\d\d:\d\d\.\d+) ")
-
-
-def stubs_of(server, model: str) -> list[int]:
-    """Pids of the live stubs running ``model``."""
-    return [
-        p.pid for p in children_of(server.pid) if p.is_alive and len(p.argv) > 1 and f"/{model}/" in p.argv[1]
-    ]
 
 
 def log_time(server, needle: str) -> datetime.datetime | None:
