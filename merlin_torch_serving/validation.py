@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from merlin.schema import ColumnSchema, Schema, Tags
+from merlin.schema import Schema, Tags
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import InputError
@@ -41,6 +41,12 @@ class EntryCheck:
     non_null: frozenset[str] = frozenset()
     max_rows: int | None = None
 
+    def __post_init__(self):
+        # read from the schema once: merlin's schema objects are slow to ask per request
+        specs = {column.name: tuple(wire.column_specs(column)) for column in self.schema}
+        object.__setattr__(self, "_specs", specs)
+        object.__setattr__(self, "_names", frozenset(spec.name for column in specs.values() for spec in column))
+
     @classmethod
     def for_entry(
         cls, schema: Schema, entries: Mapping[str, Ref], calls: Sequence[OpCall], max_rows: int | None = None
@@ -60,15 +66,14 @@ class EntryCheck:
 
     def check(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Raise ``InputError`` for the first tensor of ``arrays`` (wire format) that does not fit."""
-        expected = {spec.name for spec in wire.schema_specs(self.schema)}
-        extra = sorted(set(arrays) - expected)
+        extra = sorted(set(arrays) - self._names)
         if extra:
             raise InputError(
                 extra[0],
-                f"no such input (the inputs are {', '.join(map(repr, sorted(expected)))})",
+                f"no such input (the inputs are {', '.join(map(repr, sorted(self._names)))})",
                 "a tensor of that name",
             )
-        rows = {column.name: self._rows_of(column, arrays) for column in self.schema}
+        rows = {name: self._rows_of(name, specs, arrays) for name, specs in self._specs.items()}
         for group in self.row_groups:
             counts = {name: rows[name] for name in group if name in rows}
             if len(set(counts.values())) > 1:
@@ -81,18 +86,17 @@ class EntryCheck:
 
     # ---- one column -------------------------------------------------------------------------
 
-    def _rows_of(self, column: ColumnSchema, arrays: Mapping[str, np.ndarray]) -> int:
+    def _rows_of(self, column: str, specs: tuple[wire.TensorSpec, ...], arrays: Mapping[str, np.ndarray]) -> int:
         """The column's row count, once its tensors are checked."""
-        specs = wire.column_specs(column)
         tensors = []
         for spec in specs:
             if spec.name not in arrays:
-                raise InputError(spec.name, f"{_describe(spec)} for column {column.name!r}", "no such tensor")
+                raise InputError(spec.name, f"{_describe(spec)} for column {column!r}", "no such tensor")
             tensors.append(_checked_tensor(spec, arrays[spec.name]))
         values = tensors[0]
         if self.max_rows is not None and len(values) > self.max_rows:
             raise InputError(specs[0].name, f"at most {self.max_rows} rows per request", f"{len(values)}", _SPLIT_HINT)
-        if column.name in self.non_null:
+        if column in self.non_null:
             _check_no_nulls(specs[0].name, values)
         if len(tensors) == 1:
             return len(values)
