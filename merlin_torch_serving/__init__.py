@@ -39,8 +39,9 @@ _LAZY = {
     "Executor": "merlin_torch_serving.executors",
     "ExportResult": "merlin_torch_serving.export.repository",
     "LocalExecutor": "merlin_torch_serving.executors",
+    "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
-    "ModelStatus": "merlin_torch_serving.server",
+    "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
     "ServingOperator": "merlin_torch_serving.ops",
     "TopK": "merlin_torch_serving.ops",
@@ -88,5 +89,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
-    from merlin_torch_serving.server import ModelStatus, TritonServer
+    from merlin_torch_serving.health import ModelHealth, ModelStatus
+    from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

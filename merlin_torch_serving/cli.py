@@ -74,11 +74,11 @@ def infer(args) -> int:
     if not path.is_file():
         raise SystemExit(f"error: no such file: {path}")
     rows = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
-    client = Client(
+    with Client(
         args.url, args.protocol, timeout_s=args.timeout, max_rows_per_request=args.max_rows, retries=args.retries
-    )
-    client.wait_until_ready(args.model, timeout_s=args.wait)
-    answer = client.infer(args.model, rows, progress=_progress_printer())
+    ) as client:
+        client.wait_until_ready(args.model, timeout_s=args.wait)
+        answer = client.infer(args.model, rows, progress=_progress_printer())
     if args.output:
         _write(answer, Path(args.output))
         print(f"wrote {len(answer)} rows to {args.output}")
@@ -91,7 +91,8 @@ def infer(args) -> int:
 def models(args) -> int:
     from merlin_torch_serving.client import Client
 
-    report = Client(args.url, args.protocol, timeout_s=args.timeout).health()
+    with Client(args.url, args.protocol, timeout_s=args.timeout) as client:
+        report = client.health()
     _print_models(report)
     return 0 if all(model.healthy or model.state != "READY" for model in report) else 2
 

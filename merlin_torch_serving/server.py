@@ -224,7 +224,6 @@ class TritonServer:
         self._restart_failed_models = bool(restart_failed_models)
         self._keeper: ProcessKeeper | None = None
         self._supervisor: Supervisor | None = None
-        self.admin = None
         self._start_timeout_s = float(start_timeout_s)
         self._stop_timeout_s = float(stop_timeout_s)
         self._log_verbose = int(log_verbose)
@@ -259,7 +258,9 @@ class TritonServer:
             self._launch(binary, backend_directory)
             try:
                 self._wait_until_ready(deadline)
-                self._supervisor = Supervisor(self, restart_failed_models=self._restart_failed_models)
+                self._supervisor = Supervisor(
+                    self, Admin(self.http_url, _REQUEST_TIMEOUT_S), restart_failed_models=self._restart_failed_models
+                )
                 self._supervisor.start()
                 return self
             except PortInUseError as error:
@@ -495,7 +496,7 @@ class TritonServer:
                 raise self._load_error({name: self._reason_from_log(name, offset)})
             if time.monotonic() >= deadline:
                 raise ModelLoadError(
-                    {name: f"not reloaded {timeout_s:g} s after its config was touched (poll every {self._poll_interval_s} s)"},
+                    {name: f"not reloaded {timeout_s:g} s after its version folder was touched (poll every {self._poll_interval_s} s)"},
                     self._log_tail(),
                 )
             self._raise_if_exited()
@@ -564,7 +565,6 @@ class TritonServer:
             self._log_file = None
             raise ServerError(f"could not run {str(binary)!r}: {error}") from error
         self._pid = self._process.pid
-        self.admin = Admin(self.http_url, _REQUEST_TIMEOUT_S)
 
     def _model_control_args(self) -> list[str]:
         if self._model_control == "poll":

@@ -26,12 +26,13 @@ LAST_RETRY_S = 60.0
 class Supervisor:
     """Health and self-repair of the models of one running ``TritonServer``.
 
-    ``server`` is the facade: it gives ``pid``, ``is_running``, ``models()``, ``admin`` and
-    ``reload(name)``.
+    ``server`` is the facade: it gives ``pid``, ``is_running``, ``models()`` and ``reload(name)``;
+    ``admin`` reads the models' configs and statistics.
     """
 
-    def __init__(self, server, *, restart_failed_models: bool, interval_s: float = 1.0):
+    def __init__(self, server, admin, *, restart_failed_models: bool, interval_s: float = 1.0):
         self._server = server
+        self._admin = admin
         self._restart = restart_failed_models
         self._interval_s = interval_s
         self._lock = threading.Lock()
@@ -64,7 +65,7 @@ class Supervisor:
             statuses = self._server.models()
             live, deaths = self._stubs.update(children_of(self._server.pid))
             try:
-                failures = self._server.admin.failed_requests()
+                failures = self._admin.failed_requests()
             except ServerError:
                 failures = {}
             instances = {}
@@ -82,7 +83,7 @@ class Supervisor:
         cached = self._instances.get(key)
         if cached is None or cached[0] != pids:
             try:
-                config = self._server.admin.model_config(*key)
+                config = self._admin.model_config(*key)
             except ServerError:
                 return cached[1] if cached else None
             self._instances[key] = (pids, expected_stubs(config))
