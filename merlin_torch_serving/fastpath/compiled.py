@@ -2,6 +2,8 @@
 
 The executor's rules for feeding a node are kept exactly (parents that return no rows are dropped,
 missing inputs come from the request, later parents win on shared columns); only the data differs.
+Where NVTabular breaks (a node whose inputs were all filtered away), the node returns no rows and
+no operator ever sees an empty frame.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from merlin_torch_serving.fastpath.wire_io import (
 )
 
 logger = logging.getLogger("merlin_torch_serving")
+_NO_ROWS = Batch({}, 0)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class CompiledWorkflow:
         outputs: list[Batch] = []
         for step in self._steps:
             outputs.append(self._run(step, outputs, request))
+        if outputs[-1].num_rows == 0:  # e.g. a Filter kept none of the request's rows
+            return empty_wire_arrays(self._output_layout)
         return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
 
     def _run(self, step: Step, outputs: list[Batch], request: Batch) -> Batch:
@@ -81,6 +86,10 @@ class CompiledWorkflow:
         from_request = [name for name in step.root_columns if name not in present]
         if from_request:
             absent = [name for name in from_request if name not in request]
+            if absent and len(upstream) < len(step.parents):
+                # NVTabular drops the parents that returned no rows and then fails to find their
+                # columns; the rows were filtered away, so this step has none either
+                return _NO_ROWS
             if absent:
                 raise ValueError(
                     f"step {step.label!r} needs column(s) {absent!r}, which no upstream step produced for "
