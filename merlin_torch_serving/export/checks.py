@@ -8,16 +8,17 @@ import os
 
 import numpy as np
 import torch
-from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ModelCheckError
 
 
-def check_libtorch_model(model_name: str, model_path: str | os.PathLike, config, sample: TensorTable) -> None:
-    """Raise ``ModelCheckError`` naming the first output whose count, dtype or dims disagree."""
+def check_libtorch_model(
+    model_name: str, model_path: str | os.PathLike, config, arrays: dict[str, np.ndarray]
+) -> None:
+    """Call the model on ``arrays`` (its inputs in the wire format) and raise ``ModelCheckError``
+    naming the first output whose count, dtype or dims disagree with ``config``."""
     module = torch.jit.load(os.fspath(model_path), map_location="cpu")
-    arrays = wire.to_wire(sample)
     inputs = {}
     for tensor in config.input:
         if tensor.name not in arrays:

@@ -6,6 +6,7 @@ never mistaken for its parent; operators without a kernel run through NVTabular,
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Callable
 
@@ -86,6 +87,7 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
         steps.append(
             Step(
                 label=node.op.label if node.op else "input",
+                description=_describe(node.op),
                 parents=tuple(index[id(parent)] for parent in node.parents_with_dependencies),
                 input_columns=tuple(node.input_schema.column_names),
                 root_columns=tuple(
@@ -111,6 +113,35 @@ def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:
         return builder(node, selection), fallback, None
     except NotCompiled as not_compiled:
         return fallback, fallback, not_compiled.reason
+
+
+def _describe(op) -> str:
+    """The operator's label; for a Filter with its function's source, so messages can name it."""
+    if op is None:
+        return "input"
+    if isinstance(op, nvt_ops.Filter):
+        try:
+            source = " ".join(inspect.getsource(op.f).split())
+        except (OSError, TypeError):
+            return op.label
+        start = source.find("lambda")
+        return f"Filter({_lambda_expression(source[start:]) if start >= 0 else op.f.__name__})"
+    return op.label
+
+
+def _lambda_expression(text: str) -> str:
+    """The lambda at the start of ``text``, up to the comma or bracket that closes it."""
+    depth = 0
+    for position, character in enumerate(text):
+        if character in "([{":
+            depth += 1
+        elif character in ")]}":
+            if depth == 0:
+                return text[:position].strip()
+            depth -= 1
+        elif character == "," and depth == 0:
+            return text[:position].strip()
+    return text.strip()
 
 
 def _nvtabular_step(node: Node) -> tuple[Kernel, Kernel | None, None]:
