@@ -2,7 +2,7 @@
 
 Those sessions reach the model as placeholder rows (see ``session_rows``); their scores and items
 mean nothing, so every result downstream of the workflow is blanked on them: -1 for integers (the
-missing raw id of ``DecodeItemIds``), NaN for floats, False for booleans, None for strings, and
+missing raw id of ``DecodeItemIds``), NaN for floats, False for booleans, empty strings, and
 empty lists. The ensemble adds this operator itself, at the end of the graph; ``blank_rows`` is
 TorchScript, so a libtorch step blanks its own outputs the same way (see ``export.fusion``).
 """
@@ -42,7 +42,7 @@ def blank_value(dtype: np.dtype):
         return False
     if dtype.kind in "iu":
         return -1
-    return None
+    return ""  # strings: None would travel as the text "None" in a BYTES tensor
 
 
 class BlankFilteredRows(ServingOperator):
