@@ -33,16 +33,16 @@ class ModelOptions:
         so the first real request does not pay for lazy initialisation (0 turns warm-up off).
     torch_threads
         torch's intra-op threads per model instance (python backend: ``torch.set_num_threads``;
-        libtorch: ``INTRA_OP_THREAD_COUNT``). ``None`` keeps torch's default, one per core, as
-        in-process runs have it, so served scores equal in-process scores bit for bit. Under
-        concurrent load one thread per instance serves more (~10 % more sessions/s at 8
-        concurrent requests on 2 cores), but float sums then run in another order and scores
-        may differ from in-process ones in the last bit.
+        libtorch: ``INTRA_OP_THREAD_COUNT``). 1 by default, as ``LocalExecutor`` runs in-process,
+        so served scores equal in-process scores bit for bit; scale with ``instance_count``. A
+        second thread per instance helps large requests on an idle machine only: when anything
+        else takes a core, every parallel region waits for it a scheduler time slice. ``None``
+        keeps torch's default, one per core.
     """
 
     instance_count: int = 1
     warmup_count: int = 3
-    torch_threads: int | None = None
+    torch_threads: int | None = 1
 
     def __post_init__(self):
         if self.instance_count < 1:
