@@ -17,7 +17,7 @@ from tests.official.reference import eager_answer
 SCORE_TOLERANCE = 1e-4
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not rebuilt when the session-wide `example` switches
 def ensembles(getting_started_example, end_to_end_example):
     return {example.name: example.ensemble() for example in (getting_started_example, end_to_end_example)}
 

@@ -16,7 +16,7 @@ from tests.official.example import request_rows
 from tests.repository_runner import response_arrays, run_repository
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not rebuilt when the session-wide `example` switches
 def exported(tmp_path_factory, getting_started_example, end_to_end_example):
     """Per example: the ensemble, its repository and its export result."""
     exported = {}

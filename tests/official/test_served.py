@@ -14,7 +14,8 @@ from tests.official.example import request_rows
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
+# session scope: a module fixture would be built again whenever the session-wide `example` switches
+@pytest.fixture(scope="session")
 def served(triton_server, getting_started_example, end_to_end_example):
     """Ensemble and served model name of each example."""
     served = {}
