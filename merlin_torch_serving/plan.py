@@ -18,6 +18,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving.exceptions import InferenceError, MerlinTorchServingError, SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.ops.filtered import BlankFilteredRows
 
 _ROUTING_OPS = (SelectionOp, GroupingOp, ConcatColumns, SubsetColumns, SubtractionOp)
 REQUEST = -1  # producer index of columns that come with the request
@@ -149,8 +150,6 @@ def _blank_filtered_rows(
 ) -> dict[str, Ref]:
     """Append a BlankFilteredRows call over the outputs computed downstream of ``flagging`` (from
     its placeholder rows), and return the outputs with those columns taken from it."""
-    from merlin_torch_serving.ops.filtered import BlankFilteredRows
-
     downstream = {flagging.index}
     for call in calls:
         if any(ref.producer in downstream for ref in call.inputs.values()):

@@ -20,7 +20,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import SchemaError
-from merlin_torch_serving.ops import warmup
+from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
 
@@ -111,7 +111,7 @@ class TransformWorkflow(ServingOperator):
     def warmup_requests(self) -> list[TensorTable]:
         """One session (when the workflow groups by a key) of several lengths, long sessions for
         count filters, with known vocabulary values and, failing value filters, constant numbers."""
-        return warmup.session_requests(self.workflow, self.session_key)
+        return warmup_sessions.session_requests(self.workflow, self.session_key)
 
     def filtered_by(self, request: TensorTable) -> str | None:
         return self.compiled_workflow().emptying_step(wire.to_wire(request))

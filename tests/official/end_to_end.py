@@ -21,7 +21,6 @@ import pandas as pd
 import torch
 import transformers4rec.torch as tr
 from merlin.dag import ColumnSelector
-from merlin.io import Dataset
 from merlin.schema import Schema, Tags
 
 SESSIONS_MAX_LENGTH = 20
@@ -137,12 +136,6 @@ def workflow(categories_path: str) -> nvt.Workflow:
     session_id = grouped["session_id"] >> nvt.ops.AddMetadata(tags=[Tags.CATEGORICAL])
     selected = session_id + grouped["item_id-count"] + lists + day_index
     return nvt.Workflow(selected >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= MINIMUM_SESSION_LENGTH))
-
-
-def fitted_workflow(train: pd.DataFrame, categories_path: str) -> tuple[nvt.Workflow, pd.DataFrame]:
-    fitted = workflow(categories_path)
-    processed = fitted.fit_transform(Dataset(train, cpu=True)).to_ddf().compute()
-    return fitted, processed.reset_index(drop=True)
 
 
 def model(schema, *, d_model: int = 32, seed: int = 0) -> tr.Model:

@@ -9,6 +9,7 @@ from types import ModuleType
 
 import numpy as np
 import pandas as pd
+from merlin.io import Dataset
 
 from merlin_torch_serving import DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow
 from tests.official import training
@@ -57,7 +58,8 @@ class Example:
 
 def prepare(module: ModuleType, categories_path: str) -> Example:
     train = module.interactions(seed=0)
-    workflow, processed = module.fitted_workflow(train, categories_path)
+    workflow = module.workflow(categories_path)
+    processed = workflow.fit_transform(Dataset(train, cpu=True)).to_ddf().compute().reset_index(drop=True)
     model = module.model(workflow.output_schema)
     training.train(model, processed, module.MODEL_COLUMNS, module.SESSIONS_MAX_LENGTH)
     if module.__name__.endswith("end_to_end"):

@@ -15,7 +15,6 @@ import nvtabular as nvt
 import pandas as pd
 import torch
 import transformers4rec.torch as tr
-from merlin.io import Dataset
 from merlin.schema import Tags
 
 SESSIONS_MAX_LENGTH = 20
@@ -64,13 +63,6 @@ def workflow(categories_path: str) -> nvt.Workflow:
     sessions = selected >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= MINIMUM_SESSION_LENGTH)
     sequences = sessions["item_id-list", "category-list", "age_days-list", "weekday_sin-list"] >> nvt.ops.ValueCount()
     return nvt.Workflow(sessions["session_id", "day-first"] + sequences)
-
-
-def fitted_workflow(train: pd.DataFrame, categories_path: str) -> tuple[nvt.Workflow, pd.DataFrame]:
-    """The fitted workflow and its output on ``train`` (the sessions the model trains on)."""
-    fitted = workflow(categories_path)
-    processed = fitted.fit_transform(Dataset(train, cpu=True)).to_ddf().compute()
-    return fitted, processed.reset_index(drop=True)
 
 
 def model(schema, *, d_model: int = 32, seed: int = 0) -> tr.Model:
