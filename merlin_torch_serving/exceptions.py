@@ -76,17 +76,18 @@ class RepositoryExistsError(ExportError):
 
 
 class ModelCheckError(ExportError):
-    """The TorchScript model, called the way libtorch will call it, disagrees with its config."""
+    """A libtorch step breaks the contract of Triton's pytorch backend, or model.pt, called the way
+    libtorch will call it, disagrees with its config."""
 
-    def __init__(self, model: str, output: str | None, expected: str, got: str):
+    def __init__(self, model: str, tensor: str | None, expected: str, got: str, hint: str = ""):
         self.model = model
-        self.output = output
+        self.tensor = tensor  # e.g. "output 'scores'", None for the model as a whole
         self.expected = expected
         self.got = got
-        what = f"output {output!r}" if output else "the outputs"
-        super().__init__(
-            f"model {model!r} failed the libtorch check: {what} expected {expected}, got {got}"
-        )
+        message = f"model {model!r} failed the libtorch check: {tensor or 'the model'} expected {expected}, got {got}"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
 
 
 class ServerError(MerlinTorchServingError):

@@ -34,7 +34,12 @@ from merlin.schema import Schema
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
-from merlin_torch_serving.export.checks import check_libtorch_model
+from merlin_torch_serving.export.checks import (
+    check_libtorch_model,
+    check_libtorch_return_type,
+    check_libtorch_schemas,
+    warn_about_differing_thread_counts,
+)
 from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.partition import Step, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
@@ -109,6 +114,7 @@ def export_ensemble(
             _write_step(staged / step.name, step, version, options)
         _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version)
         _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options)
+        warn_about_differing_thread_counts(staged)
         _swap_in(staged, repository)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -129,6 +135,8 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
     version_dir.mkdir(parents=True)
     warmup_files = _write_warmup(model_dir / WARMUP_DIR, step)
     if step.backend == "pytorch":
+        check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
+        check_libtorch_return_type(step.name, step.calls[0].op.module)
         module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
         torch.jit.save(module, str(version_dir / MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
