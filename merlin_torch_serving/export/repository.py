@@ -80,8 +80,8 @@ def export_ensemble(
 ) -> ExportResult:
     """Write ``ensemble`` into the repository at ``path`` as the Triton ensemble ``name``.
 
-    An existing model of the same name is an error unless ``overwrite`` (replace it: the new
-    export becomes version 1) or ``add_version`` (write version N+1 beside version N; configs
+    An existing model of the same name is an error unless ``overwrite`` (replace it and the step
+    models its previous export wrote: the new export becomes version 1) or ``add_version`` (write version N+1 beside version N; configs
     describe the newest version).
     """
     if not _MODEL_NAME.match(name):
@@ -93,6 +93,10 @@ def export_ensemble(
     steps = partition(plan, name)
     model_names = [step.name for step in steps] + [name]
     existing = [model for model in model_names if (repository / model).exists()]
+    if overwrite:
+        # steps of the previous export that this one does not write again (say, a step that moved
+        # to another backend) would otherwise stay behind, loaded by servers for nothing
+        existing += [model for model in _previous_steps(repository / name) if model not in model_names]
     version = 1
     if existing and add_version:
         version = 1 + max(max(_versions(repository / model)) for model in existing)
@@ -271,6 +275,15 @@ def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[S
 
 
 # ---- files ----------------------------------------------------------------------------------------
+
+
+def _previous_steps(ensemble_dir: Path) -> list[str]:
+    """The step models the newest export of the ensemble in ``ensemble_dir`` wrote, from its manifest."""
+    manifest = ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE if ensemble_dir.is_dir() else None
+    if manifest is None or not manifest.is_file():
+        return []
+    steps = json.loads(manifest.read_text()).get("steps", [])
+    return [step["model"] for step in steps if (ensemble_dir.parent / step["model"]).is_dir()]
 
 
 def _versions(model_dir: Path) -> list[int]:
