@@ -197,24 +197,8 @@ class Benchmark:
                 floor.FLOOR_MODEL,
                 (systems.prebuilt_tritonclient(floor.FLOOR_MODEL, request_schema),),
             ),
-            systems.ServedSystem(
-                PROJECT,
-                project_repository,
-                systems.PROJECT_MODEL,
-                (
-                    systems.project_client(systems.PROJECT_MODEL),
-                    systems.prebuilt_tritonclient(systems.PROJECT_MODEL, request_schema),
-                ),
-            ),
-            systems.ServedSystem(
-                MIXED,
-                mixed_repository,
-                systems.MIXED_MODEL,
-                (
-                    systems.project_client(systems.MIXED_MODEL),
-                    systems.prebuilt_tritonclient(systems.MIXED_MODEL, request_schema),
-                ),
-            ),
+            systems.project_system(PROJECT, project_repository, systems.PROJECT_MODEL, request_schema),
+            systems.project_system(MIXED, mixed_repository, systems.MIXED_MODEL, request_schema),
             systems.ServedSystem(
                 MERLIN,
                 merlin_repository,

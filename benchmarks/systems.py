@@ -69,6 +69,11 @@ def project_ensemble(workload: Workload, backend: str = "python") -> Ensemble:
     return Ensemble(session_features["session_id"] + recommendations, workflow.input_schema)
 
 
+def project_system(key: str, repository: Path, model: str, request_schema: Schema) -> ServedSystem:
+    """An export of this project, measured through ``Client`` and through prebuilt tritonclient requests."""
+    return ServedSystem(key, repository, model, (project_client(model), prebuilt_tritonclient(model, request_schema)))
+
+
 def project_client(model: str) -> ClientPath:
     """``merlin_torch_serving.Client.infer``: DataFrame of raw rows in, DataFrame out."""
 
