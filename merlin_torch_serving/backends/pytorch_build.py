@@ -115,8 +115,9 @@ def build_pytorch_backend(
 ) -> BuiltBackend:
     """Build (or find in the cache) the pytorch backend for the bundled tritonserver and this torch.
 
-    ``progress`` receives one line per step and per compiled file. ``organization`` is where the
-    upstream repositories are cloned from when ``sources`` is None.
+    ``cache_dir`` is the folder builds go in (default: ``builds/`` of ``bundle.cache_root()``).
+    ``progress`` receives one line per step and per build step of cmake. ``organization`` is where
+    the upstream repositories are cloned from when ``sources`` is None.
     """
     torch = TorchInstall.running()
     server_version = _bundled_server_version()
@@ -124,71 +125,72 @@ def build_pytorch_backend(
     cached = built_pytorch_backend(server_version, torch.version, cache)
     if cached is not None:
         return cached
-    tools = _build_tools()
+    tools = _build_tools(cloning=sources is None)
     target = build_folder(server_version, torch.version, cache)
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    log_path = work / "build.log"
+    log = work / "build.log"
     try:
-        release = bundle.release_of(server_version)
         if sources is not None:
             source_root = _unpacked_sources(Path(sources), work / "sources", progress)
-            options = _offline_options(source_root)
+            options, origin = _offline_options(source_root), os.fspath(Path(sources).resolve())
         else:
-            progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
-            source_root = work / "sources"
-            _run(
-                ["git", "clone", "--quiet", "--depth", "1", "--branch", release, f"{organization}/pytorch_backend.git",
-                 str(source_root / "pytorch_backend")],
-                log_path,
-                "git clone",
-            )
-            options = _upstream_options(release, organization)
-        progress(f"configuring with cmake for torch {torch.version} and tritonserver {server_version}")
-        _run(
-            [tools.cmake, "-S", str(source_root / "pytorch_backend"), "-B", str(work / "build"), "-G", tools.generator,
-             "-Wno-dev", *_cmake_options(torch, tools), *options],
-            log_path,
-            "cmake configure",
-        )
-        progress(f"compiling {BACKEND_LIBRARY} (1 to 2 minutes on 2 cores)")
-        _run(
-            [tools.cmake, "--build", str(work / "build"), "--target", "triton-pytorch-backend",
-             "-j", str(jobs or os.cpu_count() or 1)],
-            log_path,
-            "cmake build",
-            on_line=lambda line: _report_progress(line, progress),
-        )
-        result = work / "result"
-        result.mkdir()
-        shutil.copy2(work / "build" / BACKEND_LIBRARY, result / BACKEND_LIBRARY)
+            release = _release(server_version)
+            source_root = _cloned_sources(release, organization, work / "sources", log, progress)
+            options, origin = _upstream_options(release, organization), f"{organization}/pytorch_backend@{release}"
+        library = _compile(tools, torch, source_root, options, work / "build", log, jobs, progress)
         record = {
             "torch_version": torch.version,
             "torch_root": str(torch.root),
             "tritonserver_version": server_version,
-            "release": release,
-            "sources": os.fspath(Path(sources).resolve()) if sources is not None else f"{organization}/pytorch_backend@{release}",
+            "sources": origin,
             "built_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "build_seconds": round(time.monotonic() - started, 1),
         }
-        (result / BUILD_RECORD).write_text(json.dumps(record, indent=1) + "\n")
-        try:
-            os.rename(result, target)
-        except OSError:
-            if not (target / BACKEND_LIBRARY).is_file():
-                raise
-            # another process finished the same build first; its library is as good as ours
+        _install(library, record, work / "result", target)
     except BackendBuildError as error:
+        if not log.is_file():
+            raise
         kept = target.parent / f"{target.name}.failed.log"
-        if log_path.is_file():
-            shutil.copy2(log_path, kept)
-            error.args = (f"{error.args[0]}\nfull build log: {kept}",)
-        raise
+        shutil.copy2(log, kept)
+        raise BackendBuildError(f"{error}\nfull build log: {kept}") from error
     finally:
         shutil.rmtree(work, ignore_errors=True)
     progress(f"built in {time.monotonic() - started:.0f} s")
     return BuiltBackend(target, torch.version, server_version, built_now=True)
+
+
+def _compile(tools, torch, source_root: Path, options: list[str], build: Path, log: Path, jobs, progress) -> Path:
+    """Configure and build with cmake; the path of the library it built."""
+    progress(f"configuring with cmake for torch {torch.version}")
+    _run(
+        [tools.cmake, "-S", str(source_root / "pytorch_backend"), "-B", str(build), "-G", tools.generator, "-Wno-dev",
+         *_cmake_options(torch, tools), *options],
+        log,
+        "cmake configure",
+    )
+    progress(f"compiling {BACKEND_LIBRARY} (1 to 2 minutes on 2 cores)")
+    _run(
+        [tools.cmake, "--build", str(build), "--target", "triton-pytorch-backend", "-j", str(jobs or os.cpu_count() or 1)],
+        log,
+        "cmake build",
+        on_line=lambda line: _report_progress(line, progress),
+    )
+    return build / BACKEND_LIBRARY
+
+
+def _install(library: Path, record: dict, staging: Path, target: Path) -> None:
+    """The library and its record, renamed into ``target`` whole (a failed build leaves nothing there)."""
+    staging.mkdir()
+    shutil.copy2(library, staging / BACKEND_LIBRARY)
+    (staging / BUILD_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    try:
+        os.rename(staging, target)
+    except OSError:
+        if not (target / BACKEND_LIBRARY).is_file():
+            raise
+        # another process finished the same build first; its library is as good as ours
 
 
 # ---- inputs -----------------------------------------------------------------------------------
@@ -201,9 +203,12 @@ class _Tools:
     compiler: str
 
 
-def _build_tools() -> _Tools:
-    """cmake (3.18 or newer), ninja or make, and a C++ compiler; a clear error for what is missing."""
+def _build_tools(cloning: bool) -> _Tools:
+    """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``; a clear error
+    for what is missing."""
     missing = []
+    if cloning and shutil.which("git") is None:
+        missing.append("git, to clone the sources (apt-get install git), or pass --sources")
     cmake = shutil.which("cmake")
     if cmake is None:
         missing.append("cmake 3.18 or newer (apt-get install cmake, or pip install cmake)")
@@ -248,6 +253,25 @@ def _bundled_server_version() -> str:
             "check that it runs (`tritonserver --help`)"
         )
     return version
+
+
+def _release(server_version: str) -> str:
+    try:
+        return bundle.release_of(server_version)
+    except ValueError as error:
+        raise BackendBuildError(f"{error}; pass --sources with Triton's pytorch_backend sources for this server") from error
+
+
+def _cloned_sources(release: str, organization: str, destination: Path, log: Path, progress) -> Path:
+    """``destination`` holding a shallow clone of pytorch_backend at ``release``; CMake fetches the rest."""
+    progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
+    repository = f"{organization}/pytorch_backend.git"
+    _run(
+        ["git", "clone", "--quiet", "--depth", "1", "--branch", release, repository, str(destination / "pytorch_backend")],
+        log,
+        "git clone",
+    )
+    return destination
 
 
 def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:

@@ -87,13 +87,15 @@ def test_a_second_build_for_the_same_torch_returns_the_cached_library_without_to
     assert again.library == built.library
 
 
-def test_a_missing_compiler_cmake_and_generator_are_named_with_how_to_install_them(tmp_path, monkeypatch):
+def test_missing_build_tools_are_named_with_how_to_install_them(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
     monkeypatch.delenv("CXX", raising=False)
     with pytest.raises(BackendBuildError) as caught:
-        build_pytorch_backend(sources=tmp_path, cache_dir=tmp_path / "cache")
+        build_pytorch_backend(cache_dir=tmp_path / "cache")  # no sources: they would be cloned
     message = str(caught.value)
-    assert "this machine lacks cmake 3.18 or newer (apt-get install cmake, or pip install cmake)" in message
+    assert "git, to clone the sources (apt-get install git), or pass --sources" in message
+    assert "this machine lacks git, to clone" in message
+    assert "cmake 3.18 or newer (apt-get install cmake, or pip install cmake)" in message
     assert "ninja or make (apt-get install ninja-build, or pip install ninja)" in message
     assert "a C++ compiler (apt-get install g++), or set CXX to one" in message
     assert "run `merlin-torch-serving build-backend pytorch` again" in message
