@@ -146,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
         description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
         "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
-        "serves `backend: \"pytorch\"` models. Needs cmake, ninja or make, and a C++ compiler; takes 1 to 2 minutes "
+        "serves `backend: \"pytorch\"` models. Needs cmake, ninja or make, and a C++ compiler; takes under a minute "
         "on 2 cores, and a second call with the same torch returns at once.",
     )
     build_parser.add_argument("backend", choices=("pytorch",), help="the backend to build")

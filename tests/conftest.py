@@ -56,7 +56,7 @@ def pytorch_backend():
     if built is None:
         pytest.fail(
             "Triton's pytorch (libtorch) backend is not built for this torch and the bundled tritonserver, "
-            f"so the libtorch tests cannot run. Build it once (1 to 2 minutes) with `./run {BUILD_COMMAND} "
+            f"so the libtorch tests cannot run. Build it once (under a minute) with `./run {BUILD_COMMAND} "
             "--sources PATH`, PATH being Triton's pytorch_backend release sources (or leave --sources out to "
             "clone them; needs the network), or set MTS_PYTORCH_BACKEND_SOURCES=PATH and run `./run setup`",
             pytrace=False,

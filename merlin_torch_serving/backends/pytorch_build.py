@@ -170,7 +170,7 @@ def _compile(tools, torch, source_root: Path, options: list[str], build: Path, l
         log,
         "cmake configure",
     )
-    progress(f"compiling {BACKEND_LIBRARY} (1 to 2 minutes on 2 cores)")
+    progress(f"compiling {BACKEND_LIBRARY} (under a minute on 2 cores)")
     _run(
         [tools.cmake, "--build", str(build), "--target", "triton-pytorch-backend", "-j", str(jobs or os.cpu_count() or 1)],
         log,
