@@ -79,8 +79,9 @@ def bundled_backend_directory(binary: str | os.PathLike | None = None) -> Path:
     server_library = bundle.libtritonserver()
     if server_library is None:
         return python_only
-    # The pytorch folder links into this interpreter's torch and wheel, so it is laid out per install.
-    identity = "\n".join(map(str, (built.library, torch.lib, server_library)))
+    # The pytorch folder links into this interpreter's torch and wheel and copies the build, so it
+    # is laid out per install and per build.
+    identity = "\n".join(map(str, (built.library, built.library.stat().st_mtime_ns, torch.lib, server_library)))
     digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
     target = python_only.parent / f"{python_only.name}-torch-{torch.version}-{digest}"
 
