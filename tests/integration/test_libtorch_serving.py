@@ -59,7 +59,7 @@ class ServedMixed:
     decoded: bool
 
 
-def top_k_graph(workflow, session_model) -> object:
+def top_k_graph(workflow, session_model):
     """Raw clicks in; per session its id and the k best encoded item ids not yet clicked."""
     session_features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
     top = (
