@@ -1,6 +1,7 @@
 """Launch and supervise a local tritonserver on a model repository, and turn what it logs into errors.
 
-By default it runs the tritonserver bundled with nvidia-pytriton, with the backend folder `backends.layout` lays out for this interpreter.
+By default it runs the tritonserver bundled with nvidia-pytriton, with the backend folder that
+``backends.layout`` lays out for this interpreter (the python backend, and the pytorch one once built).
 """
 
 from __future__ import annotations

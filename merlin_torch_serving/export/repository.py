@@ -81,8 +81,8 @@ def export_ensemble(
     """Write ``ensemble`` into the repository at ``path`` as the Triton ensemble ``name``.
 
     An existing model of the same name is an error unless ``overwrite`` (replace it and the step
-    models its previous export wrote: the new export becomes version 1) or ``add_version`` (write version N+1 beside version N; configs
-    describe the newest version).
+    models its previous export wrote: the new export becomes version 1) or ``add_version`` (write
+    version N+1 beside version N; configs describe the newest version).
     """
     if not _MODEL_NAME.match(name):
         raise ExportError(f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_', '.')")
