@@ -32,12 +32,16 @@ class ModelOptions:
         How many times Triton runs a sample request through each step model while loading it,
         so the first real request does not pay for lazy initialisation (0 turns warm-up off).
     torch_threads
-        torch's intra-op threads per model instance (python backend: ``torch.set_num_threads``;
-        libtorch: ``INTRA_OP_THREAD_COUNT``). 1 by default, as ``LocalExecutor`` runs in-process,
-        so served scores equal in-process scores bit for bit; scale with ``instance_count``. A
-        second thread per instance helps large requests on an idle machine only: when anything
-        else takes a core, every parallel region waits for it a scheduler time slice. ``None``
-        keeps torch's default, one per core.
+        torch's intra-op threads per model instance (python backend: ``torch.set_num_threads`` in
+        the instance's stub; libtorch: ``INTRA_OP_THREAD_COUNT``, which Triton's pytorch backend
+        applies to the whole server process, so every libtorch model of a server shares one
+        count; the export warns when a repository's libtorch models ask for different ones).
+        One thread per instance, scaled with ``instance_count``, is the default: with torch's
+        own default (``None``, a thread per core in every stub and in the server) the pools of
+        two models oversubscribe the cores and latency jumps tenfold as soon as both are busy,
+        or anything else on the machine is. Float sums over a different number of threads may
+        run in another order: served scores equal in-process scores bit for bit when the
+        in-process run uses the same count, as ``LocalExecutor`` does by default (one thread).
     """
 
     instance_count: int = 1
