@@ -4,7 +4,8 @@ steps through the same ``HostedStep`` that ``model.py`` hosts, libtorch steps by
 position, inference mode, no optimized execution, as the step config asks), tensors routed by
 the ensemble config's input and output maps.
 
-It stands in for a tritonserver that has the pytorch backend, for tests of mixed exports.
+It checks mixed exports without starting a server (the served ones are tested on tritonserver
+with Triton's pytorch backend too).
 """
 
 from __future__ import annotations

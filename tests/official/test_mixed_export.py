@@ -1,7 +1,7 @@
 """The official examples exported with the model on libtorch (``backend="pytorch"``) after the
 python workflow step: two step models, the TopK, decoding and blanking of filtered sessions compiled
 into the libtorch one, so a request crosses one python stub. The repository, run step by step as
-tritonserver runs it (tests/repository_runner.py; the bundled server has no pytorch backend),
+tritonserver runs it (tests/repository_runner.py, no server needed; test_served.py serves it),
 answers exactly what the ensemble answers in-process."""
 
 from __future__ import annotations

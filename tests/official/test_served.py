@@ -1,6 +1,8 @@
-"""The official examples exported (all python) and served on the real tritonserver: over gRPC and
-HTTP the answer equals the in-process answer bit for bit, filtered sessions and session ids
-included, for requests of one to 32 sessions."""
+"""The official examples exported and served on the real tritonserver, all on the python backend
+and mixed (the python workflow step, then the model with its TopK, decoding and the blanking of
+filtered sessions compiled into one libtorch step): over gRPC and HTTP the answer equals the
+in-process answer bit for bit, filtered sessions and session ids included, for requests of one to
+32 sessions."""
 
 from __future__ import annotations
 
@@ -14,17 +16,21 @@ from tests.official.example import request_rows
 pytestmark = pytest.mark.integration
 
 
+BACKENDS = ("python", "pytorch")
+
+
 # session scope: a module fixture would be built again whenever the session-wide `example` switches
 @pytest.fixture(scope="session")
-def served(triton_server, getting_started_example, end_to_end_example):
-    """Ensemble and served model name of each example."""
+def served(triton_server, pytorch_backend, getting_started_example, end_to_end_example):
+    """Ensemble and served model name of each example, per backend of its model."""
     served = {}
     for example in (getting_started_example, end_to_end_example):
-        name = f"official-{example.name}"
-        ensemble = example.ensemble()
-        ensemble.export(triton_server.repository, name)
-        triton_server.load(name)
-        served[example.name] = (ensemble, name)
+        for backend in BACKENDS:
+            name = f"official-{example.name}-{backend}"
+            ensemble = example.ensemble(backend)
+            ensemble.export(triton_server.repository, name)
+            triton_server.load(name)
+            served[example.name, backend] = (ensemble, name)
     return served
 
 
@@ -41,8 +47,9 @@ def assert_same_answer(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("n_sessions", [1, 7, 32])
-def test_served_answer_equals_in_process_answer_exactly(triton_server, served, example, protocol, n_sessions):
-    ensemble, name = served[example.name]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_served_answer_equals_in_process_answer_exactly(triton_server, served, example, backend, protocol, n_sessions):
+    ensemble, name = served[example.name, backend]
     rows = request_rows(example, n_sessions, seed=100 + n_sessions)
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
 
@@ -53,8 +60,9 @@ def test_served_answer_equals_in_process_answer_exactly(triton_server, served, e
     assert answer["filtered_out"].sum() == 1  # the one-click session, answered and marked
 
 
-def test_a_one_click_session_alone_is_answered_and_marked(triton_server, served, getting_started_example):
-    ensemble, name = served["getting_started"]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_one_click_session_alone_is_answered_and_marked(triton_server, served, getting_started_example, backend):
+    ensemble, name = served["getting_started", backend]
     rows = request_rows(getting_started_example, 1, seed=7)
     answer = Client(triton_server.grpc_url).infer(name, rows)
     assert answer["filtered_out"].tolist() == [True]
