@@ -1,5 +1,6 @@
 """One session per request on Transformers4Rec's getting-started example: in-process
-``Ensemble.transform`` against the same ensemble served (python backend, gRPC and HTTP ``Client``),
+``Ensemble.transform`` against the same ensemble served (all python, and mixed with the model on
+Triton's pytorch backend; gRPC and HTTP ``Client``),
 measured side by side, requests interleaved so that every path meets the same machine load.
 
     ./run python benchmarks/one_session.py [--rounds 300] [--profile]
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         example = prepare(getting_started, str(Path(work) / "categories"))
         ensemble = example.ensemble()
         ensemble.export(Path(work) / "repository", "getting_started")
+        # the same graph with the model, TopK, decoding and blanking on libtorch
+        example.ensemble(backend="pytorch").export(Path(work) / "repository", "getting_started_mixed")
         held_out = example.held_out
         lengths = held_out.groupby("session_id").size()
         sessions = [held_out[held_out["session_id"] == s] for s in lengths[lengths.between(3, 12)].index[:32]]
@@ -62,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         with TritonServer(Path(work) / "repository", start_timeout_s=300) as server:
             clients = {"grpc": Client(server.grpc_url), "http": Client(server.http_url, protocol="http")}
             paths = {name: (lambda frame, e=e: ensemble.transform(frame, e)) for name, e in executors.items()}
-            paths.update({f"served {name}": (lambda frame, c=c: c.infer("getting_started", frame)) for name, c in clients.items()})
+            for model, label in (("getting_started", "python"), ("getting_started_mixed", "mixed")):
+                paths.update(
+                    {f"served {name} {label}": (lambda frame, c=c, m=model: c.infer(m, frame)) for name, c in clients.items()}
+                )
             for send in paths.values():  # warm up on every request once
                 for frame in sessions:
                     send(frame)
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"cores (steal {load.steal_cores:.2f}); load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
             for name, values in times.items():
                 print(f"  {name:<24} p50 {np.percentile(values, 50):7.2f} ms   p90 {np.percentile(values, 90):7.2f} ms")
-            served = min(np.percentile(times[f"served {name}"], 50) for name in clients)
+            served = min(np.percentile(values, 50) for name, values in times.items() if name.startswith("served"))
             for name in executors:
                 print(f"  {name} p50 / best served p50 = {np.percentile(times[name], 50) / served:.2f}")
         for name, executor in executors.items():
