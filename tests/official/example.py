@@ -13,9 +13,9 @@ from merlin.io import Dataset
 
 from merlin_torch_serving import DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow
 from tests.official import training
+from tests.session_models import RESERVED_IDS
 
 TOP_K = 5
-RESERVED_IDS = (0, 1, 2)  # Categorify's padding, null and out-of-vocabulary ids
 UNSEEN_ITEM_ID = 40_000_000  # never in training (the generators clip item ids at 50,000)
 OVER_LONG = 27  # clicks: more than the examples' 20
 

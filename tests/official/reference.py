@@ -13,7 +13,8 @@ import pandas as pd
 import torch
 
 from tests.official import training
-from tests.official.example import RESERVED_IDS, TOP_K, Example
+from tests.official.example import TOP_K, Example
+from tests.session_models import masked_top_k
 
 
 def eager_answer(example: Example, rows: pd.DataFrame) -> pd.DataFrame:
@@ -32,11 +33,7 @@ def eager_answer(example: Example, rows: pd.DataFrame) -> pd.DataFrame:
             index=sessions["session_id"].to_numpy(),
         )
     scores = output.numpy()
-    masked = scores.copy()
-    masked[:, list(RESERVED_IDS)] = -np.inf
-    for row, seen in enumerate(sessions["item_id-list"]):
-        masked[row, np.asarray(seen, dtype=np.int64)] = -np.inf
-    encoded = np.argsort(-masked, axis=1, kind="stable")[:, :TOP_K]
+    encoded = masked_top_k(scores, sessions["item_id-list"], TOP_K)
     return pd.DataFrame(
         {
             "item_ids": list(_raw_item_ids(example)[encoded]),
