@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
     ArtifactError,
+    BackendBuildError,
     BackendNotAvailableError,
     ExportError,
     InferenceError,
@@ -54,6 +55,7 @@ __all__ = sorted(
     [
         *_LAZY,
         "ArtifactError",
+        "BackendBuildError",
         "BackendNotAvailableError",
         "ExportError",
         "InferenceError",

@@ -38,14 +38,19 @@ from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export import manifest, swap
-from merlin_torch_serving.export.checks import check_libtorch_model
+from merlin_torch_serving.export.checks import (
+    check_libtorch_model,
+    check_libtorch_return_type,
+    check_libtorch_schemas,
+    warn_about_differing_thread_counts,
+)
 from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import Step, partition
+from merlin_torch_serving.export.warmup import warmup_inputs
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.ops.pytorch import MODEL_FILE
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
-from merlin_torch_serving.samples import sample_table
 from merlin_torch_serving.schemas import schema_to_json
 
 WARMUP_DIR = "warmup"
@@ -66,6 +71,7 @@ class ExportResult:
     version: int
     models: list[str]
     fused: dict[str, list[str]] = field(default_factory=dict)  # step model -> operators it hosts
+    warnings: list[str] = field(default_factory=list)  # e.g. a filter no warm-up request passed
 
 
 def export_ensemble(
@@ -79,9 +85,9 @@ def export_ensemble(
 ) -> ExportResult:
     """Write ``ensemble`` into the repository at ``path`` as the Triton ensemble ``name``.
 
-    An existing model of the same name is an error unless ``overwrite`` (replace it: the new
-    export becomes version 1) or ``add_version`` (write version N+1 beside version N; configs
-    describe the newest version).
+    An existing model of the same name is an error unless ``overwrite`` (replace it and the step
+    models its previous export wrote: the new export becomes version 1) or ``add_version`` (write
+    version N+1 beside version N; configs describe the newest version).
     """
     if not _MODEL_NAME.match(name):
         raise ExportError(f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_', '.')")
@@ -92,6 +98,10 @@ def export_ensemble(
     steps = partition(plan, name)
     model_names = [step.name for step in steps] + [name]
     existing = [model for model in model_names if (repository / model).exists()]
+    if overwrite:
+        # steps of the previous export that this one does not write again (say, a step that moved
+        # to another backend) would otherwise stay behind, loaded by servers for nothing
+        existing += [model for model in _previous_steps(repository / name) if model not in model_names]
     version = 1
     if existing and add_version:
         version = 1 + max(max(_versions(repository / model)) for model in existing)
@@ -109,12 +119,17 @@ def export_ensemble(
             _copy_tree(repository, staged, skip=[] if add_version else existing)
         staged.mkdir(exist_ok=True)
         tensor_names = _tensor_names(plan, steps)
+        doing = "building the warm-up requests"
+        warmup = warmup_inputs(plan, steps)
         for step in steps:
             doing = f"writing step {step.name!r} ({', '.join(call.op.label for call in step.calls)})"
-            _write_step(staged / step.name, step, version, options)
+            _write_step(staged / step.name, step, version, options, warmup.arrays[step.name])
         doing = f"writing the ensemble {name!r}"
         _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version, options)
-        _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options, staged)
+        _write_manifest(
+            staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options, warmup.problem, staged
+        )
+        warn_about_differing_thread_counts(staged)
         doing = "putting the new repository in place of the old one"
         swap.replace_tree(staging, repository)
     except ExportError:
@@ -133,21 +148,26 @@ def export_ensemble(
         version=version,
         models=model_names,
         fused={step.name: [call.op.label for call in step.calls] for step in steps},
+        warnings=[warmup.problem] if warmup.problem else [],
     )
 
 
 # ---- steps ----------------------------------------------------------------------------------------
 
 
-def _write_step(model_dir: Path, step: Step, version: int, options: configs.ModelOptions) -> None:
+def _write_step(
+    model_dir: Path, step: Step, version: int, options: configs.ModelOptions, warmup_arrays: dict
+) -> None:
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
-    warmup_files = _write_warmup(model_dir / WARMUP_DIR, step)
+    warmup_files = _write_warmup(model_dir / WARMUP_DIR, step, warmup_arrays)
     if step.backend == "pytorch":
+        check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
+        check_libtorch_return_type(step.name, step.calls[0].op.module)
         module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
         torch.jit.save(module, str(version_dir / MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
-        check_libtorch_model(step.name, version_dir / MODEL_FILE, config, sample_table(step.input_schema))
+        check_libtorch_model(step.name, version_dir / MODEL_FILE, config, warmup_arrays)
     else:
         spec = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
@@ -180,13 +200,13 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
-def _write_warmup(warmup_dir: Path, step: Step) -> dict:
-    """Raw-binary sample inputs (Triton's ``input_data_file`` format) for the step's warm-up."""
+def _write_warmup(warmup_dir: Path, step: Step, arrays: dict) -> dict:
+    """The step's warm-up inputs (see ``export.warmup``) as raw-binary files, Triton's
+    ``input_data_file`` format."""
     if warmup_dir.exists():
         shutil.rmtree(warmup_dir)
     warmup_dir.mkdir()
     files = {}
-    arrays = wire.to_wire(sample_table(step.input_schema))
     for i, spec in enumerate(wire.schema_specs(step.input_schema)):
         array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
         file_name = f"input_{i}"
@@ -255,7 +275,16 @@ def _wire_map(schema, refs: dict[str, Ref], tensor_names: dict[Ref, str]) -> dic
     return mapping
 
 
-def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[Step], options, staged: Path) -> None:
+def _write_manifest(
+    path: Path,
+    name: str,
+    version: int,
+    ensemble,
+    steps: list[Step],
+    options,
+    warmup_problem: str | None,
+    staged: Path,
+) -> None:
     record = {
         "ensemble": name,
         "version": version,
@@ -265,6 +294,7 @@ def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[S
         "python": sys.version.split()[0],
         "libraries": {lib: _version(lib) for lib in _LIBRARIES},
         "model_options": dataclasses.asdict(options),
+        "warmup": {"passes_filters": warmup_problem is None, "problem": warmup_problem},
         "input_schema": json.loads(schema_to_json(ensemble.input_schema)),
         "output_schema": json.loads(schema_to_json(ensemble.output_schema)),
         "steps": [
@@ -287,6 +317,15 @@ def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[S
 
 
 # ---- files ----------------------------------------------------------------------------------------
+
+
+def _previous_steps(ensemble_dir: Path) -> list[str]:
+    """The step models the newest export of the ensemble in ``ensemble_dir`` wrote, from its manifest."""
+    record = ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE if ensemble_dir.is_dir() else None
+    if record is None or not record.is_file():
+        return []
+    steps = json.loads(record.read_text()).get("steps", [])
+    return [step["model"] for step in steps if (ensemble_dir.parent / step["model"]).is_dir()]
 
 
 def _versions(model_dir: Path) -> list[int]:

@@ -16,9 +16,10 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import InputError, SchemaError
+from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.samples import list_length, sample_table, sample_values
-from merlin_torch_serving.schemas import catalog_limits, describe_column, schema_from_json, schema_to_json
+from merlin_torch_serving.schemas import catalog_limits, schema_from_json, schema_to_json
 from merlin_torch_serving.ops.torch_module import WireModel
 
 MODEL_FILE = "model.pt"
@@ -35,13 +36,15 @@ class PredictPytorch(ServingOperator):
         ``Model`` brings its own schemas; any other module needs both schemas and is traced).
         The model takes one ``Dict[str, Tensor]`` of dense inputs.
     input_schema, output_schema
-        The model's inputs and outputs. Ragged list inputs need a maximum length (their
-        ``value_count.max``), unless ``max_sequence_length`` is given.
+        The model's inputs and outputs. Lists are padded to the model's sequence length (see
+        ``max_sequence_length``); a schema that allows longer lists is a ``SchemaError``.
     backend
         ``"pytorch"`` exports a libtorch model (``model.pt``); ``"python"`` runs the same
         TorchScript inside Triton's python backend, fused with neighbouring python steps.
     max_sequence_length
-        Length that ragged inputs are padded or truncated to (most recent items kept).
+        Length that ragged inputs are padded or truncated to (most recent items kept). A
+        Transformers4Rec model brings its own (its sequence features'); for other models it
+        defaults to each ragged input's ``value_count.max``.
     pad_value, pad_side
         How short sequences are padded. Transformers4Rec pads with 0 on the right.
     """
@@ -80,7 +83,9 @@ class PredictPytorch(ServingOperator):
         self.backend_choice: Backend = backend
         self.pad_value = float(pad_value)
         self.pad_side = pad_side
-        self.model_input_schema = _with_max_lengths(input_schema, max_sequence_length)
+        self.model_input_schema = sequence_length.with_model_lengths(
+            input_schema, sequence_length.model_sequence_lengths(model), max_sequence_length
+        )
         example = example_inputs(self.model_input_schema)
         if not isinstance(model, torch.jit.ScriptModule):
             model = _trace(model, example)
@@ -159,26 +164,6 @@ class PredictPytorch(ServingOperator):
         op.model_output_schema = schema_from_json(config["output_schema"])
         op.module = torch.jit.load(os.path.join(artifact_path, MODEL_FILE), map_location="cpu").eval()
         return op
-
-
-def _with_max_lengths(schema: Schema, max_sequence_length: int | None) -> Schema:
-    """The schema with every ragged list's maximum length known (or a clear error)."""
-    columns = []
-    for column in schema:
-        if wire.is_ragged(column):
-            known = column.shape.dims[1].max
-            if max_sequence_length is not None:
-                column = column.with_shape((None, (0, int(max_sequence_length))))
-            elif known is None:
-                raise SchemaError(
-                    "PredictPytorch",
-                    column.name,
-                    "a ragged list with a maximum length (value_count.max) to pad to",
-                    f"{describe_column(column)} without one",
-                    "pass max_sequence_length=...",
-                )
-        columns.append(column)
-    return Schema(columns)
 
 
 def example_inputs(schema: Schema, rows: int = 2) -> dict[str, torch.Tensor]:
