@@ -76,7 +76,8 @@ class InputError(MerlinTorchServingError):
     def from_message(cls, text: str, model: str | None = None) -> "InputError | None":
         """The InputError whose message ``text`` ends with (as a served step words its refusal), or
         None; the model is the step the text names (``model 'x': input column ...``), else ``model``."""
-        match = cls._MESSAGE.search(text)
+        # the last one: a TorchScript error quotes the source of the check before its message
+        match = next(reversed(list(cls._MESSAGE.finditer(text))), None)
         if match is None:
             return None
         got, _, hint = match.group("got").partition("; ")

@@ -120,6 +120,18 @@ class WireModel(torch.nn.Module):
 
     def forward(self, inputs: Dict[str, torch.Tensor]):
         features: Dict[str, torch.Tensor] = {}
+        first, expected_rows = "", -1
+        for name in self.ragged_inputs + self.dense_inputs:
+            # rows of different counts would broadcast silently inside the model
+            if name in inputs or name + "__offsets" in inputs:
+                rows = inputs[name].shape[0] if name in inputs else inputs[name + "__offsets"].shape[0] - 1
+                if first == "":
+                    first, expected_rows = name, rows
+                elif rows != expected_rows:
+                    raise ValueError(
+                        "input column '" + name + "': expected " + str(expected_rows) + " rows, like '"
+                        + first + "', got " + str(rows) + " rows"
+                    )
         for i, name in enumerate(self.ragged_inputs):
             if name in inputs:
                 values = inputs[name]

@@ -5,13 +5,15 @@ Every case is either answered exactly as in-process answers the same request, or
 error naming the column; never a crash, a traceback naming nothing, or an answer computed from the
 wrong rows. After each served case the server must still be healthy and answer a normal request.
 
-Three ensembles are served: raw clicks through the workflow (``clicks``), ragged sessions straight
-into the model (``sessions``: the offsets cases), and a workflow whose item ids are floats
-(``float_ids``: a NaN id can travel).
+Four ensembles are served: raw clicks through the workflow (``clicks``), ragged sessions straight
+into the model on the python backend (``sessions``: the offsets cases) and on Triton's pytorch
+backend (``sessions_libtorch``: the same cases, checked inside the TorchScript), and a workflow
+whose item ids are floats (``float_ids``: a NaN id can travel).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,23 +29,31 @@ from tests.served import assert_frames_equal, raw_infer
 pytestmark = pytest.mark.integration
 
 PATHS = ["in-process", "client-grpc", "client-http", "raw-tritonclient"]
-MODELS = {"clicks": "bad-clicks", "sessions": "bad-sessions", "float_ids": "bad-float-ids"}
+MODELS = {
+    "clicks": "bad-clicks",
+    "sessions": "bad-sessions",
+    "sessions_libtorch": "bad-sessions-libtorch",
+    "float_ids": "bad-float-ids",
+}
 ROW_LIMIT = 100_000  # ModelOptions' default, which these exports keep
 
 
 @pytest.fixture(scope="module")
-def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory):
+def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory, pytorch_backend):
     scripted, model_inputs, model_outputs = toy_model
     float_train = toy_session.interactions().astype({"item_id": "float64"})
     float_workflow = toy_session.fitted_workflow(tmp_path_factory.mktemp("float_ids"), train=float_train)
     built = {
         "clicks": Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema),
-        "sessions": Ensemble(
-            model_inputs.column_names
-            >> PredictPytorch(scripted, model_inputs, model_outputs, backend="python")
-            >> TopK(3, seen_items="item_id-list", exclude_ids=[0, 1, 2]),
-            model_inputs,
-        ),
+        **{
+            key: Ensemble(
+                model_inputs.column_names
+                >> PredictPytorch(scripted, model_inputs, model_outputs, backend=backend)
+                >> TopK(3, seen_items="item_id-list", exclude_ids=[0, 1, 2]),
+                model_inputs,
+            )
+            for key, backend in (("sessions", "python"), ("sessions_libtorch", "pytorch"))
+        },
         "float_ids": Ensemble(
             toy_session.session_graph(float_workflow, toy_session.scripted_model(float_workflow)), float_workflow.input_schema
         ),
@@ -142,6 +152,8 @@ CASES = [
     Case("ids outside the catalog", "sessions", {"item_id-list": [[5, 10**6]], "category-list": [[1, 1]]}, ("item_id-list",)),
     Case("negative ids", "sessions", {"item_id-list": [[-3, 5]], "category-list": [[1, 1]]}, ("item_id-list",)),
 ]
+# the session cases again, on an ensemble whose only step is a libtorch model
+CASES += [dataclasses.replace(case, name=f"{case.name} on libtorch", ensemble="sessions_libtorch") for case in CASES if case.ensemble == "sessions"]
 
 
 # ---- the paths ------------------------------------------------------------------------------------
@@ -177,7 +189,7 @@ def raw_arrays(case: Case, ensemble: Ensemble) -> dict:
     columns as numpy makes them of the values (no check, no cast)."""
     if case.wire:
         return case.request
-    if case.ensemble == "sessions":
+    if case.ensemble.startswith("sessions"):
         return wire.to_wire(frames.frame_to_table(case.request, ensemble.input_schema))
     arrays = {}
     for name, values in case.request.items():
@@ -235,6 +247,11 @@ def test_a_bad_request_is_answered_as_in_process_or_refused_naming_its_column(tr
             assert len(answer) == _sessions_in(case, ensemble)
     else:
         assert case.names, f"{case.name!r} should be answered on {path}, was refused: {refusal}"
+        if path == "raw-tritonclient" and case.ensemble == "sessions_libtorch":
+            # Triton's pytorch backend answers with the whole TorchScript error: the traceback of
+            # the check, then its message (the Client keeps only the message)
+            refusal = refusal.strip().splitlines()[-1]
+            assert refusal.startswith("builtins.ValueError: input column '"), refusal
         assert any(f"'{name}'" in refusal for name in case.names), f"the refusal names none of {case.names}: {refusal}"
         assert "Traceback" not in refusal
     if path != "in-process":
@@ -242,7 +259,7 @@ def test_a_bad_request_is_answered_as_in_process_or_refused_naming_its_column(tr
 
 
 def _sessions_in(case: Case, ensemble: Ensemble) -> int:
-    if case.ensemble == "sessions":
+    if case.ensemble.startswith("sessions"):
         table = wire.from_wire(case.request, ensemble.input_schema) if case.wire else frames.frame_to_table(case.request, ensemble.input_schema)
         return tables.num_rows(table)
     return len(pd.unique(np.asarray(case.request["session_id"])))

@@ -108,3 +108,16 @@ def test_wire_model_answers_empty_sessions_and_requests_without_rows():
     assert answer.tolist() == [0, 9]
     empty = model({"items__values": torch.zeros(0, dtype=torch.int64), "items__offsets": torch.zeros(1, dtype=torch.int32)})
     assert empty.tolist() == []
+
+
+def test_wire_model_refuses_inputs_of_different_row_counts_which_would_broadcast():
+    class Sum(torch.nn.Module):
+        def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+            return inputs["a"].sum(1) + inputs["b"].sum(1)
+
+    model = torch.jit.script(WireModel(Sum(), ["a", "b"], [MAX, MAX], []))
+    two_rows, one_row = ragged([[1], [2]]), ragged([[1, 2]])
+    inputs = {"a__values": two_rows[0], "a__offsets": two_rows[1], "b__values": one_row[0], "b__offsets": one_row[1]}
+    with pytest.raises(torch.jit.Error) as error:
+        model(inputs)
+    assert str(error.value).strip().splitlines()[-1].endswith("input column 'b': expected 2 rows, like 'a', got 1 rows")
