@@ -173,10 +173,9 @@ class ServerExitedError(ServerError):
 
 
 class ServerUnavailableError(ServerError):
-    """The server could not be reached (connection refused, gRPC UNAVAILABLE) or was not ready.
-
-    The request never ran, so retrying it is safe.
-    """
+    """The server could not be reached (connection refused or reset, gRPC UNAVAILABLE) or was not
+    ready. The request did not run, or running it again changes nothing (inference has no side
+    effect), so retrying it is safe."""
 
     def __init__(self, url: str, detail: str, hint: str = ""):
         self.url = url

@@ -67,7 +67,6 @@ class Stub:
     version: int
     instance: str
     alive: bool
-    start_ticks: int
 
 
 def stub_of(process: ProcessInfo) -> Stub | None:
@@ -79,7 +78,7 @@ def stub_of(process: ProcessInfo) -> Stub | None:
     if not version.isdigit():
         return None
     instance = next((arg for arg in process.argv[2:] if arg.startswith(f"{model}_")), model)
-    return Stub(process.pid, model, int(version), instance, process.is_alive, process.start_ticks)
+    return Stub(process.pid, model, int(version), instance, process.is_alive)
 
 
 class StubRecord:

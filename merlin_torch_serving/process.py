@@ -73,7 +73,6 @@ class ProcessInfo:
     parent: int
     group: int
     state: str  # R, S, D, T (stopped), Z (zombie: exited, not reaped), ...
-    start_ticks: int  # start time after boot, in clock ticks: orders the children of a process
     exit_status: int  # wait status, meaningful for zombies
     argv: tuple[str, ...]  # empty for zombies
 
@@ -96,7 +95,6 @@ def process_info(pid: int, *, with_argv: bool = True) -> ProcessInfo | None:
         parent=int(fields[1]),
         group=int(fields[2]),
         state=fields[0],
-        start_ticks=int(fields[19]),
         exit_status=int(fields[49]) if len(fields) > 49 else 0,
         argv=tuple(part.decode(errors="replace") for part in argv.split(b"\0") if part),
     )

@@ -12,11 +12,11 @@ STUB = "/cache/backends/python/triton_python_backend_stub"
 
 def stub_process(pid, model, state="S", status=0, version=1):
     argv = (STUB, f"/repo/{model}/{version}/model.py", "shm_region", "1048576", "1048576", "99", "/lib", "336", f"{model}_0_0", "DEFAULT")
-    return ProcessInfo(pid=pid, parent=99, group=99, state=state, start_ticks=pid, exit_status=status, argv=argv)
+    return ProcessInfo(pid=pid, parent=99, group=99, state=state, exit_status=status, argv=argv)
 
 
 def zombie(pid, status):
-    return ProcessInfo(pid=pid, parent=99, group=99, state="Z", start_ticks=pid, exit_status=status, argv=())
+    return ProcessInfo(pid=pid, parent=99, group=99, state="Z", exit_status=status, argv=())
 
 
 READY = [ModelStatus("reco", 1, "READY"), ModelStatus("reco-0-step", 1, "READY")]
@@ -25,7 +25,7 @@ READY = [ModelStatus("reco", 1, "READY"), ModelStatus("reco-0-step", 1, "READY")
 def test_a_stub_is_read_from_its_command_line():
     stub = stub_of(stub_process(7, "reco-0-step"))
     assert (stub.model, stub.version, stub.instance, stub.alive) == ("reco-0-step", 1, "reco-0-step_0_0", True)
-    assert stub_of(ProcessInfo(8, 99, 99, "S", 8, 0, ("/bin/sleep", "10"))) is None
+    assert stub_of(ProcessInfo(8, 99, 99, "S", 0, ("/bin/sleep", "10"))) is None
 
 
 def test_a_model_with_all_its_stubs_is_healthy_and_an_ensemble_has_none():
