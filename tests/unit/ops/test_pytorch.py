@@ -95,5 +95,5 @@ def test_predict_pytorch_rejects_an_output_count_that_differs_from_the_schema():
 
 
 def test_predict_pytorch_rejects_an_unknown_backend():
-    with pytest.raises(ValueError, match="backend must be 'pytorch' or 'python', got 'onnx'"):
+    with pytest.raises(ValueError, match="backend must be one of None, .pytorch., .python., got .onnx."):
         PredictPytorch(torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([]), backend="onnx")
