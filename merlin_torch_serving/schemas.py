@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema
 from merlin.schema.io.tensorflow_metadata import TensorflowMetadata
 
@@ -16,6 +17,10 @@ def schema_to_json(schema: Schema) -> str:
         annotation = feature.get("annotation", {})
         if "tag" in annotation:  # tags come from a set
             annotation["tag"] = sorted(annotation["tag"])
+        # merlin writes no type for string (or object) columns, though it reads BYTES back as
+        # strings; without it they would come back with an unknown dtype
+        if schema[feature["name"]].dtype.element_type in (ElementType.String, ElementType.Object):
+            feature["type"] = "BYTES"
     return json.dumps(data, sort_keys=True)
 
 
