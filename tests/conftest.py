@@ -4,10 +4,14 @@
 repository; tests write model folders into ``triton_server.repository`` (see
 tests/triton_models.py) or export ensembles there, and load them by name.
 ``toy_workflow`` / ``toy_model``: the small session-based setup of tests/toy_session.py.
+``ranking``: the ranking example (examples/ranking) at test size, trained once.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import pandas as pd
 import pytest
 
 from merlin_torch_serving.exceptions import ServerError
@@ -42,3 +46,22 @@ def toy_workflow(tmp_path_factory):
 def toy_model(toy_workflow):
     """(TorchScript model, input schema, output schema)."""
     return toy_session.scripted_model(toy_workflow)
+
+
+class Ranking(NamedTuple):
+    train: pd.DataFrame
+    held_out: pd.DataFrame
+    workflow: object  # fitted nvtabular.Workflow
+    model: object  # trained examples.ranking.model.DLRM, in eval mode
+
+
+@pytest.fixture(scope="session")
+def ranking(tmp_path_factory):
+    from examples.ranking import data, features, model
+
+    impressions = data.generate_impressions(6_000, n_users=200, n_items=120, seed=3)
+    train, held_out = data.split(impressions, seed=3)
+    workflow = features.fit_workflow(train, tmp_path_factory.mktemp("ranking"))
+    ctr_model = model.build_model(workflow.output_schema)
+    model.train(ctr_model, features.transform(workflow, train), train[data.LABEL_COLUMN].to_numpy(), epochs=6)
+    return Ranking(train, held_out, workflow, ctr_model)
