@@ -112,7 +112,7 @@ def _reference_outputs(reference: torch.nn.Module, probes: list[Probe], label: s
             with torch.no_grad():
                 expected.append((probe, _as_tuple(reference(probe.inputs))))
         except Exception as exc:
-            errors.append(f"{probe.name}: {type(exc).__name__}: {_first_line(exc)}")
+            errors.append(f"{probe.name}: {_error_text(exc)}")
     if not expected or expected[0][0] is not probes[0]:
         raise SchemaError(
             label,
@@ -144,7 +144,7 @@ def _traced_adapter(script: torch.jit.ScriptModule, arguments, output_names: lis
             label,
             None,
             "a model that runs on inputs built from its input schema",
-            f"{type(exc).__name__}: {_first_line(exc)}",
+            _error_text(exc),
             "check the input schema's dtypes, list lengths and domains",
         ) from exc
 
@@ -156,7 +156,7 @@ def _first_difference(candidate: torch.nn.Module, expected: list[tuple[Probe, tu
             with torch.no_grad():
                 got = _as_tuple(candidate(probe.inputs))
         except Exception as exc:
-            return f"fails on probe '{probe.name}' ({type(exc).__name__}: {_first_line(exc)})"
+            return f"fails on probe '{probe.name}' ({_error_text(exc)})"
         if len(got) != len(want):
             return f"returns {len(got)} outputs instead of {len(want)} on probe '{probe.name}'"
         for i, (w, g) in enumerate(zip(want, got)):
@@ -210,8 +210,15 @@ def _first_line(error) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     # the TorchScript interpreter puts its traceback first and the error itself last
     interpreter_error = bool(lines) and lines[0].startswith("The following operation failed in the TorchScript")
-    text = (lines[-1] if interpreter_error else lines[0]) if lines else type(error).__name__
+    text = ((lines[-1] if interpreter_error else lines[0]) if lines else type(error).__name__).rstrip(":")
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _error_text(error: Exception) -> str:
+    """``Type: message`` (the first line of it), once even when the message repeats the type."""
+    line = _first_line(error)
+    prefix = f"{type(error).__name__}: "
+    return line if line.startswith(prefix) else prefix + line
 
 
 def _log(prepared: PreparedModel, label: str, name: str, warn: bool = False) -> PreparedModel:
