@@ -20,7 +20,8 @@ from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.model_prep.eager import EAGER_MODEL_FILE, load_eager_model, save_eager_model
 from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
-from merlin_torch_serving.model_prep.sample import input_schema_of, named_inputs, output_schema_of
+from merlin_torch_serving.model_prep.sample import named_inputs
+from merlin_torch_serving.model_prep.schemas import model_schemas
 from merlin_torch_serving.model_prep.sources import load_model
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.torch_module import WireModel
@@ -93,26 +94,9 @@ class PredictPytorch(ServingOperator):
             raise TypeError(f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}")
         model = model.eval()
         sample_inputs = None if sample is None else named_inputs(model, sample, "PredictPytorch")
-        input_schema = _first_of(
-            input_schema,
-            saved_input_schema,
-            getattr(model, "input_schema", None),
-            None if sample_inputs is None else input_schema_of(sample_inputs),
+        input_schema, output_schema = model_schemas(
+            model, input_schema, output_schema, saved_input_schema=saved_input_schema, sample=sample_inputs, label="PredictPytorch"
         )
-        if input_schema is not None and output_schema is None:
-            output_schema = _first_of(
-                getattr(model, "output_schema", None),
-                None if sample_inputs is None else output_schema_of(model, sample_inputs, input_schema, "PredictPytorch"),
-            )
-        if input_schema is None or output_schema is None:
-            raise SchemaError(
-                "PredictPytorch",
-                None,
-                "the model's input_schema and output_schema",
-                "a model that does not carry them",
-                "pass PredictPytorch(model, input_schema=..., output_schema=...), or one sample input: "
-                "PredictPytorch(model, sample=...)",
-            )
         self.pad_value = float(pad_value)
         self.pad_side = pad_side
         self.model_input_schema = _with_max_lengths(input_schema, max_sequence_length)
@@ -211,10 +195,6 @@ def _check_choice(name: str, value, choices: tuple) -> None:
     if value not in choices:
         listed = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {listed}, got {value!r}")
-
-
-def _first_of(*candidates):
-    return next((candidate for candidate in candidates if candidate is not None), None)
 
 
 def _with_max_lengths(schema: Schema, max_sequence_length: int | None) -> Schema:
