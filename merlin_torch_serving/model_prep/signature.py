@@ -153,7 +153,8 @@ class DictCall(torch.nn.Module):
 def call_with_dict(model: torch.nn.Module, arguments: dict[str, str] | None, inputs: Mapping[str, torch.Tensor]):
     """``model``'s raw result for one dict of inputs, bound as ``bind_arguments`` said."""
     if arguments is None:
-        return model(inputs)
+        # a copy: some models (Transformers4Rec's) replace entries of the dict they are given
+        return model(dict(inputs))
     return model(**{argument: inputs[column] for argument, column in arguments.items()})
 
 

@@ -103,3 +103,14 @@ def test_a_model_that_fails_on_inputs_built_from_its_schema_says_so():
 
     with pytest.raises(SchemaError, match="a model that runs on inputs built from its input schema, got a model that fails on them"):
         prepare(NeedsFour(), narrow)
+
+
+def test_a_model_that_rewrites_its_input_dict_is_compared_on_unchanged_probes():
+    class Rewrites(torch.nn.Module):  # as Transformers4Rec's Model casts and pads in place
+        def forward(self, inputs):
+            inputs["x"] = inputs["x"] * 2
+            return inputs["x"]
+
+    prepared = prepare(Rewrites())
+    assert prepared.execution == "torchscript"
+    assert prepared.module({"x": torch.ones(1, 4)}).tolist() == [[2.0, 2.0, 2.0, 2.0]]
