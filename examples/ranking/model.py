@@ -68,9 +68,15 @@ def output_schema() -> Schema:
     return Schema([ColumnSchema(OUTPUT_COLUMN, dtype=np.float32, dims=(None,))])
 
 
-def model_inputs(features: pd.DataFrame, schema: Schema) -> dict[str, torch.Tensor]:
-    """The model's inputs from workflow output rows (what an eager caller passes)."""
-    return {name: torch.from_numpy(features[name].to_numpy()) for name in schema.column_names}
+def model_inputs(model: DLRM, features: pd.DataFrame) -> dict[str, torch.Tensor]:
+    """The columns ``model`` reads, from workflow output rows (what an eager caller passes)."""
+    return {name: torch.from_numpy(features[name].to_numpy()) for name in model.categorical + model.continuous}
+
+
+def predict(model: DLRM, features: pd.DataFrame) -> np.ndarray:
+    """Click probabilities of workflow output rows, computed eagerly."""
+    with torch.no_grad():
+        return model(model_inputs(model, features)).numpy()
 
 
 def train(
@@ -84,7 +90,7 @@ def train(
     seed: int = 0,
 ) -> list[float]:
     """Train with binary cross-entropy and Adam; returns each epoch's mean loss."""
-    inputs = {name: torch.from_numpy(features[name].to_numpy()) for name in model.categorical + model.continuous}
+    inputs = model_inputs(model, features)
     targets = torch.from_numpy(np.asarray(labels, dtype=np.float32))
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     shuffle = torch.Generator().manual_seed(seed)

@@ -21,9 +21,7 @@ from merlin_torch_serving.export.python_model import HostedStep
 
 def eager_scores(ranking, rows: pd.DataFrame) -> np.ndarray:
     """The trained model on NVTabular's own transform of ``rows``: the reference."""
-    inputs = model.model_inputs(features.transform(ranking.workflow, rows), ranking.workflow.output_schema)
-    with torch.no_grad():
-        return ranking.model(inputs).numpy()
+    return model.predict(ranking.model, features.transform(ranking.workflow, rows))
 
 
 def request_rows(ranking, n: int = 40) -> pd.DataFrame:
