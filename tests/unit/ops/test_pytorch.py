@@ -57,7 +57,7 @@ def right_padded(rows, length):
     return torch.tensor([list(row[-length:]) + [0] * (length - len(row[-length:])) for row in rows])
 
 
-def test_predict_pytorch_traces_an_eager_module_from_its_schemas(toy_workflow):
+def test_predict_pytorch_compiles_an_eager_module_from_its_schemas(toy_workflow):
     _, input_schema, output_schema = toy_session.scripted_model(toy_workflow)
     catalog = output_schema["next-item"].shape.dims[1].max
     categories = input_schema["category-list"].properties["domain"]["max"] + 1
