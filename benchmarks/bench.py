@@ -1,19 +1,33 @@
-"""One benchmark run: build the example and the three repositories, then measure the in-process
-limit and each served system in turn (one tritonserver at a time), collecting the records.
+"""One benchmark run: build the example and the repositories, then measure the in-process limit
+and each served system in turn (one tritonserver at a time), then the two exports of this project
+sharing one server, collecting the records.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import floor, inprocess, merlin_baseline, report, server_stats, systems, targets
+from benchmarks import floor, inprocess, merlin_baseline, report, server_stats, shared, systems, targets
 from benchmarks.environment import BUSY_MACHINE_CORES, OtherCpuLoad, describe_machine
-from benchmarks.load import LoadResult, LoadSettings, run_load
+from benchmarks.load import LoadSettings, run_load
 from benchmarks.memory import PeakServerMemory, server_processes, server_rss_bytes
-from benchmarks.results import FLOOR, IN_PROCESS, MERLIN, PROJECT, Measurement, ServerStart, find
+from benchmarks.results import (
+    ALONE,
+    FLOOR,
+    IN_PROCESS,
+    MERLIN,
+    MIXED,
+    PROJECT,
+    SYSTEM_LABELS,
+    Measurement,
+    ServerStart,
+    find,
+    measurement_from_load,
+)
 from benchmarks.workload import MAX_SEQUENCE_LENGTH, TOP_K, build_workload
 from examples.session_based import features
 from merlin_torch_serving import TritonServer
@@ -27,6 +41,9 @@ BUSY_PAUSE_S = 3.0
 COLD_REQUESTS = 8
 # Passes over all requests of all settings between the cold start and the first measurement.
 STEADY_STATE_PASSES = 2
+# The client path of the shared-server measurement: tensors built before timing, so the clients,
+# which share this process, add as little CPU as possible to what the server's pools compete for.
+SHARED_CLIENT = "tritonclient, prebuilt"
 
 
 @dataclass(frozen=True)
@@ -80,11 +97,12 @@ class Benchmark:
         progress = self.progress
         progress.step(f"mode {self.mode.name}: building the example (clicks, workflow, a short training)")
         self.workload = build_workload(self.work_dir / "example", session_counts=self.session_counts, progress=True)
-        progress.step(f"trained in {self.workload.training_seconds:.1f} s; exporting the three repositories")
-        ensemble, served = self._prepare_repositories()
+        progress.step(f"trained in {self.workload.training_seconds:.1f} s; exporting the repositories")
+        ensemble, served, shared_repository = self._prepare_repositories()
         self._measure_in_process(ensemble)
         for system in served:
             self._measure_served(system)
+        self._measure_shared(shared_repository, [system for system in served if system.key in ALONE.values()])
         self.wall_s = time.perf_counter() - self.began
         self.targets = targets.evaluate(self.measurements, self.starts)
 
@@ -106,6 +124,12 @@ class Benchmark:
         project_repository = self.work_dir / "project"
         exported = ensemble.export(project_repository, systems.PROJECT_MODEL, overwrite=True)
         project_steps = floor.ensemble_step_count(project_repository, systems.PROJECT_MODEL)
+        mixed = systems.project_ensemble(workload, backend="pytorch")
+        mixed_repository = self.work_dir / "mixed"
+        mixed_exported = mixed.export(mixed_repository, systems.MIXED_MODEL, overwrite=True)
+        shared_repository = self.work_dir / "shared"
+        ensemble.export(shared_repository, systems.PROJECT_MODEL, overwrite=True)
+        mixed.export(shared_repository, systems.MIXED_MODEL, overwrite=True)
         self.notes.append(
             "(a) in-process limit: `Ensemble.transform(DataFrame)` with the LocalExecutor in the benchmark "
             "process (DataFrame to table, TransformWorkflow on the compiled fast path, PredictPytorch, "
@@ -125,9 +149,22 @@ class Benchmark:
         self.notes.append(
             f"(c) this project: the exported ensemble `{systems.PROJECT_MODEL}` with {project_steps} step(s) "
             f"({fused}) on the python backend, exported with the default `ModelOptions()` (one instance, "
-            "Triton warm-up configured, torch's default threads). `Client` is "
+            "Triton warm-up configured, one torch thread per instance). `Client` is "
             "`merlin_torch_serving.Client.infer(DataFrame)` returning a DataFrame (what a user pays); "
             "`tritonclient, prebuilt` sends the same requests as tensors built before timing."
+        )
+        mixed_steps = "; ".join(f"{model}: {', '.join(ops)}" for model, ops in mixed_exported.fused.items())
+        self.notes.append(
+            f"(e) this project, mixed: the same graph exported with `PredictPytorch(backend=\"pytorch\")` as "
+            f"`{systems.MIXED_MODEL}` ({mixed_steps}): the workflow on the python backend, the model with TopK "
+            "and DecodeItemIds compiled into one libtorch model on Triton's pytorch backend; same requests, "
+            "same `ModelOptions()`, same server settings as (c)."
+        )
+        self.notes.append(
+            "(c) / (e) sharing a server: both exports loaded in one tritonserver, each sent requests by its own "
+            f"client (`{SHARED_CLIENT}`, gRPC) at the same time for the whole time budget (the two timings start "
+            "together), so the python stub's and libtorch's torch thread pools compete for the cores; each is "
+            "compared with its own row served alone (targets)."
         )
 
         merlin_repository = self.work_dir / "merlin"
@@ -160,15 +197,8 @@ class Benchmark:
                 floor.FLOOR_MODEL,
                 (systems.prebuilt_tritonclient(floor.FLOOR_MODEL, request_schema),),
             ),
-            systems.ServedSystem(
-                PROJECT,
-                project_repository,
-                systems.PROJECT_MODEL,
-                (
-                    systems.project_client(systems.PROJECT_MODEL),
-                    systems.prebuilt_tritonclient(systems.PROJECT_MODEL, request_schema),
-                ),
-            ),
+            systems.project_system(PROJECT, project_repository, systems.PROJECT_MODEL, request_schema),
+            systems.project_system(MIXED, mixed_repository, systems.MIXED_MODEL, request_schema),
             systems.ServedSystem(
                 MERLIN,
                 merlin_repository,
@@ -176,7 +206,7 @@ class Benchmark:
                 (systems.merlin_tritonclient(merlin_baseline.MERLIN_MODEL, request_schema, merlin_outputs),),
             ),
         ]
-        return ensemble, served
+        return ensemble, served, shared_repository
 
     # ---- measuring ----------------------------------------------------------------------------
 
@@ -196,7 +226,7 @@ class Benchmark:
                 def measure() -> Measurement:
                     with OtherCpuLoad() as other:
                         result = run_load(lambda: inprocess.in_process_sender(ensemble, requests), concurrency, self.load)
-                    return _measurement(IN_PROCESS, IN_PROCESS, "Ensemble.transform", sessions, concurrency, result, None, other, {})
+                    return measurement_from_load(IN_PROCESS, IN_PROCESS, "Ensemble.transform", sessions, concurrency, result, None, other, {})
 
                 self._keep_least_disturbed(measure)
 
@@ -211,7 +241,7 @@ class Benchmark:
             start = self._cold_start(system, server, launched, ready=time.perf_counter())
             self._bring_to_steady_state(system, server)
             if self.tritonserver_version is None:
-                self.tritonserver_version = _server_version(server.http_url)
+                self.tritonserver_version = server_stats.server_version(server.http_url)
             for client in system.clients:
                 for protocol in self.protocols:
                     for sessions in self.session_counts:
@@ -220,6 +250,36 @@ class Benchmark:
         start.steady_p50_ms = find(
             self.measurements, system.key, "grpc", min(self.session_counts), 1, system.clients[0].name
         ).p50_ms
+
+    def _measure_shared(self, repository: Path, exports: list[systems.ServedSystem]) -> None:
+        """Both exports in one server, one client each at once, for every request size (gRPC)."""
+        shared_key = {alone: shared_key for shared_key, alone in ALONE.items()}
+        names = " and ".join(SYSTEM_LABELS[export.key] for export in exports)
+        self.progress.step(f"{names} in one tritonserver on {repository.name}/")
+        with TritonServer(
+            repository, log_path=self.work_dir / "shared.log", start_timeout_s=self.server_start_timeout_s
+        ) as server:
+            for export in exports:
+                self._bring_to_steady_state(export, server)
+            for sessions in self.session_counts:
+                requests = self.workload.requests[sessions]
+
+                def measure() -> list[Measurement]:
+                    make_senders = {
+                        export.key: functools.partial(
+                            _client_path(export, SHARED_CLIENT).make_sender, server.grpc_url, "grpc", requests
+                        )
+                        for export in exports
+                    }
+                    with OtherCpuLoad(lambda: _pids(server)) as other, PeakServerMemory(server.pid) as memory:
+                        results = shared.run_side_by_side(make_senders, self.load)
+                    rss_mb = memory.peak_bytes / _MB
+                    return [
+                        measurement_from_load(shared_key[key], "grpc", SHARED_CLIENT, sessions, 1, results[key], rss_mb, other, {})
+                        for key in make_senders
+                    ]
+
+                self._keep_least_disturbed(measure)
 
     def _cold_start(self, system: systems.ServedSystem, server, launched: float, ready: float) -> ServerStart:
         """The first COLD_REQUESTS requests after ready, one at a time, over gRPC with the
@@ -288,25 +348,35 @@ class Benchmark:
                 )
             server_side = server_stats.per_request_ms(statistics["before"], server_stats.snapshot(server.http_url))
             rss_mb = memory.peak_bytes / _MB
-            return _measurement(system.key, protocol, client.name, sessions, concurrency, result, rss_mb, other, server_side)
+            return measurement_from_load(system.key, protocol, client.name, sessions, concurrency, result, rss_mb, other, server_side)
 
         self._keep_least_disturbed(measure)
 
-    def _keep_least_disturbed(self, measure: Callable[[], Measurement]) -> None:
+    def _keep_least_disturbed(self, measure: Callable[[], Measurement | list[Measurement]]) -> None:
         """Measure; while other processes or virtual machines took the CPU, pause and measure
-        again (up to BUSY_RETRIES times), then keep the attempt they disturbed least."""
-        attempts = [measure()]
-        while attempts[-1].other_cpu_cores > BUSY_MACHINE_CORES and len(attempts) <= BUSY_RETRIES:
+        again (up to BUSY_RETRIES times), then keep the attempt they disturbed least. An attempt
+        may measure several settings at once (a list), which are kept or dropped together."""
+
+        def attempt() -> list[Measurement]:
+            measured = measure()
+            return measured if isinstance(measured, list) else [measured]
+
+        def disturbance(measured: list[Measurement]) -> float:
+            return max(m.other_cpu_cores for m in measured)
+
+        attempts = [attempt()]
+        while disturbance(attempts[-1]) > BUSY_MACHINE_CORES and len(attempts) <= BUSY_RETRIES:
             self.progress.step(
-                f"other processes or virtual machines took {attempts[-1].other_cpu_cores:.2f} cores; "
+                f"other processes or virtual machines took {disturbance(attempts[-1]):.2f} cores; "
                 f"measuring again in {BUSY_PAUSE_S:g} s"
             )
             time.sleep(BUSY_PAUSE_S)
-            attempts.append(measure())
-        kept = min(attempts, key=lambda attempt: attempt.other_cpu_cores)
-        kept.attempts = len(attempts)
-        self.measurements.append(kept)
-        self.progress.measured(kept)
+            attempts.append(attempt())
+        kept = min(attempts, key=disturbance)
+        for measurement in kept:
+            measurement.attempts = len(attempts)
+            self.measurements.append(measurement)
+            self.progress.measured(measurement)
 
     # ---- the record -----------------------------------------------------------------------------
 
@@ -347,26 +417,8 @@ class Benchmark:
         }
 
 
-def _measurement(system, protocol, client, sessions, concurrency, result: LoadResult, rss_mb, other, server_side) -> Measurement:
-    return Measurement(
-        system=system,
-        protocol=protocol,
-        client=client,
-        sessions=sessions,
-        concurrency=concurrency,
-        requests=result.requests,
-        p50_ms=round(result.percentile_ms(50), 4),
-        p90_ms=round(result.percentile_ms(90), 4),
-        p99_ms=round(result.percentile_ms(99), 4),
-        mean_ms=round(float(result.latencies_ms.mean()), 4),
-        requests_per_s=round(result.requests_per_s, 2),
-        sessions_per_s=round(result.requests_per_s * sessions, 1),
-        wall_s=round(result.wall_s, 3),
-        server_rss_mb=round(rss_mb, 1) if rss_mb is not None else None,
-        other_cpu_cores=round(other.other_cores, 3),
-        steal_cores=round(other.steal_cores, 3),
-        server_side=server_side,
-    )
+def _client_path(system: systems.ServedSystem, name: str) -> systems.ClientPath:
+    return next(client for client in system.clients if client.name == name)
 
 
 def _pids(server: TritonServer) -> list[int]:
@@ -378,13 +430,3 @@ def _steps_or_none(system: systems.ServedSystem) -> int | None:
         return floor.ensemble_step_count(system.repository, system.model)
     except ValueError:  # Merlin's executor_model is one python model, not a Triton ensemble
         return None
-
-
-def _server_version(http_url: str) -> str | None:
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(http_url)
-    try:
-        return client.get_server_metadata().get("version")
-    finally:
-        client.close()

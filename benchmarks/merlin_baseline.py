@@ -1,6 +1,7 @@
 """Merlin Systems 23.08 on the same workflow and model: ``Ensemble(TransformWorkflow(workflow) >>
 PredictPyTorch(traced_model, ...))``, with PredictPyTorch swapped for a python-backend TorchScript
-step, because its stock export needs Triton's libtorch backend and the bundled server has none.
+step, because its stock export puts the traced model on Triton's libtorch backend, where nothing
+pads the workflow's ragged lists into the dense inputs the model was traced with.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ IDS_COLUMN = "item_ids"
 SWAP_NOTE = (
     "Merlin Systems' PredictPyTorch step was swapped for a python-backend TorchScript step "
     "(PredictTorchScriptInExecutor, a ~30-line subclass defined in benchmarks/merlin_baseline.py): "
-    "the stock export always targets the libtorch backend, which the bundled tritonserver lacks. "
+    "the stock export always puts the traced model on Triton's libtorch backend, where nothing pads the "
+    "workflow's ragged lists into the dense inputs it was traced with. "
     "The swapped step runs the same traced model inside Merlin's python executor model, after "
     "Merlin's TransformWorkflow step."
 )

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from benchmarks.environment import BUSY_MACHINE_CORES
-from benchmarks.results import SYSTEM_LABELS, Measurement, ServerStart, as_dicts
+from benchmarks.results import MIXED, PROJECT, SYSTEM_LABELS, Measurement, ServerStart, as_dicts, find
 from benchmarks.targets import Target
 
 
@@ -89,6 +89,7 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         "",
         *[f"- {SYSTEM_LABELS[s.system]}: {', '.join(f'{ms:.1f}' for ms in s.first_requests_ms)}" for s in starts],
     ]
+    lines += ["", "## The mixed export beside the all-python one", "", *_mixed_beside_python(measurements, starts)]
     lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
     lines += ["", "## What each system is", "", *[f"- {note}" for note in run["notes"]]]
     lines += [
@@ -96,7 +97,8 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         "## Environment",
         "",
         f"- Python {machine['python']} on {machine['os']}; torch threads in this process: {machine['torch_threads']}",
-        f"- tritonserver {run.get('tritonserver_version') or 'unknown'} (bundled with nvidia-pytriton), python backend only",
+        f"- tritonserver {run.get('tritonserver_version') or 'unknown'} (bundled with nvidia-pytriton) with its python "
+        "backend, and Triton's pytorch backend built for this torch by `merlin-torch-serving build-backend pytorch`",
         "- " + ", ".join(f"{name} {version}" for name, version in machine["packages"].items()),
         f"- load average at start: {machine['load_average_at_start']}; "
         f"workload: {run['workload']['train_sessions']} training sessions, catalog of "
@@ -106,6 +108,35 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         "",
     ]
     path.write_text("\n".join(lines))
+
+
+def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerStart]) -> list[str]:
+    """(e) against (c) on the same requests and server settings: latency, throughput, cold start."""
+    lines = [
+        "Same requests, same `ModelOptions()`, same server settings; `Client` over gRPC. Ratio: mixed / all python.",
+        "",
+        "| | (c) all python | (e) mixed | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for sessions, concurrency in sorted({(m.sessions, m.concurrency) for m in measurements if m.system == PROJECT}):
+        python = find(measurements, PROJECT, "grpc", sessions, concurrency, "Client")
+        mixed = find(measurements, MIXED, "grpc", sessions, concurrency, "Client")
+        setting = f"{sessions} session(s), {concurrency} client(s)"
+        lines.append(f"| p50 ms, {setting} | {python.p50_ms:.2f} | {mixed.p50_ms:.2f} | {mixed.p50_ms / python.p50_ms:.2f} |")
+        lines.append(
+            f"| sessions/s, {setting} | {python.sessions_per_s:.0f} | {mixed.sessions_per_s:.0f} "
+            f"| {mixed.sessions_per_s / python.sessions_per_s:.2f} |"
+        )
+    start = {s.system: s for s in starts}
+    if PROJECT in start and MIXED in start:
+        for label, field, digits in (
+            ("start to ready s", "start_to_ready_s", 1),
+            ("first request after ready ms", "first_request_ms", 2),
+            ("RSS after ready MB", "rss_after_ready_mb", 0),
+        ):
+            python, mixed = getattr(start[PROJECT], field), getattr(start[MIXED], field)
+            lines.append(f"| {label} | {python:.{digits}f} | {mixed:.{digits}f} | {mixed / python:.2f} |")
+    return lines
 
 
 def _disturbance_summary(measurements: list[Measurement]) -> str:

@@ -7,14 +7,22 @@ from dataclasses import asdict, dataclass, field
 IN_PROCESS = "in-process"
 FLOOR = "triton-floor"
 PROJECT = "merlin-torch-serving"
+MIXED = "merlin-torch-serving-mixed"
 MERLIN = "merlin-systems"
+PROJECT_SHARED = "merlin-torch-serving-shared"
+MIXED_SHARED = "merlin-torch-serving-mixed-shared"
 
 SYSTEM_LABELS = {
     IN_PROCESS: "(a) in-process limit",
     FLOOR: "(b) Triton floor",
-    PROJECT: "(c) this project",
+    PROJECT: "(c) this project, all python",
+    MIXED: "(e) this project, mixed",
     MERLIN: "(d) Merlin Systems 23.08",
+    PROJECT_SHARED: "(c) sharing a server with (e)",
+    MIXED_SHARED: "(e) sharing a server with (c)",
 }
+#: an export measured in a server it shares with the other export -> the same export served alone
+ALONE = {PROJECT_SHARED: PROJECT, MIXED_SHARED: MIXED}
 
 
 @dataclass
@@ -85,3 +93,26 @@ def find(measurements: list[Measurement], system: str, protocol: str, sessions: 
         ) and (client is None or measurement.client == client):
             return measurement
     raise KeyError(f"no measurement of {system} {protocol} {sessions} session(s) concurrency {concurrency} client {client}")
+
+
+def measurement_from_load(system, protocol, client, sessions, concurrency, result, rss_mb, other, server_side) -> Measurement:
+    """The record of one measurement: a load result, the peak server RSS, the CPU others took meanwhile."""
+    return Measurement(
+        system=system,
+        protocol=protocol,
+        client=client,
+        sessions=sessions,
+        concurrency=concurrency,
+        requests=result.requests,
+        p50_ms=round(result.percentile_ms(50), 4),
+        p90_ms=round(result.percentile_ms(90), 4),
+        p99_ms=round(result.percentile_ms(99), 4),
+        mean_ms=round(float(result.latencies_ms.mean()), 4),
+        requests_per_s=round(result.requests_per_s, 2),
+        sessions_per_s=round(result.requests_per_s * sessions, 1),
+        wall_s=round(result.wall_s, 3),
+        server_rss_mb=round(rss_mb, 1) if rss_mb is not None else None,
+        other_cpu_cores=round(other.other_cores, 3),
+        steal_cores=round(other.steal_cores, 3),
+        server_side=server_side,
+    )

@@ -1,6 +1,7 @@
 """``./run bench``: build the session-based example once, then measure side by side the in-process
-limit, the Triton floor, this project's served ensemble and Merlin Systems 23.08, and write
-benchmarks/results/latest.{json,md,png} (``--quick``: a smoke run, written as quick.*).
+limit, the Triton floor, this project's all-python and mixed exports (alone, then sharing one
+server) and Merlin Systems 23.08, and write benchmarks/results/latest.{json,md,png} (``--quick``:
+a smoke run, written as quick.*).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time  # noqa: E402
 from benchmarks.bench import Benchmark, Mode  # noqa: E402
 from benchmarks.environment import BUSY_MACHINE_CORES  # noqa: E402
 from benchmarks.results import SYSTEM_LABELS, Measurement  # noqa: E402
+from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch  # noqa: E402
 
 SESSION_COUNTS = (1, 32)
 CONCURRENCIES = (1, 8)
@@ -60,7 +62,7 @@ class Progress:
         rss = f"  RSS {m.server_rss_mb:5.0f} MB" if m.server_rss_mb is not None else ""
         busy = f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
         self.step(
-            f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<26} {m.protocol:<10} {m.client:<32} "
+            f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<31} {m.protocol:<10} {m.client:<32} "
             f"{m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99 {m.p99_ms:8.2f} ms  "
             f"{m.requests_per_s:7.1f} req/s  {m.sessions_per_s:7.0f} sess/s  n={m.requests}{rss}{busy}"
         )
@@ -72,6 +74,14 @@ class Progress:
 def main(argv: list[str] | None = None) -> int:
     arguments = _parse_arguments(argv)
     mode = QUICK if arguments.quick else FULL
+    if built_for_running_torch() is None:
+        print(
+            "error: the mixed export runs on Triton's pytorch backend, which is not built for this torch; build it "
+            f"with `./run {BUILD_COMMAND} --sources PATH` (PATH: its release sources), or set "
+            "MTS_PYTORCH_BACKEND_SOURCES=PATH and run ./run setup",
+            file=sys.stderr,
+        )
+        return 1
     # SIGTERM unwinds like Ctrl-C, so every running tritonserver is stopped on the way out.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     progress = Progress(total_measurements=_measurement_count())
@@ -97,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measurement_count() -> int:
-    # in-process once; floor, this project (Client and prebuilt) and Merlin per protocol
-    per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 1)
-    return len(SESSION_COUNTS) * len(CONCURRENCIES) * per_setting
+    # in-process once; floor, this project's two exports (Client and prebuilt each) and Merlin per
+    # protocol; then the two exports sharing a server, one client each, per request size
+    per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 2 + 1)
+    return len(SESSION_COUNTS) * len(CONCURRENCIES) * per_setting + 2 * len(SESSION_COUNTS)
 
 
 def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:

@@ -49,3 +49,11 @@ def per_request_ms(before: dict, after: dict) -> dict[str, dict[str, float]]:
             "compute_ms": round(mean_ms("compute_input") + mean_ms("compute_infer") + mean_ms("compute_output"), 4),
         }
     return means
+
+
+def server_version(http_url: str) -> str | None:
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        return client.get_server_metadata().get("version")
+    finally:
+        client.close()

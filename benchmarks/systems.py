@@ -28,6 +28,7 @@ from merlin_torch_serving import (
 )
 
 PROJECT_MODEL = "session_recs"
+MIXED_MODEL = "session_recs_mixed"
 # A request that takes longer than this fails the run rather than stalling it.
 REQUEST_TIMEOUT_S = 60.0
 
@@ -53,18 +54,24 @@ class ServedSystem:
     clients: tuple[ClientPath, ...]
 
 
-def project_ensemble(workload: Workload) -> Ensemble:
+def project_ensemble(workload: Workload, backend: str = "python") -> Ensemble:
     """The example's graph: raw clicks in; per session its id and the k best raw item ids not
-    yet clicked, with their scores (as in examples/session_based/demo.py)."""
+    yet clicked, with their scores (as in examples/session_based/demo.py). ``backend="pytorch"``
+    makes the mixed export: the model, TopK and DecodeItemIds in one libtorch model."""
     workflow = workload.workflow
     session_features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
     recommendations = (
         session_features
-        >> PredictPytorch(workload.session_model, backend="python")
+        >> PredictPytorch(workload.session_model, backend=backend)
         >> TopK(TOP_K, seen_items=session_features["item_id-list"], exclude_ids=list(RESERVED_IDS))
         >> DecodeItemIds(workflow, source_column="item_id")
     )
     return Ensemble(session_features["session_id"] + recommendations, workflow.input_schema)
+
+
+def project_system(key: str, repository: Path, model: str, request_schema: Schema) -> ServedSystem:
+    """An export of this project, measured through ``Client`` and through prebuilt tritonclient requests."""
+    return ServedSystem(key, repository, model, (project_client(model), prebuilt_tritonclient(model, request_schema)))
 
 
 def project_client(model: str) -> ClientPath:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchmarks.environment import BUSY_MACHINE_CORES
-from benchmarks.results import FLOOR, IN_PROCESS, MERLIN, PROJECT, Measurement, ServerStart, find
+from benchmarks.results import ALONE, FLOOR, IN_PROCESS, MERLIN, PROJECT, SYSTEM_LABELS, Measurement, ServerStart, find
 
 # The project is measured as a user pays for it: through merlin_torch_serving.Client.
 PROJECT_CLIENT = "Client"
+#: how much slower an export's p99 may get when it shares its server with the other export
+SHARED_P99_LIMIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
     project_start = next(start for start in starts if start.system == PROJECT)
     rss = {system: _peak_rss(measurements, system) for system in (PROJECT, MERLIN)}
     return [
+        *_shared_server_targets(measurements),
         Target(
             "1 session, 1 client: p50 of (c) gRPC <= 1.5 x (in-process (a) + Triton floor (b))",
             served.p50_ms / (limit.p50_ms + floor.p50_ms),
@@ -90,6 +93,25 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
             f"(c) {rss[PROJECT]:.0f} MB vs (d) {rss[MERLIN]:.0f} MB",
         ),
     ]
+
+
+def _shared_server_targets(measurements: list[Measurement]) -> list[Target]:
+    """Each export's p99 in a server it shares with the other, against its p99 served alone."""
+    found = []
+    for shared in (m for m in measurements if m.system in ALONE):
+        alone = find(measurements, ALONE[shared.system], shared.protocol, shared.sessions, shared.concurrency, shared.client)
+        found.append(
+            Target(
+                f"{shared.sessions} session(s): p99 of {SYSTEM_LABELS[shared.system]} <= {SHARED_P99_LIMIT:g} x "
+                f"served alone ({shared.protocol}, {shared.client}, one client each)",
+                shared.p99_ms / alone.p99_ms,
+                SHARED_P99_LIMIT,
+                True,
+                f"shared {shared.p99_ms:.2f} ms vs alone {alone.p99_ms:.2f} ms (p50 {shared.p50_ms:.2f} vs {alone.p50_ms:.2f} ms)",
+                _disturbed(shared, alone),
+            )
+        )
+    return found
 
 
 def _disturbed(*measurements: Measurement) -> bool:

@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    BackendBuildError,
     BackendNotAvailableError,
     ExportError,
     InferenceError,
@@ -51,6 +52,7 @@ _LAZY = {
 __all__ = sorted(
     [
         *_LAZY,
+        "BackendBuildError",
         "BackendNotAvailableError",
         "ExportError",
         "InferenceError",

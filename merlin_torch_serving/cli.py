@@ -3,6 +3,8 @@
     merlin-torch-serving serve REPOSITORY      run tritonserver in the foreground (Ctrl-C stops it)
     merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
     merlin-torch-serving models                what the server has loaded
+    merlin-torch-serving build-backend pytorch [--sources PATH]
+                                               build Triton's libtorch backend for this torch
 """
 
 from __future__ import annotations
@@ -86,6 +88,21 @@ def models(args) -> int:
     return 0
 
 
+def build_backend(args) -> int:
+    from merlin_torch_serving.backends.pytorch_build import build_pytorch_backend, built_for_running_torch
+
+    if args.check:
+        built = built_for_running_torch()
+        if built is None:
+            print("no pytorch backend is built for this torch and the bundled tritonserver")
+            return 1
+    else:
+        built = build_pytorch_backend(sources=args.sources, jobs=args.jobs, progress=lambda line: print(line, flush=True))
+    state = "built now" if built.built_now else "already built"
+    print(f"pytorch backend for torch {built.torch_version} and tritonserver {built.tritonserver_version} ({state}): {built.library}")
+    return 0
+
+
 def _print_models(statuses) -> None:
     if not statuses:
         print("no models")
@@ -123,6 +140,26 @@ def _parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
     serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
     serve_parser.set_defaults(run=serve)
+
+    build_parser = commands.add_parser(
+        "build-backend",
+        help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
+        description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
+        "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
+        "serves `backend: \"pytorch\"` models. Needs cmake, ninja or make, and a C++ compiler; takes under a minute "
+        "on 2 cores, and a second call with the same torch returns at once.",
+    )
+    build_parser.add_argument("backend", choices=("pytorch",), help="the backend to build")
+    build_parser.add_argument(
+        "--sources",
+        metavar="PATH",
+        help="a .tar.gz or folder holding pytorch_backend/, backend/, core/, common/ and rapidjson/ at the server's "
+        "release (builds offline); without it, the release is cloned from upstream (needs git, the network and "
+        "RapidJSON's headers)",
+    )
+    build_parser.add_argument("--jobs", "-j", type=int, default=None, help="parallel compile jobs (default: all cores)")
+    build_parser.add_argument("--check", action="store_true", help="only say whether it is built (exit code 1 if not)")
+    build_parser.set_defaults(run=build_backend)
 
     for name, function, help_text in (
         ("infer", infer, "send the rows of a parquet or CSV file to a served model and show the answer"),

@@ -15,6 +15,7 @@
     │   ├── ServerExitedError       the server process ended on its own
     │   └── ModelLoadError          one or more models failed to load
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
+    ├── BackendBuildError           the pytorch backend could not be built
     └── InferenceError              the server answered a request with an error
 
 Each class builds its own message from structured fields, so messages stay consistent and the
@@ -90,17 +91,18 @@ class RepositoryExistsError(ExportError):
 
 
 class ModelCheckError(ExportError):
-    """The TorchScript model, called the way libtorch will call it, disagrees with its config."""
+    """A libtorch step breaks the contract of Triton's pytorch backend, or model.pt, called the way
+    libtorch will call it, disagrees with its config."""
 
-    def __init__(self, model: str, output: str | None, expected: str, got: str):
+    def __init__(self, model: str, tensor: str | None, expected: str, got: str, hint: str = ""):
         self.model = model
-        self.output = output
+        self.tensor = tensor  # e.g. "output 'scores'", None for the model as a whole
         self.expected = expected
         self.got = got
-        what = f"output {output!r}" if output else "the outputs"
-        super().__init__(
-            f"model {model!r} failed the libtorch check: {what} expected {expected}, got {got}"
-        )
+        message = f"model {model!r} failed the libtorch check: {tensor or 'the model'} expected {expected}, got {got}"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
 
 
 class ModelNotImportableError(ExportError):
@@ -190,14 +192,25 @@ class BackendNotAvailableError(ModelLoadError):
         self.available = list(available)
         needs = ", ".join(f"model {m!r} needs backend {b!r}" for m, b in self.missing.items())
         summary = (
-            f"{needs}, which this tritonserver does not have (it has: "
-            f"{', '.join(self.available) or 'none'}). The tritonserver bundled with nvidia-pytriton "
-            "ships only the python backend: export with PredictPytorch(..., backend='python'), or "
-            "run a tritonserver that has the backend (for example the NGC image "
-            "nvcr.io/nvidia/tritonserver:<release>-py3, or TritonServer(backend_directory=...) "
-            "pointing at a folder that holds it). Models that failed"
+            f"{needs}, which this tritonserver does not have (it has: {', '.join(self.available) or 'none'})."
+        )
+        if "pytorch" in self.missing.values():
+            summary += (
+                " The tritonserver bundled with nvidia-pytriton gets it once it is built for this torch: run "
+                "`merlin-torch-serving build-backend pytorch --sources PATH` (PATH: Triton's pytorch_backend "
+                "release sources, builds offline) or `merlin-torch-serving build-backend pytorch` (clones them; "
+                "needs the network), then start the server again."
+            )
+        summary += (
+            " Otherwise export with PredictPytorch(..., backend='python'), or run a tritonserver that has the "
+            "backend (for example the NGC image nvcr.io/nvidia/tritonserver:<release>-py3, or "
+            "TritonServer(backend_directory=...) pointing at a folder that holds it). Models that failed"
         )
         super().__init__(failures, log_tail, summary=summary)
+
+
+class BackendBuildError(MerlinTorchServingError):
+    """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler's error."""
 
 
 class InferenceError(MerlinTorchServingError):

@@ -1,6 +1,7 @@
 """Launch and supervise a local tritonserver on a model repository, and turn what it logs into errors.
 
-By default it runs the tritonserver bundled with nvidia-pytriton, with a python backend laid out for this interpreter.
+By default it runs the tritonserver bundled with nvidia-pytriton, with the backend folder that
+``backends.layout`` lays out for this interpreter (the python backend, and the pytorch one once built).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ import ctypes.util
 import dataclasses
 import functools
 import http.client
-import importlib.metadata
-import importlib.util
 import json
 import math
 import os
@@ -30,6 +29,8 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from merlin_torch_serving.backends.bundle import pytriton_libraries, pytriton_server_root
+from merlin_torch_serving.backends.layout import bundled_backend_directory, python_backend_directory
 from merlin_torch_serving.exceptions import (
     BackendNotAvailableError,
     ModelLoadError,
@@ -45,7 +46,6 @@ __all__ = ["BINARY_ENV_VAR", "ModelStatus", "TritonServer", "find_tritonserver",
 BINARY_ENV_VAR = "MTS_TRITONSERVER"
 MODEL_CONTROL_MODES = ("none", "explicit")
 
-_STUB_NAME = "triton_python_backend_stub"
 _PORT_ATTEMPTS = 3
 _POLL_INTERVAL_S = 0.1
 _REQUEST_TIMEOUT_S = 10.0
@@ -100,7 +100,7 @@ def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
     if on_path:
         return Path(on_path)
     searched = ["`tritonserver` on PATH (not found)"]
-    bundle = _pytriton_server_root()
+    bundle = pytriton_server_root()
     if bundle is None:
         searched.append("the nvidia-pytriton package (not installed)")
     else:
@@ -109,67 +109,6 @@ def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
             return bundled
         searched.append(f"{str(bundled)!r} (missing or not executable)")
     raise ServerNotFoundError(searched)
-
-
-def python_backend_directory(
-    *, python_version: str | None = None, cache_dir: str | os.PathLike | None = None
-) -> Path:
-    """A backend folder holding nvidia-pytriton's python backend with the stub for ``python_version``.
-
-    The wheel ships one stub per Python version and the stub must match the Python whose packages
-    the models import, so the folder is laid out per version, once, and reused afterwards.
-    """
-    python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
-    bundle = _pytriton_server_root()
-    if bundle is None:
-        raise ServerError(
-            "the python backend comes from the nvidia-pytriton package, which is not installed; "
-            "run `pip install nvidia-pytriton` or pass TritonServer(backend_directory=...)"
-        )
-    pytriton_version = _pytriton_version()
-    stubs = bundle / "python_backend_stubs"
-    stub = stubs / python_version / _STUB_NAME
-    if not stub.is_file():
-        available = sorted(
-            (entry.name for entry in stubs.iterdir() if (entry / _STUB_NAME).is_file()) if stubs.is_dir() else (),
-            key=lambda version: [int(part) if part.isdigit() else -1 for part in version.split(".")],
-        )
-        raise ServerError(
-            f"nvidia-pytriton {pytriton_version} has no python-backend stub for Python {python_version!r} "
-            f"(it has stubs for Python {', '.join(available) or 'no version'}); run under one of those "
-            "Python versions, or pass TritonServer(backend_directory=...) pointing at a folder whose "
-            f"python/ subfolder holds a stub built for Python {python_version}"
-        )
-    cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
-    target = cache_dir / f"pytriton-{pytriton_version}-py{python_version}"
-    if (target / "python" / _STUB_NAME).is_file():
-        return target
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        # Built beside the target and renamed into place, so a concurrent or interrupted start
-        # never sees half a backend.
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
-        try:
-            shutil.copytree(
-                bundle / "backends" / "python",
-                staging / "python",
-                ignore=shutil.ignore_patterns("__pycache__"),
-            )
-            shutil.copy2(stub, staging / "python" / _STUB_NAME)
-            try:
-                os.rename(staging, target)
-            except OSError:
-                if not (target / "python" / _STUB_NAME).is_file():
-                    raise
-                # Another process laid the folder out first; its copy is as good as ours.
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    except OSError as error:
-        raise ServerError(
-            f"could not lay out the python backend in {str(target)!r}: {error}; make "
-            f"{str(cache_dir)!r} writable or pass TritonServer(backend_directory=...)"
-        ) from error
-    return target
 
 
 class TritonServer:
@@ -433,9 +372,9 @@ class TritonServer:
     def _resolve_backend_directory(self, binary: Path) -> Path:
         if self._backend_directory is not None:
             return self._backend_directory
-        bundle = _pytriton_server_root()
+        bundle = pytriton_server_root()
         if bundle is not None and _is_within(binary, bundle):
-            return python_backend_directory()
+            return bundled_backend_directory(binary)
         # Any other install keeps its backends beside bin/ (e.g. /opt/tritonserver/backends),
         # and its own python backend must not be swapped for the bundle's.
         return binary.resolve().parent.parent / "backends"
@@ -723,26 +662,6 @@ def _is_within(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def _pytriton_server_root() -> Path | None:
-    """``<site-packages>/pytriton/tritonserver``, found without importing pytriton."""
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
-
-
-def _pytriton_version() -> str:
-    try:
-        return importlib.metadata.version("nvidia-pytriton")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "merlin_torch_serving" / "backends"
-
-
 def _server_environment() -> dict[str, str]:
     environment = dict(os.environ)
     # The python-backend stub embeds CPython but ignores PYTHONPATH: it takes its prefix from the
@@ -751,9 +670,9 @@ def _server_environment() -> dict[str, str]:
     # The copied backend's RPATH ($ORIGIN/...) no longer reaches the wheel's libraries, and the
     # stub links against this interpreter's libpython.
     libraries = []
-    bundle = _pytriton_server_root()
-    if bundle is not None:
-        libraries.append(str(bundle.parent.parent / "nvidia_pytriton.libs"))
+    bundled_libraries = pytriton_libraries()
+    if bundled_libraries is not None:
+        libraries.append(str(bundled_libraries))
     if sysconfig.get_config_var("LIBDIR"):
         libraries.append(sysconfig.get_config_var("LIBDIR"))
     if environment.get("LD_LIBRARY_PATH"):

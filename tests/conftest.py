@@ -4,6 +4,10 @@
 repository; tests write model folders into ``triton_server.repository`` (see
 tests/triton_models.py) or export ensembles there, and load them by name.
 ``toy_workflow`` / ``toy_model``: the small session-based setup of tests/toy_session.py.
+``session_split`` / ``session_workflow`` / ``xlnet`` / ``gpt2`` / ``torchscript_model``: the
+session-based example's clicks, workflow and three next-item models (tests/session_models.py).
+``pytorch_backend``: Triton's pytorch backend built for this torch; a test that needs it fails,
+naming the command that builds it, when it is not.
 ``ranking``: the ranking example (examples/ranking) at test size, trained once.
 """
 
@@ -14,9 +18,10 @@ from typing import NamedTuple
 import pandas as pd
 import pytest
 
+from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch
 from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.server import TritonServer
-from tests import toy_session
+from tests import session_models, toy_session
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +51,55 @@ def toy_workflow(tmp_path_factory):
 def toy_model(toy_workflow):
     """(TorchScript model, input schema, output schema)."""
     return toy_session.scripted_model(toy_workflow)
+
+
+@pytest.fixture(scope="session")
+def pytorch_backend():
+    """The cached build of Triton's pytorch backend that TritonServer lays out for the bundled server."""
+    built = built_for_running_torch()
+    if built is None:
+        pytest.fail(
+            "Triton's pytorch (libtorch) backend is not built for this torch and the bundled tritonserver, "
+            f"so the libtorch tests cannot run. Build it once (under a minute) with `./run {BUILD_COMMAND} "
+            "--sources PATH`, PATH being Triton's pytorch_backend release sources (or leave --sources out to "
+            "clone them; needs the network), or set MTS_PYTORCH_BACKEND_SOURCES=PATH and run `./run setup`",
+            pytrace=False,
+        )
+    return built
+
+
+@pytest.fixture(scope="session")
+def session_split():
+    """(train, held_out) clicks of the session-based example, held out by time."""
+    from examples.session_based import data
+
+    return data.split_by_time(session_models.clicks(), held_out_fraction=0.2)
+
+
+@pytest.fixture(scope="session")
+def session_workflow(session_split, tmp_path_factory):
+    from examples.session_based import features
+
+    train, _ = session_split
+    return features.fit_workflow(
+        train, tmp_path_factory.mktemp("session_workflow"), max_sequence_length=session_models.MAX_SEQUENCE_LENGTH
+    )
+
+
+@pytest.fixture(scope="session")
+def xlnet(session_workflow, session_split):
+    train, _ = session_split
+    return session_models.xlnet(session_workflow, train)
+
+
+@pytest.fixture(scope="session")
+def gpt2(session_workflow):
+    return session_models.gpt2(session_workflow)
+
+
+@pytest.fixture(scope="session")
+def torchscript_model(session_workflow):
+    return session_models.torchscript(session_workflow)
 
 
 class Ranking(NamedTuple):

@@ -1,10 +1,15 @@
 """Session-based recommendations end to end, on one machine without a GPU.
 
     python examples/session_based/demo.py [--interactions clicks.parquet] [--output demo-output]
+                                          [--backend pytorch|python]
 
 raw clicks -> NVTabular workflow -> Transformers4Rec XLNet (trained here, on CPU) ->
 ``TransformWorkflow >> PredictPytorch >> TopK >> DecodeItemIds`` -> Triton model repository ->
 tritonserver -> the schema-driven client -> the top-10 raw item ids of a few held-out sessions.
+
+The repository is mixed when Triton's pytorch backend is built for this torch (the workflow on the
+python backend; the model, TopK and DecodeItemIds compiled into one libtorch model), else all
+python (the four operators fused into one python-backend model); ``--backend`` picks one.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import pandas as pd
 
 from examples.session_based import data, features, model
 from merlin_torch_serving import Client, DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow, TritonServer
+from merlin_torch_serving.backends import built_for_running_torch
+from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND
 
 MODEL_NAME = "session_recs"
 TOP_K = 10
@@ -41,6 +48,25 @@ def recommendation_graph(workflow, session_model, *, k: int = TOP_K, backend: st
         >> DecodeItemIds(workflow, source_column="item_id")
     )
     return session_features["session_id"] + recommendations
+
+
+def choose_backend(requested: str | None) -> tuple[str, str]:
+    """The backend of the model step and the repository it makes, in words: ``requested``, or
+    "pytorch" when Triton's pytorch backend is built for this torch, else "python"."""
+    built = built_for_running_torch() is not None
+    if requested == "pytorch" and not built:
+        raise SystemExit(
+            f"error: --backend pytorch needs Triton's pytorch backend built for this torch; run `{BUILD_COMMAND} "
+            "--sources PATH` (PATH: its release sources) or leave --backend out to serve the all-python repository"
+        )
+    backend = requested or ("pytorch" if built else "python")
+    if backend == "pytorch":
+        return backend, (
+            "the mixed repository: TransformWorkflow on the python backend; PredictPytorch, TopK and "
+            "DecodeItemIds compiled into one libtorch model on Triton's pytorch backend"
+        )
+    reason = "" if requested or built else f" (Triton's pytorch backend is not built for this torch; `{BUILD_COMMAND}` builds it)"
+    return backend, f"the all-python repository: the four operators fused into one python-backend model{reason}"
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
@@ -81,10 +107,12 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     )
 
     _step("4/6 ensemble, checked edge by edge, exported to a Triton model repository")
-    ensemble = Ensemble(recommendation_graph(workflow, session_model), workflow.input_schema)
+    backend, served_repository = choose_backend(args.backend)
+    ensemble = Ensemble(recommendation_graph(workflow, session_model, backend=backend), workflow.input_schema)
     repository = output / "repository"
     exported = ensemble.export(repository, MODEL_NAME, overwrite=True)
     print(f"{repository}: {', '.join(exported.models)}")
+    print(f"this is {served_repository}")
 
     _step("5/6 tritonserver")
     requested = held_out[held_out["session_id"].isin(held_out["session_id"].unique()[: args.show])]
@@ -93,6 +121,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         _step("6/6 recommendations for held-out sessions, from raw clicks through the client")
         answer = Client(server.grpc_url).infer(MODEL_NAME, requested)
     _print_recommendations(requested, answer)
+    print(f"\nserved from {served_repository}")
     return answer
 
 
@@ -120,6 +149,9 @@ def _parse_args(argv):
     add("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
     add("--show", type=int, default=3, help="held-out sessions to recommend for (default: %(default)s)")
     add("--seed", type=int, default=0, help="seed of the synthetic clicks (default: %(default)s)")
+    add("--backend", choices=("pytorch", "python"), default=None, help="backend of the model step: pytorch "
+        "(the mixed repository; needs Triton's pytorch backend built) or python (all python); default: pytorch "
+        "when it is built for this torch, else python")
     return parser.parse_args(argv)
 
 

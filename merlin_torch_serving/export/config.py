@@ -32,17 +32,21 @@ class ModelOptions:
         How many times Triton runs a sample request through each step model while loading it,
         so the first real request does not pay for lazy initialisation (0 turns warm-up off).
     torch_threads
-        torch's intra-op threads per model instance (python backend: ``torch.set_num_threads``;
-        libtorch: ``INTRA_OP_THREAD_COUNT``). ``None`` keeps torch's default, one per core, as
-        in-process runs have it, so served scores equal in-process scores bit for bit. Under
-        concurrent load one thread per instance serves more (~10 % more sessions/s at 8
-        concurrent requests on 2 cores), but float sums then run in another order and scores
-        may differ from in-process ones in the last bit.
+        torch's intra-op threads per model instance (python backend: ``torch.set_num_threads`` in
+        the instance's stub; libtorch: ``INTRA_OP_THREAD_COUNT``, which Triton's pytorch backend
+        applies to the whole server process, so every libtorch model of a server shares one
+        count; the export warns when a repository's libtorch models ask for different ones).
+        One thread per instance, scaled with ``instance_count``, is the default: with torch's
+        own default (``None``, a thread per core in every stub and in the server) the pools of
+        two models oversubscribe the cores and latency jumps tenfold as soon as both are busy,
+        or anything else on the machine is. Float sums over a different number of threads may
+        run in another order: served scores then equal in-process scores bit for bit when the
+        in-process run uses the same count (``torch.set_num_threads``).
     """
 
     instance_count: int = 1
     warmup_count: int = 3
-    torch_threads: int | None = None
+    torch_threads: int | None = 1
 
     def __post_init__(self):
         if self.instance_count < 1:

@@ -34,7 +34,12 @@ from merlin.schema import Schema
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
-from merlin_torch_serving.export.checks import check_libtorch_model
+from merlin_torch_serving.export.checks import (
+    check_libtorch_model,
+    check_libtorch_return_type,
+    check_libtorch_schemas,
+    warn_about_differing_thread_counts,
+)
 from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.partition import Step, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
@@ -75,9 +80,9 @@ def export_ensemble(
 ) -> ExportResult:
     """Write ``ensemble`` into the repository at ``path`` as the Triton ensemble ``name``.
 
-    An existing model of the same name is an error unless ``overwrite`` (replace it: the new
-    export becomes version 1) or ``add_version`` (write version N+1 beside version N; configs
-    describe the newest version).
+    An existing model of the same name is an error unless ``overwrite`` (replace it and the step
+    models its previous export wrote: the new export becomes version 1) or ``add_version`` (write
+    version N+1 beside version N; configs describe the newest version).
     """
     if not _MODEL_NAME.match(name):
         raise ExportError(f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_', '.')")
@@ -88,6 +93,10 @@ def export_ensemble(
     steps = partition(plan, name)
     model_names = [step.name for step in steps] + [name]
     existing = [model for model in model_names if (repository / model).exists()]
+    if overwrite:
+        # steps of the previous export that this one does not write again (say, a step that moved
+        # to another backend) would otherwise stay behind, loaded by servers for nothing
+        existing += [model for model in _previous_steps(repository / name) if model not in model_names]
     version = 1
     if existing and add_version:
         version = 1 + max(max(_versions(repository / model)) for model in existing)
@@ -109,6 +118,7 @@ def export_ensemble(
             _write_step(staged / step.name, step, version, options)
         _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version)
         _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options)
+        warn_about_differing_thread_counts(staged)
         _swap_in(staged, repository)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -129,6 +139,8 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
     version_dir.mkdir(parents=True)
     warmup_files = _write_warmup(model_dir / WARMUP_DIR, step)
     if step.backend == "pytorch":
+        check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
+        check_libtorch_return_type(step.name, step.calls[0].op.module)
         module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
         torch.jit.save(module, str(version_dir / MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
@@ -263,6 +275,15 @@ def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[S
 
 
 # ---- files ----------------------------------------------------------------------------------------
+
+
+def _previous_steps(ensemble_dir: Path) -> list[str]:
+    """The step models the newest export of the ensemble in ``ensemble_dir`` wrote, from its manifest."""
+    manifest = ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE if ensemble_dir.is_dir() else None
+    if manifest is None or not manifest.is_file():
+        return []
+    steps = json.loads(manifest.read_text()).get("steps", [])
+    return [step["model"] for step in steps if (ensemble_dir.parent / step["model"]).is_dir()]
 
 
 def _versions(model_dir: Path) -> list[int]:

@@ -50,8 +50,9 @@ def outputs_text(cell) -> str:
 
 
 @pytest.fixture(scope="module")
-def executed_notebook(tmp_path_factory):
-    """The notebook after a small run: 600 sessions, 1 epoch, output in a tmp folder.
+def executed_notebook(tmp_path_factory, pytorch_backend):
+    """The notebook after a small run: 600 sessions, 1 epoch, output in a tmp folder, serving the
+    mixed repository (Triton's pytorch backend is built for this torch).
 
     Runs in the notebooks folder, as Jupyter would; a cell that raises (a tritonserver that
     cannot start included) fails the tests and keeps the executed copy for reading.
@@ -63,6 +64,7 @@ def executed_notebook(tmp_path_factory):
         env.setenv("MTS_NOTEBOOK_EPOCHS", "1")
         env.setenv("MTS_NOTEBOOK_OUTPUT", str(output / "run"))
         env.delenv("MTS_NOTEBOOK_INTERACTIONS", raising=False)
+        env.delenv("MTS_NOTEBOOK_BACKEND", raising=False)
         client = NotebookClient(
             notebook,
             km=kernel_on_this_python(),
@@ -113,14 +115,20 @@ def test_notebook_writes_the_workflow_and_the_repository_into_the_output_dir(exe
     assert (output / "workflow" / "workflow.pkl").is_file()
     assert (output / "repository" / "session_recs" / "config.pbtxt").is_file()
     listing = outputs_text(code_cell(notebook, "export"))
+    assert "; the mixed repository: TransformWorkflow on the python backend" in listing
     assert "session_recs/    config.pbtxt: name 'session_recs', platform 'ensemble'" in listing
-    assert "backend 'python'" in listing
+    assert "session_recs-0-transformworkflow/    config.pbtxt: name 'session_recs-0-transformworkflow', backend 'python'" in listing
+    assert (
+        "session_recs-1-predictpytorch_topk_decodeitemids/    config.pbtxt: name "
+        "'session_recs-1-predictpytorch_topk_decodeitemids', backend 'pytorch'"
+    ) in listing
 
 
 def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(executed_notebook):
     notebook, _ = executed_notebook
     served = outputs_text(code_cell(notebook, "serve"))
     assert "item_ids" in served and "item_scores" in served
+    assert "from the mixed repository" in served
     assert "tritonserver stopped: True" in served
     pid = int(re.search(r"tritonserver \(pid (\d+)\)", served).group(1))
     cmdline = Path(f"/proc/{pid}/cmdline")

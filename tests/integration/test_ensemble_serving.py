@@ -1,13 +1,15 @@
-"""Exported ensembles on the real tritonserver: served answers equal in-process answers exactly."""
+"""Exported ensembles on the real tritonserver: served answers equal in-process answers exactly,
+the in-process run using the torch threads the served model runs with (see
+``session_models.torch_threads``)."""
 
 import numpy as np
 import pytest
-import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from merlin_torch_serving import BackendNotAvailableError, Ensemble, ModelOptions, TritonServer, frames, wire
+from merlin_torch_serving import Ensemble, ModelOptions, TritonServer, frames, wire
 from tests import toy_session
+from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +41,8 @@ def test_served_ensemble_equals_in_process_ensemble_exactly(triton_server, serve
     rows = toy_session.interactions(n_sessions, seed=n_sessions, first_session=5000)
     rows = rows.sample(frac=1.0, random_state=n_sessions).reset_index(drop=True)  # shuffled rows
     request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
-    expected = wire.to_wire(served_python_ensemble.run(request))
+    with torch_threads(SERVED_TORCH_THREADS):
+        expected = wire.to_wire(served_python_ensemble.run(request))
 
     module, url = (grpcclient, triton_server.grpc_url) if protocol == "grpc" else (httpclient, triton_server.http_url)
     names = {wire.response_name(name, toy_workflow.input_schema.column_names): name for name in expected}
@@ -51,35 +54,16 @@ def test_served_ensemble_equals_in_process_ensemble_exactly(triton_server, serve
     assert len(expected["session_id"]) == n_sessions
 
 
-def test_libtorch_export_passes_its_check_and_the_bundled_server_says_it_cannot_load_it(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
-    result = ensemble.export(triton_server.repository, "toy-libtorch")  # runs the libtorch check
-    assert "toy-libtorch-1-predictpytorch_topk" in result.models
-
-    with pytest.raises(BackendNotAvailableError) as error:
-        triton_server.load("toy-libtorch")
-
-    message = str(error.value)
-    assert "'toy-libtorch-1-predictpytorch_topk' needs backend 'pytorch'" in message
-    assert "it has: python, ensemble" in message or "it has: ensemble, python" in message
-    assert "backend='python'" in message
-    assert error.value.missing == {"toy-libtorch-1-predictpytorch_topk": "pytorch"}
-
-
 def test_served_model_runs_with_the_torch_threads_it_was_exported_with(triton_server, toy_workflow, toy_model):
     ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python", k=4), toy_workflow.input_schema)
-    ensemble.export(triton_server.repository, "toy-one-thread", options=ModelOptions(torch_threads=1))
-    triton_server.load("toy-one-thread")
+    ensemble.export(triton_server.repository, "toy-two-threads", options=ModelOptions(torch_threads=2))
+    triton_server.load("toy-two-threads")
     rows = toy_session.interactions(40, seed=12, first_session=9000)
     request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        expected = wire.to_wire(ensemble.run(request))  # what one thread computes
-    finally:
-        torch.set_num_threads(threads)
+    with torch_threads(2):
+        expected = wire.to_wire(ensemble.run(request))  # what two threads compute
 
-    served = infer(grpcclient, triton_server.grpc_url, "toy-one-thread", wire.to_wire(request), ["item_ids", "item_scores"])
+    served = infer(grpcclient, triton_server.grpc_url, "toy-two-threads", wire.to_wire(request), ["item_ids", "item_scores"])
 
     np.testing.assert_array_equal(served["item_ids"], expected["item_ids"])
     np.testing.assert_array_equal(served["item_scores"], expected["item_scores"])

@@ -30,7 +30,7 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
 )
-from merlin_torch_serving.server import ModelStatus, TritonServer, python_backend_directory
+from merlin_torch_serving.server import ModelStatus, TritonServer
 from tests.triton_models import write_python_model
 
 pytestmark = pytest.mark.integration
@@ -56,12 +56,13 @@ def write_invalid_config(repository: Path, name: str) -> None:
     (repository / name / "config.pbtxt").write_text('backend: "python"\nno_such_field: 1\n')
 
 
-def write_libtorch_model(repository: Path, name: str) -> None:
-    """A model for Triton's libtorch backend; the file's content never matters since no backend reads it."""
+def write_onnx_model(repository: Path, name: str) -> None:
+    """A model for Triton's ONNX Runtime backend, which the bundled server lacks; the file's content
+    never matters since no backend reads it."""
     (repository / name / "1").mkdir(parents=True)
-    (repository / name / "1" / "model.pt").write_bytes(b"not read by any backend here")
+    (repository / name / "1" / "model.onnx").write_bytes(b"not read by any backend here")
     (repository / name / "config.pbtxt").write_text(
-        'backend: "pytorch"\nplatform: "pytorch_libtorch"\nmax_batch_size: 0\n'
+        'backend: "onnxruntime"\nmax_batch_size: 0\n'
         'input [{ name: "x" data_type: TYPE_INT64 dims: [-1] }]\n'
         'output [{ name: "y" data_type: TYPE_INT64 dims: [-1] }]\n'
     )
@@ -189,20 +190,17 @@ def test_load_raises_model_load_error_when_the_model_is_not_in_the_repository(tr
 
 
 def test_load_raises_backend_not_available_naming_the_missing_and_present_backends(triton_server):
-    write_libtorch_model(triton_server.repository, "needs_libtorch")
+    write_onnx_model(triton_server.repository, "needs_onnx")
+    available = triton_server.backends()
     with pytest.raises(
         BackendNotAvailableError,
-        match=r"model 'needs_libtorch' needs backend 'pytorch', which this tritonserver does not have "
-        r"\(it has: ensemble, python\).*backend='python'.*backend_directory=",
+        match=r"model 'needs_onnx' needs backend 'onnxruntime', which this tritonserver does not have "
+        rf"\(it has: {re.escape(', '.join(available))}\).*backend_directory=",
     ) as caught:
-        triton_server.load("needs_libtorch")
-    assert caught.value.missing == {"needs_libtorch": "pytorch"}
-    assert caught.value.available == ["ensemble", "python"]
-
-
-def test_backends_lists_the_python_backend_and_ensembles_for_the_bundled_server(triton_server):
-    # The nvidia-pytriton bundle ships the python backend only; ensembles need no backend library.
-    assert triton_server.backends() == ["ensemble", "python"]
+        triton_server.load("needs_onnx")
+    assert caught.value.missing == {"needs_onnx": "onnxruntime"}
+    assert caught.value.available == available
+    assert {"ensemble", "python"} <= set(available)  # ensembles need no backend library
 
 
 def test_logs_returns_what_the_server_wrote(triton_server):
@@ -320,17 +318,16 @@ def test_start_raises_model_load_error_naming_every_failing_model(tmp_path):
     assert wait_until_nothing_uses(tmp_path) == []
 
 
-def test_start_raises_backend_not_available_when_a_model_needs_libtorch(tmp_path):
+def test_start_raises_backend_not_available_when_a_model_needs_a_missing_backend(tmp_path):
     write_doubler(tmp_path, "good")
-    write_libtorch_model(tmp_path, "needs_libtorch")
+    write_onnx_model(tmp_path, "needs_onnx")
     server = TritonServer(tmp_path)
     with pytest.raises(
-        BackendNotAvailableError,
-        match=r"model 'needs_libtorch' needs backend 'pytorch'.*\(it has: ensemble, python\).*NGC image",
+        BackendNotAvailableError, match=r"model 'needs_onnx' needs backend 'onnxruntime'.*\(it has: ensemble, python.*NGC image"
     ) as caught:
         server.start()
-    assert list(caught.value.failures) == ["needs_libtorch"]
-    assert "unable to find backend library for backend 'pytorch'" in caught.value.failures["needs_libtorch"]
+    assert list(caught.value.failures) == ["needs_onnx"]
+    assert "unable to find backend library for backend 'onnxruntime'" in caught.value.failures["needs_onnx"]
     assert wait_until_nothing_uses(tmp_path) == []
 
 
@@ -384,27 +381,3 @@ def test_start_raises_server_not_found_when_the_env_var_points_nowhere(tmp_path,
     monkeypatch.setenv("MTS_TRITONSERVER", str(missing))
     with pytest.raises(ServerNotFoundError, match=re.escape(f"MTS_TRITONSERVER={str(missing)!r} (does not exist)")):
         TritonServer(tmp_path).start()
-
-
-# -- the python backend folder -------------------------------------------------------------------
-
-
-def test_python_backend_directory_lays_out_the_backend_once_and_reuses_it(tmp_path):
-    first = python_backend_directory(cache_dir=tmp_path)
-    assert sorted(path.name for path in (first / "python").iterdir()) == [
-        "libtriton_python.so",
-        "triton_python_backend_stub",
-        "triton_python_backend_utils.py",
-    ]
-    assert os.access(first / "python" / "triton_python_backend_stub", os.X_OK)
-    assert python_backend_directory(cache_dir=tmp_path) == first
-    assert [path.name for path in tmp_path.iterdir()] == [first.name], "no staging folder may be left behind"
-
-
-def test_python_backend_directory_names_the_available_stubs_when_none_fits_the_python(tmp_path):
-    # nvidia-pytriton ships stubs for Python 3.8 to 3.13; 3.7 has none.
-    with pytest.raises(
-        ServerError, match=r"no python-backend stub for Python '3\.7' \(it has stubs for Python 3\.8, .*3\.11"
-    ):
-        python_backend_directory(python_version="3.7", cache_dir=tmp_path)
-    assert list(tmp_path.iterdir()) == []

@@ -68,6 +68,13 @@ def test_warmup_can_be_turned_off(toy_workflow, toy_model, tmp_path):
 ])
 def test_torch_threads_reach_the_model_config(toy_workflow, toy_model, tmp_path, backend, model, parameter):
     ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend=backend), toy_workflow.input_schema)
-    ensemble.export(tmp_path, "threads", options=ModelOptions(torch_threads=1))
-    config = configs.from_pbtxt((tmp_path / model / "config.pbtxt").read_text())
-    assert config.parameters[parameter].string_value == "1"
+    ensemble.export(tmp_path / "default", "threads")
+    ensemble.export(tmp_path / "two", "threads", options=ModelOptions(torch_threads=2))
+    ensemble.export(tmp_path / "torch", "threads", options=ModelOptions(torch_threads=None))
+
+    def parameters(folder):
+        return configs.from_pbtxt((tmp_path / folder / model / "config.pbtxt").read_text()).parameters
+
+    assert parameters("default")[parameter].string_value == "1"  # one thread per instance unless asked
+    assert parameters("two")[parameter].string_value == "2"
+    assert parameter not in parameters("torch")  # torch's own default

@@ -74,6 +74,23 @@ def test_export_refuses_to_overwrite_unless_asked(ensemble, tmp_path):
     assert (tmp_path / "reco" / "1").is_dir()
 
 
+def test_overwriting_removes_the_steps_of_the_previous_export_that_it_does_not_write_again(
+    ensemble, toy_workflow, toy_model, tmp_path
+):
+    python = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    python.export(tmp_path, "reco")
+    (tmp_path / "someone-else" / "1").mkdir(parents=True)
+
+    ensemble.export(tmp_path, "reco", overwrite=True)  # the model step moves to libtorch
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "reco",
+        "reco-0-transformworkflow",
+        "reco-1-predictpytorch_topk",
+        "someone-else",
+    ]
+
+
 def test_add_version_writes_version_n_plus_one_beside_version_n(ensemble, tmp_path):
     ensemble.export(tmp_path, "reco")
     version_one = snapshot(tmp_path / "reco-1-predictpytorch_topk" / "1")

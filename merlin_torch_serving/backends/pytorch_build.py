@@ -1,0 +1,373 @@
+"""Building Triton's pytorch (libtorch) backend, ``libtriton_pytorch.so``, for the tritonserver that
+nvidia-pytriton bundles and the torch of the running interpreter, with cmake.
+
+The bundled server ships only the python backend. The pytorch backend is a small C++ library
+compiled against torch's headers and libraries, so it is built here, once per (tritonserver,
+torch) pair, into the cache (see ``bundle.cache_root``); a second call with the same torch returns
+the cached build at once.
+
+Sources come either from ``sources`` (a tarball or a folder holding ``pytorch_backend/``,
+``backend/``, ``core/``, ``common/`` and ``rapidjson/`` at the server's release; the build then
+needs no network) or, without it, from a shallow clone of the upstream repository at the release
+matching the server, with CMake fetching the other three (needs git, the network and RapidJSON's
+headers installed, as upstream documents).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from merlin_torch_serving.backends import bundle
+from merlin_torch_serving.exceptions import BackendBuildError
+
+BACKEND_LIBRARY = "libtriton_pytorch.so"
+BUILD_RECORD = "build.json"
+SOURCE_FOLDERS = ("pytorch_backend", "backend", "core", "common", "rapidjson")
+UPSTREAM_ORGANIZATION = "https://github.com/triton-inference-server"
+#: the command that builds it, for messages
+BUILD_COMMAND = "merlin-torch-serving build-backend pytorch"
+
+_BUILDS_FOLDER = "builds"
+_LOG_TAIL_LINES = 40
+_MIN_CMAKE = (3, 18)
+_PROGRESS = re.compile(r"^\[\s*(\d+)/(\d+)\]|^\[\s*(\d+)%\]")
+
+
+@dataclass(frozen=True)
+class TorchInstall:
+    """The torch the backend is compiled and linked against, found without importing torch."""
+
+    version: str
+    root: Path  # the ``torch`` package folder: include/ and lib/
+
+    @classmethod
+    def running(cls) -> TorchInstall:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            raise BackendBuildError("torch is not installed in this interpreter; install it first (pip install torch)")
+        return cls(importlib.metadata.version("torch"), Path(spec.origin).parent)
+
+    @property
+    def lib(self) -> Path:
+        return self.root / "lib"
+
+
+@dataclass(frozen=True)
+class BuiltBackend:
+    """A built ``libtriton_pytorch.so`` in the cache and what it was built for."""
+
+    folder: Path
+    torch_version: str
+    tritonserver_version: str
+    #: False when it came from the cache
+    built_now: bool = False
+
+    @property
+    def library(self) -> Path:
+        return self.folder / BACKEND_LIBRARY
+
+
+def build_folder(tritonserver_version: str, torch_version: str, cache_dir: Path | None = None) -> Path:
+    """Where the build for this pair lives (whether or not it exists)."""
+    root = cache_dir if cache_dir is not None else bundle.cache_root() / _BUILDS_FOLDER
+    return root / f"libtriton_pytorch-tritonserver-{tritonserver_version}-torch-{torch_version}"
+
+
+def built_pytorch_backend(tritonserver_version: str, torch_version: str, cache_dir: Path | None = None) -> BuiltBackend | None:
+    """The cached build for this tritonserver and torch, or None."""
+    folder = build_folder(tritonserver_version, torch_version, cache_dir)
+    if not (folder / BACKEND_LIBRARY).is_file():
+        return None
+    return BuiltBackend(folder, torch_version, tritonserver_version)
+
+
+def built_for_running_torch(binary: str | os.PathLike | None = None) -> BuiltBackend | None:
+    """The cached build for ``binary`` (default: the bundled tritonserver) and the running torch, or None."""
+    binary = binary if binary is not None else bundle.bundled_tritonserver()
+    version = bundle.tritonserver_version(binary) if binary is not None else None
+    if version is None or importlib.util.find_spec("torch") is None:
+        return None
+    return built_pytorch_backend(version, TorchInstall.running().version)
+
+
+def build_pytorch_backend(
+    *,
+    sources: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    jobs: int | None = None,
+    progress: Callable[[str], None] = print,
+    organization: str = UPSTREAM_ORGANIZATION,
+) -> BuiltBackend:
+    """Build (or find in the cache) the pytorch backend for the bundled tritonserver and this torch.
+
+    ``cache_dir`` is the folder builds go in (default: ``builds/`` of ``bundle.cache_root()``).
+    ``progress`` receives one line per step and per build step of cmake. ``organization`` is where
+    the upstream repositories are cloned from when ``sources`` is None.
+    """
+    torch = TorchInstall.running()
+    server_version = _bundled_server_version()
+    cache = Path(cache_dir) if cache_dir is not None else None
+    cached = built_pytorch_backend(server_version, torch.version, cache)
+    if cached is not None:
+        return cached
+    tools = _build_tools(cloning=sources is None)
+    target = build_folder(server_version, torch.version, cache)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    log = work / "build.log"
+    try:
+        if sources is not None:
+            source_root = _unpacked_sources(Path(sources), work / "sources", progress)
+            options, origin = _offline_options(source_root), os.fspath(Path(sources).resolve())
+        else:
+            release = _release(server_version)
+            source_root = _cloned_sources(release, organization, work / "sources", log, progress)
+            options, origin = _upstream_options(release, organization), f"{organization}/pytorch_backend@{release}"
+        library = _compile(tools, torch, source_root, options, work / "build", log, jobs, progress)
+        record = {
+            "torch_version": torch.version,
+            "torch_root": str(torch.root),
+            "tritonserver_version": server_version,
+            "sources": origin,
+            "built_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "build_seconds": round(time.monotonic() - started, 1),
+        }
+        _install(library, record, work / "result", target)
+    except BackendBuildError as error:
+        if not log.is_file():
+            raise
+        kept = target.parent / f"{target.name}.failed.log"
+        shutil.copy2(log, kept)
+        raise BackendBuildError(f"{error}\nfull build log: {kept}") from error
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    progress(f"built in {time.monotonic() - started:.0f} s")
+    return BuiltBackend(target, torch.version, server_version, built_now=True)
+
+
+def _compile(tools, torch, source_root: Path, options: list[str], build: Path, log: Path, jobs, progress) -> Path:
+    """Configure and build with cmake; the path of the library it built."""
+    progress(f"configuring with cmake for torch {torch.version}")
+    _run(
+        [tools.cmake, "-S", str(source_root / "pytorch_backend"), "-B", str(build), "-G", tools.generator, "-Wno-dev",
+         *_cmake_options(torch, tools), *options],
+        log,
+        "cmake configure",
+    )
+    progress(f"compiling {BACKEND_LIBRARY} (under a minute on 2 cores)")
+    _run(
+        [tools.cmake, "--build", str(build), "--target", "triton-pytorch-backend", "-j", str(jobs or os.cpu_count() or 1)],
+        log,
+        "cmake build",
+        on_line=lambda line: _report_progress(line, progress),
+    )
+    return build / BACKEND_LIBRARY
+
+
+def _install(library: Path, record: dict, staging: Path, target: Path) -> None:
+    """The library and its record, renamed into ``target`` whole (a failed build leaves nothing there)."""
+    staging.mkdir()
+    shutil.copy2(library, staging / BACKEND_LIBRARY)
+    (staging / BUILD_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    try:
+        os.rename(staging, target)
+    except OSError:
+        if not (target / BACKEND_LIBRARY).is_file():
+            raise
+        # another process finished the same build first; its library is as good as ours
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Tools:
+    cmake: str
+    generator: str
+    compiler: str
+
+
+def _build_tools(cloning: bool) -> _Tools:
+    """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``; a clear error
+    for what is missing."""
+    missing = []
+    if cloning and shutil.which("git") is None:
+        missing.append("git, to clone the sources (apt-get install git), or pass --sources")
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        missing.append("cmake 3.18 or newer (apt-get install cmake, or pip install cmake)")
+    else:
+        version = _cmake_version(cmake)
+        if version is not None and version < _MIN_CMAKE:
+            missing.append(f"cmake 3.18 or newer (found {'.'.join(map(str, version))} at {cmake})")
+    generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles" if shutil.which("make") else None
+    if generator is None:
+        missing.append("ninja or make (apt-get install ninja-build, or pip install ninja)")
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if compiler is None:
+        missing.append("a C++ compiler (apt-get install g++), or set CXX to one")
+    if missing:
+        raise BackendBuildError(
+            f"cannot build the pytorch backend: this machine lacks {'; '.join(missing)}. Install "
+            f"{'it' if len(missing) == 1 else 'them'} and run `{BUILD_COMMAND}` again"
+        )
+    return _Tools(cmake, generator, compiler)
+
+
+def _cmake_version(cmake: str) -> tuple[int, ...] | None:
+    try:
+        text = subprocess.run([cmake, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _bundled_server_version() -> str:
+    binary = bundle.bundled_tritonserver()
+    if binary is None or not binary.is_file():
+        raise BackendBuildError(
+            "the pytorch backend is built for the tritonserver bundled with nvidia-pytriton, which is not "
+            "installed; run `pip install nvidia-pytriton`"
+        )
+    version = bundle.tritonserver_version(binary)
+    if version is None:
+        raise BackendBuildError(
+            f"could not tell the version of {str(binary)!r}: it did not print a server_version when started; "
+            "check that it runs (`tritonserver --help`)"
+        )
+    return version
+
+
+def _release(server_version: str) -> str:
+    try:
+        return bundle.release_of(server_version)
+    except ValueError as error:
+        raise BackendBuildError(f"{error}; pass --sources with Triton's pytorch_backend sources for this server") from error
+
+
+def _cloned_sources(release: str, organization: str, destination: Path, log: Path, progress) -> Path:
+    """``destination`` holding a shallow clone of pytorch_backend at ``release``; CMake fetches the rest."""
+    progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
+    repository = f"{organization}/pytorch_backend.git"
+    _run(
+        ["git", "clone", "--quiet", "--depth", "1", "--branch", release, repository, str(destination / "pytorch_backend")],
+        log,
+        "git clone",
+    )
+    return destination
+
+
+def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
+    """The folder holding the five source folders: ``sources`` itself, or where its tarball unpacks."""
+    if sources.is_dir():
+        root = sources
+    elif sources.is_file():
+        progress(f"unpacking {sources}")
+        try:
+            with tarfile.open(sources) as archive:
+                archive.extractall(destination, filter="data")
+        except (tarfile.TarError, OSError) as error:
+            raise BackendBuildError(f"could not unpack the sources {str(sources)!r}: {error}") from error
+        root = destination
+    else:
+        raise BackendBuildError(
+            f"sources {str(sources)!r} do not exist; pass a .tar.gz or a folder holding {', '.join(SOURCE_FOLDERS)}, "
+            f"or leave --sources out to clone them (needs the network)"
+        )
+    missing = [name for name in SOURCE_FOLDERS if not (root / name).is_dir()]
+    if missing:
+        found = sorted(entry.name for entry in root.iterdir()) if root.is_dir() else []
+        raise BackendBuildError(
+            f"sources {str(sources)!r} lack the folder(s) {', '.join(missing)}: expected {', '.join(SOURCE_FOLDERS)} "
+            f"(Triton's pytorch_backend, backend, core and common at one release, and RapidJSON), found "
+            f"{', '.join(found) or 'nothing'}"
+        )
+    return root
+
+
+# ---- cmake ------------------------------------------------------------------------------------
+
+
+def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
+    """What every build sets: CPU only, no torchvision or TensorRT, this torch and this Python."""
+    include = torch.root / "include"
+    return [
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_CXX_COMPILER={tools.compiler}",
+        "-DTRITON_ENABLE_GPU=OFF",
+        "-DTRITON_ENABLE_STATS=ON",
+        "-DTRITON_PYTORCH_ENABLE_TORCHVISION=OFF",
+        "-DTRITON_PYTORCH_ENABLE_TORCHTRT=OFF",
+        # torch 2.x's CMake config asks for C++17 or newer and recent releases use C++20 features
+        "-DTRITON_MIN_CXX_STANDARD=20",
+        f"-DTRITON_PYTORCH_INCLUDE_PATHS={include};{include / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-DTRITON_PYTORCH_LIB_PATHS={torch.lib}",
+        # torch's headers include Python.h
+        f"-DPython3_EXECUTABLE={sys.executable}",
+        f"-DPython3_INCLUDE_DIR={sysconfig.get_paths()['include']}",
+    ]
+
+
+def _offline_options(source_root: Path) -> list[str]:
+    """FetchContent takes the three dependencies from the sources and never goes online."""
+    rapidjson = source_root / "rapidjson"
+    return [
+        f"-DCMAKE_CXX_FLAGS=-I{rapidjson / 'include'}",
+        f"-DRapidJSON_DIR={rapidjson / 'lib' / 'cmake' / 'RapidJSON'}",
+        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
+        *(f"-DFETCHCONTENT_SOURCE_DIR_REPO-{name.upper()}={source_root / name}" for name in ("common", "core", "backend")),
+    ]
+
+
+def _upstream_options(release: str, organization: str) -> list[str]:
+    """FetchContent clones the three dependencies at ``release``, as upstream's build does."""
+    return [
+        f"-DTRITON_REPO_ORGANIZATION={organization}",
+        *(f"-DTRITON_{name}_REPO_TAG={release}" for name in ("COMMON", "CORE", "BACKEND")),
+    ]
+
+
+def _run(command: Sequence[str], log_path: Path, what: str, on_line: Callable[[str], None] | None = None) -> None:
+    """Run ``command``, appending its output to ``log_path``; a failure raises with the log's tail."""
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        try:
+            process = subprocess.Popen(
+                list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                errors="replace",
+            )
+        except OSError as error:
+            raise BackendBuildError(f"{what} could not run {command[0]!r}: {error}") from error
+        with process:
+            for line in process.stdout:
+                log.write(line)
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+        code = process.wait()
+    if code != 0:
+        tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+        raise BackendBuildError(f"{what} failed (exit code {code}); the last lines of its output:\n" + "\n".join(tail))
+
+
+def _report_progress(line: str, progress: Callable[[str], None]) -> None:
+    """Pass on ninja's ``[3/12] Building ...`` and make's ``[ 25%] Building ...`` lines, shortened."""
+    if _PROGRESS.match(line):
+        progress("  " + re.sub(r" \S*/", " ", line, count=1)[:160])
