@@ -40,7 +40,7 @@ class ForwardSignature:
     """The arguments of a model's ``forward`` (``self`` left out) and the kind of its result."""
 
     arguments: tuple[Argument, ...]
-    #: "tensor", "tuple", "dict", "list" or "unknown" (eager models)
+    #: "tensor", "tuple", "one-tuple", "dict", "list" or "unknown" (eager models)
     returns: str = "unknown"
 
     def describe(self) -> str:
@@ -117,7 +117,8 @@ def bind_arguments(signature: ForwardSignature, schema: Schema, model_name: str)
 
 
 def needs_adapter(signature: ForwardSignature, arguments: dict[str, str] | None) -> bool:
-    """Whether the model must be wrapped in ``DictCall`` to take one dict and return tensors."""
+    """Whether the model must be wrapped in ``DictCall`` to take one dict and return a tensor or a
+    tuple of several."""
     return arguments is not None or signature.returns not in ("tensor", "tuple")
 
 
@@ -126,7 +127,8 @@ class DictCall(torch.nn.Module):
     a tensor or a tuple of tensors.
 
     ``arguments`` maps forward's argument names to input names (``None``: pass the dict as is);
-    a dict result is turned into a tuple in ``output_names`` order, a list into a tuple.
+    a dict result is turned into a tuple in ``output_names`` order, a list into a tuple, and a
+    single result into its tensor.
     """
 
     def __init__(self, model: torch.nn.Module, arguments: dict[str, str] | None, output_names: list[str]):
@@ -145,8 +147,9 @@ class DictCall(torch.nn.Module):
                     f"(it has {', '.join(map(repr, outputs))}); name the outputs in output_schema"
                 )
             return tuple(outputs[name] for name in self.output_names)
-        if isinstance(outputs, list):
-            return tuple(outputs)
+        if isinstance(outputs, (list, tuple)):
+            # one result is one tensor (what a fused TopK ranks); libtorch never gets a list
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
         return outputs
 
 
@@ -189,6 +192,8 @@ def _script_kind(script_type) -> ArgumentKind:
 
 
 def _script_return(script_type) -> str:
+    if isinstance(script_type, torch.TupleType) and len(script_type.elements()) == 1:
+        return "one-tuple"
     for kind, cls in (("tensor", torch.TensorType), ("tuple", torch.TupleType), ("dict", torch.DictType), ("list", torch.ListType)):
         if isinstance(script_type, cls):
             return kind
