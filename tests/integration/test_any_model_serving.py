@@ -11,6 +11,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import Ensemble, PredictPytorch, TopK, TransformWorkflow, TritonExecutor, frames
 from tests import any_models, toy_session
+from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 pytestmark = pytest.mark.integration
 
@@ -21,6 +22,12 @@ def served(triton_server, ensemble: Ensemble, name: str, request: TensorTable) -
     return ensemble.run(request, executor=TritonExecutor(triton_server.grpc_url, name))
 
 
+def in_process(ensemble: Ensemble, request: TensorTable) -> TensorTable:
+    """The in-process answer, summing floats with the threads served models use."""
+    with torch_threads(SERVED_TORCH_THREADS):
+        return ensemble.run(request)
+
+
 def assert_tables_equal(got: TensorTable, expected: TensorTable) -> None:
     assert got.columns == expected.columns
     for name in expected.columns:
@@ -29,12 +36,10 @@ def assert_tables_equal(got: TensorTable, expected: TensorTable) -> None:
             np.testing.assert_array_equal(got[name].offsets, expected[name].offsets, err_msg=name)
 
 
-# a libtorch step needs the pytorch backend, which the bundled tritonserver does not have yet
-NEEDS_LIBTORCH = pytest.mark.skip(reason="the bundled tritonserver has no pytorch (libtorch) backend")
-
-
-@pytest.mark.parametrize("backend", ["python", pytest.param("pytorch", marks=NEEDS_LIBTORCH)])
-def test_a_positional_torchscript_model_is_served_on_both_backends(triton_server, backend):
+@pytest.mark.parametrize("backend", ["python", "pytorch"])
+def test_a_positional_torchscript_model_is_served_on_both_backends(request, triton_server, backend):
+    if backend == "pytorch":
+        request.getfixturevalue("pytorch_backend")  # fails, naming how to build it, when it is missing
     op = PredictPytorch(
         torch.jit.script(any_models.PositionalScorer()), any_models.POSITIONAL_INPUTS, any_models.POSITIONAL_OUTPUTS, backend=backend
     )
@@ -44,8 +49,8 @@ def test_a_positional_torchscript_model_is_served_on_both_backends(triton_server
 
     answer = served(triton_server, ensemble, f"positional-{backend}", request)
 
-    assert_tables_equal(answer, ensemble.run(request))
-    with torch.no_grad():
+    assert_tables_equal(answer, in_process(ensemble, request))
+    with torch.no_grad(), torch_threads(SERVED_TORCH_THREADS):
         score, weighted = any_models.PositionalScorer()(torch.from_numpy(prices), torch.from_numpy(request["clicks"].values))
     np.testing.assert_array_equal(answer["score"].values, score.numpy())
     np.testing.assert_array_equal(answer["weighted"].values, weighted.numpy())
@@ -62,7 +67,7 @@ def test_the_data_dependent_model_is_served_eagerly_and_answers_like_it(triton_s
     assert answer["total"].values.tolist() == [4.0, 10.0, 1.0, 0.0, 1.0]
     with torch.no_grad():
         np.testing.assert_array_equal(answer["total"].values, any_models.SignedRowSum()({"x": torch.from_numpy(rows)}).numpy())
-    assert_tables_equal(answer, ensemble.run(request))
+    assert_tables_equal(answer, in_process(ensemble, request))
     assert "model SignedRowSum runs eagerly on the python backend" in triton_server.logs()
 
 
@@ -80,10 +85,10 @@ def test_a_transformers4rec_save_folder_is_served_without_user_code(triton_serve
 
     answer = served(triton_server, ensemble, "t4r-folder", request)
 
-    assert_tables_equal(answer, ensemble.run(request))
+    assert_tables_equal(answer, in_process(ensemble, request))
     sessions = toy_workflow.transform(rows)
     order = [list(sessions["session_id"]).index(s) for s in answer["session_id"].values]
     dense = model.padded_inputs(sessions.iloc[order], max_sequence_length=toy_session.MAX_SEQUENCE_LENGTH)
-    with torch.no_grad():
+    with torch.no_grad(), torch_threads(SERVED_TORCH_THREADS):
         eager = t4r(dense).numpy()
     np.testing.assert_array_equal(answer["next-item"].values, eager)
