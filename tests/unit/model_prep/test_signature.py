@@ -1,11 +1,11 @@
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import pytest
 import torch
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import SchemaError
-from merlin_torch_serving.model_prep.signature import DictCall, bind_arguments, read_signature
+from merlin_torch_serving.model_prep.signature import DictCall, bind_arguments, needs_adapter, read_signature
 from tests import any_models
 
 
@@ -101,3 +101,14 @@ def test_a_dict_of_tensors_argument_annotated_in_typing_is_a_dict():
             return features["a"]
 
     assert read_signature(Typed()).arguments[0].kind == "dict"
+
+
+def test_a_single_result_in_a_tuple_or_list_comes_back_as_its_tensor():
+    class OneTuple(torch.nn.Module):
+        def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor]:
+            return (inputs["x"] * 2,)
+
+    scripted = torch.jit.script(OneTuple())
+    signature = read_signature(scripted)
+    assert signature.returns == "one-tuple" and needs_adapter(signature, None)
+    assert DictCall(scripted, None, ["doubled"])({"x": torch.ones(2)}).tolist() == [2.0, 2.0]
