@@ -10,22 +10,35 @@ from merlin.schema import ColumnSchema, Schema
 from merlin.schema.io.tensorflow_metadata import TensorflowMetadata
 
 
+# tensorflow-metadata has no boolean feature type; such columns carry their dtype here
+_BOOL_MARK = "merlin_torch_serving_bool"
+
+
 def schema_to_json(schema: Schema) -> str:
     """The schema as JSON with sorted keys and tags, so one schema always gives the same text."""
     data = json.loads(TensorflowMetadata.from_merlin_schema(schema).to_json())
-    for feature in data.get("feature", []):
-        annotation = feature.get("annotation", {})
+    for feature, column in zip(data.get("feature", []), schema):
+        annotation = feature.setdefault("annotation", {})
         if "tag" in annotation:  # tags come from a set
             annotation["tag"] = sorted(annotation["tag"])
+        if column.dtype.element_type.value == "bool":
+            annotation.setdefault("extraMetadata", [{}])[0][_BOOL_MARK] = True
         # merlin writes no type for string (or object) columns, though it reads BYTES back as
         # strings; without it they would come back with an unknown dtype
-        if schema[feature["name"]].dtype.element_type in (ElementType.String, ElementType.Object):
+        if column.dtype.element_type in (ElementType.String, ElementType.Object):
             feature["type"] = "BYTES"
     return json.dumps(data, sort_keys=True)
 
 
 def schema_from_json(text: str) -> Schema:
-    return TensorflowMetadata.from_json(text).to_merlin_schema()
+    schema = TensorflowMetadata.from_json(text).to_merlin_schema()
+    columns = []
+    for column in schema:
+        if column.properties.get(_BOOL_MARK):
+            properties = {k: v for k, v in column.properties.items() if k != _BOOL_MARK}
+            column = ColumnSchema(column.name, tags=column.tags, properties=properties, dtype="bool", dims=column.shape.dims)
+        columns.append(column)
+    return Schema(columns)
 
 
 def describe_column(column: ColumnSchema) -> str:

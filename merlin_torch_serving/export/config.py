@@ -40,8 +40,8 @@ class ModelOptions:
         own default (``None``, a thread per core in every stub and in the server) the pools of
         two models oversubscribe the cores and latency jumps tenfold as soon as both are busy,
         or anything else on the machine is. Float sums over a different number of threads may
-        run in another order: served scores then equal in-process scores bit for bit when the
-        in-process run uses the same count (``torch.set_num_threads``).
+        run in another order: served scores equal in-process scores bit for bit when the
+        in-process run uses the same count, as ``LocalExecutor`` does by default (one thread).
     """
 
     instance_count: int = 1

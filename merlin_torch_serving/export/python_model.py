@@ -16,6 +16,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER
 from merlin_torch_serving.ops.base import operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
@@ -77,10 +78,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.output_names = [output["name"] for output in config["output"]]
         threads = config.get("parameters", {}).get(TORCH_THREADS_PARAMETER, {}).get("string_value")
-        if threads:
-            import torch
-
-            torch.set_num_threads(int(threads))
+        # applied around each call: the thread count is per calling thread in torch's OpenMP build
+        self.torch_threads = int(threads) if threads else None
 
     def execute(self, requests):
         pb = self._pb
@@ -91,7 +90,8 @@ class TritonPythonModel:
                     spec.name: pb.get_input_tensor_by_name(request, spec.name).as_numpy()
                     for spec in self.step.input_specs
                 }
-                outputs = self.step.run(arrays)
+                with torch_threads(self.torch_threads):
+                    outputs = self.step.run(arrays)
                 tensors = [pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
             except Exception as exc:  # one failing request must not fail the others

@@ -42,10 +42,10 @@ from merlin_torch_serving.export.checks import (
 )
 from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.partition import Step, partition
+from merlin_torch_serving.export.warmup import warmup_inputs
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.ops.pytorch import MODEL_FILE
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
-from merlin_torch_serving.samples import sample_table
 from merlin_torch_serving.schemas import schema_to_json
 
 MANIFEST_FILE = "manifest.json"
@@ -67,6 +67,7 @@ class ExportResult:
     version: int
     models: list[str]
     fused: dict[str, list[str]] = field(default_factory=dict)  # step model -> operators it hosts
+    warnings: list[str] = field(default_factory=list)  # e.g. a filter no warm-up request passed
 
 
 def export_ensemble(
@@ -114,10 +115,13 @@ def export_ensemble(
                     shutil.rmtree(staged / model)
         staged.mkdir(exist_ok=True)
         tensor_names = _tensor_names(plan, steps)
+        warmup = warmup_inputs(plan, steps)
         for step in steps:
-            _write_step(staged / step.name, step, version, options)
+            _write_step(staged / step.name, step, version, options, warmup.arrays[step.name])
         _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version)
-        _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options)
+        _write_manifest(
+            staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options, warmup.problem
+        )
         warn_about_differing_thread_counts(staged)
         _swap_in(staged, repository)
     finally:
@@ -128,23 +132,26 @@ def export_ensemble(
         version=version,
         models=model_names,
         fused={step.name: [call.op.label for call in step.calls] for step in steps},
+        warnings=[warmup.problem] if warmup.problem else [],
     )
 
 
 # ---- steps ----------------------------------------------------------------------------------------
 
 
-def _write_step(model_dir: Path, step: Step, version: int, options: configs.ModelOptions) -> None:
+def _write_step(
+    model_dir: Path, step: Step, version: int, options: configs.ModelOptions, warmup_arrays: dict
+) -> None:
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
-    warmup_files = _write_warmup(model_dir / WARMUP_DIR, step)
+    warmup_files = _write_warmup(model_dir / WARMUP_DIR, step, warmup_arrays)
     if step.backend == "pytorch":
         check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
         check_libtorch_return_type(step.name, step.calls[0].op.module)
         module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
         torch.jit.save(module, str(version_dir / MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
-        check_libtorch_model(step.name, version_dir / MODEL_FILE, config, sample_table(step.input_schema))
+        check_libtorch_model(step.name, version_dir / MODEL_FILE, config, warmup_arrays)
     else:
         spec = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
@@ -175,13 +182,13 @@ def _write_step(model_dir: Path, step: Step, version: int, options: configs.Mode
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
-def _write_warmup(warmup_dir: Path, step: Step) -> dict:
-    """Raw-binary sample inputs (Triton's ``input_data_file`` format) for the step's warm-up."""
+def _write_warmup(warmup_dir: Path, step: Step, arrays: dict) -> dict:
+    """The step's warm-up inputs (see ``export.warmup``) as raw-binary files, Triton's
+    ``input_data_file`` format."""
     if warmup_dir.exists():
         shutil.rmtree(warmup_dir)
     warmup_dir.mkdir()
     files = {}
-    arrays = wire.to_wire(sample_table(step.input_schema))
     for i, spec in enumerate(wire.schema_specs(step.input_schema)):
         array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
         file_name = f"input_{i}"
@@ -246,7 +253,9 @@ def _wire_map(schema, refs: dict[str, Ref], tensor_names: dict[Ref, str]) -> dic
     return mapping
 
 
-def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[Step], options) -> None:
+def _write_manifest(
+    path: Path, name: str, version: int, ensemble, steps: list[Step], options, warmup_problem: str | None
+) -> None:
     manifest = {
         "ensemble": name,
         "version": version,
@@ -254,6 +263,7 @@ def _write_manifest(path: Path, name: str, version: int, ensemble, steps: list[S
         "python": sys.version.split()[0],
         "libraries": {lib: _version(lib) for lib in _LIBRARIES},
         "model_options": dataclasses.asdict(options),
+        "warmup": {"passes_filters": warmup_problem is None, "problem": warmup_problem},
         "input_schema": json.loads(schema_to_json(ensemble.input_schema)),
         "output_schema": json.loads(schema_to_json(ensemble.output_schema)),
         "steps": [

@@ -23,10 +23,11 @@ from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
 from merlin_torch_serving.model_prep.sample import named_inputs
 from merlin_torch_serving.model_prep.schemas import model_schemas
 from merlin_torch_serving.model_prep.sources import load_model
+from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.torch_module import WireModel
 from merlin_torch_serving.samples import list_length, sample_table
-from merlin_torch_serving.schemas import describe_column, schema_from_json, schema_to_json
+from merlin_torch_serving.schemas import schema_from_json, schema_to_json
 
 MODEL_FILE = "model.pt"
 Backend = Literal["pytorch", "python"]
@@ -45,9 +46,10 @@ class PredictPytorch(ServingOperator):
         returns a tensor, a tuple of tensors, or a dict of them (named by the output schema).
     input_schema, output_schema
         The model's inputs and outputs; taken from the model when it carries them (a
-        Transformers4Rec ``Model``), else from ``sample``. Ragged list inputs need a maximum
-        length (their ``value_count.max``), unless ``max_sequence_length`` is given. Output dtypes
-        and dims are probed from the model; the schema names the outputs.
+        Transformers4Rec ``Model``), else from ``sample``. Lists are padded to the model's sequence
+        length (see ``max_sequence_length``); a schema that allows longer lists is a
+        ``SchemaError``. Output dtypes and dims are probed from the model; the schema names the
+        outputs.
     backend
         ``"pytorch"`` exports a libtorch model (``model.pt``), which needs TorchScript;
         ``"python"`` runs the model inside Triton's python backend, fused with neighbouring
@@ -63,7 +65,9 @@ class PredictPytorch(ServingOperator):
         line says which and why). ``"torchscript"`` fails instead of running eagerly; ``"eager"``
         skips compiling.
     max_sequence_length
-        Length that ragged inputs are padded or truncated to (most recent items kept).
+        Length that ragged inputs are padded or truncated to (most recent items kept). A
+        Transformers4Rec model brings its own (its sequence features'); for other models it
+        defaults to each ragged input's ``value_count.max``.
     pad_value, pad_side
         How short sequences are padded. Transformers4Rec pads with 0 on the right.
     """
@@ -99,7 +103,9 @@ class PredictPytorch(ServingOperator):
         )
         self.pad_value = float(pad_value)
         self.pad_side = pad_side
-        self.model_input_schema = _with_max_lengths(input_schema, max_sequence_length)
+        self.model_input_schema = sequence_length.with_model_lengths(
+            input_schema, sequence_length.model_sequence_lengths(model), max_sequence_length
+        )
         prepared = prepare_model(
             model,
             self.model_input_schema,
@@ -195,26 +201,6 @@ def _check_choice(name: str, value, choices: tuple) -> None:
     if value not in choices:
         listed = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {listed}, got {value!r}")
-
-
-def _with_max_lengths(schema: Schema, max_sequence_length: int | None) -> Schema:
-    """The schema with every ragged list's maximum length known (or a clear error)."""
-    columns = []
-    for column in schema:
-        if wire.is_ragged(column):
-            known = column.shape.dims[1].max
-            if max_sequence_length is not None:
-                column = column.with_shape((None, (0, int(max_sequence_length))))
-            elif known is None:
-                raise SchemaError(
-                    "PredictPytorch",
-                    column.name,
-                    "a ragged list with a maximum length (value_count.max) to pad to",
-                    f"{describe_column(column)} without one",
-                    "pass max_sequence_length=...",
-                )
-        columns.append(column)
-    return Schema(columns)
 
 
 def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> Schema:

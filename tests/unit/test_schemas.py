@@ -1,3 +1,5 @@
+"""Schemas through JSON (configs, step files, the manifest) keep every column as it was."""
+
 import numpy as np
 import pytest
 from merlin.schema import ColumnSchema, Schema, Tags
@@ -21,3 +23,14 @@ def test_tags_properties_and_ragged_dims_survive_json():
     assert back.shape.as_tuple == ((0, None), (0, 20))
     assert set(back.tags) == {Tags.ITEM, Tags.ID}
     assert back.properties["domain"]["max"] == 99
+
+
+def test_schema_json_round_trip_keeps_boolean_columns_and_the_others():
+    schema = Schema(
+        [
+            ColumnSchema("filtered_out", dtype="bool", dims=(None,)),
+            ColumnSchema("item_ids", tags=[Tags.ITEM_ID], dtype="int64", dims=(None, 5)),
+            ColumnSchema("scores", dtype="float32", dims=(None, (0, 20))),
+        ]
+    )
+    assert schema_from_json(schema_to_json(schema)) == schema
