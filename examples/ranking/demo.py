@@ -23,10 +23,9 @@ if __package__ in (None, ""):
 
 import numpy as np
 import pandas as pd
-import torch
 
 from examples.ranking import data, features, model
-from merlin_torch_serving import Client, Ensemble, ModelOptions, PredictPytorch, TransformWorkflow, TritonServer
+from merlin_torch_serving import Client, Ensemble, PredictPytorch, TransformWorkflow, TritonServer
 
 MODEL_NAME = "ctr"
 
@@ -73,9 +72,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     request = held_out.drop(columns=[data.LABEL_COLUMN])
     with server:
         scored = Client(server.grpc_url).infer(MODEL_NAME, request)
-    # served models sum floats with ModelOptions' torch threads (one); the in-process run does too
-    torch.set_num_threads(ModelOptions().torch_threads)
-    in_process = ensemble.transform(request)
+    in_process = ensemble.transform(request)  # with the torch threads served models use
     same = np.array_equal(scored[model.OUTPUT_COLUMN].to_numpy(), in_process[model.OUTPUT_COLUMN].to_numpy())
     labels = held_out[data.LABEL_COLUMN].to_numpy()
     print(f"served == in-process: {same}; held-out AUC {model.auc(scored[model.OUTPUT_COLUMN], labels):.3f}")

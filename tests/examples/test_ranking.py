@@ -17,11 +17,14 @@ from examples.ranking import data, features, model
 from examples.ranking.demo import scoring_graph
 from merlin_torch_serving import Ensemble, TransformWorkflow, frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
+from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 
 def eager_scores(ranking, rows: pd.DataFrame) -> np.ndarray:
-    """The trained model on NVTabular's own transform of ``rows``: the reference."""
-    return model.predict(ranking.model, features.transform(ranking.workflow, rows))
+    """The trained model on NVTabular's own transform of ``rows``, summing floats with the thread
+    count in-process runs and served models use: the reference."""
+    with torch_threads(SERVED_TORCH_THREADS):
+        return model.predict(ranking.model, features.transform(ranking.workflow, rows))
 
 
 def request_rows(ranking, n: int = 40) -> pd.DataFrame:

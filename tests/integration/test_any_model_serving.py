@@ -22,12 +22,6 @@ def served(triton_server, ensemble: Ensemble, name: str, request: TensorTable) -
     return ensemble.run(request, executor=TritonExecutor(triton_server.grpc_url, name))
 
 
-def in_process(ensemble: Ensemble, request: TensorTable) -> TensorTable:
-    """The in-process answer, summing floats with the threads served models use."""
-    with torch_threads(SERVED_TORCH_THREADS):
-        return ensemble.run(request)
-
-
 def assert_tables_equal(got: TensorTable, expected: TensorTable) -> None:
     assert got.columns == expected.columns
     for name in expected.columns:
@@ -49,7 +43,7 @@ def test_a_positional_torchscript_model_is_served_on_both_backends(request, trit
 
     answer = served(triton_server, ensemble, f"positional-{backend}", request)
 
-    assert_tables_equal(answer, in_process(ensemble, request))
+    assert_tables_equal(answer, ensemble.run(request))  # in-process, with the served thread count
     with torch.no_grad(), torch_threads(SERVED_TORCH_THREADS):
         score, weighted = any_models.PositionalScorer()(torch.from_numpy(prices), torch.from_numpy(request["clicks"].values))
     np.testing.assert_array_equal(answer["score"].values, score.numpy())
@@ -67,7 +61,7 @@ def test_the_data_dependent_model_is_served_eagerly_and_answers_like_it(triton_s
     assert answer["total"].values.tolist() == [4.0, 10.0, 1.0, 0.0, 1.0]
     with torch.no_grad():
         np.testing.assert_array_equal(answer["total"].values, any_models.SignedRowSum()({"x": torch.from_numpy(rows)}).numpy())
-    assert_tables_equal(answer, in_process(ensemble, request))
+    assert_tables_equal(answer, ensemble.run(request))  # in-process, with the served thread count
     assert "model SignedRowSum runs eagerly on the python backend" in triton_server.logs()
 
 
@@ -85,7 +79,7 @@ def test_a_transformers4rec_save_folder_is_served_without_user_code(triton_serve
 
     answer = served(triton_server, ensemble, "t4r-folder", request)
 
-    assert_tables_equal(answer, in_process(ensemble, request))
+    assert_tables_equal(answer, ensemble.run(request))  # in-process, with the served thread count
     sessions = toy_workflow.transform(rows)
     order = [list(sessions["session_id"]).index(s) for s in answer["session_id"].values]
     dense = model.padded_inputs(sessions.iloc[order], max_sequence_length=toy_session.MAX_SEQUENCE_LENGTH)

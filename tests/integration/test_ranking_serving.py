@@ -36,8 +36,8 @@ def test_served_scores_equal_in_process_and_eager_scores(request, triton_server,
     for n in (1, 37, 500):
         rows = request_rows(ranking, n)
         served = client.infer(name, rows)[model.OUTPUT_COLUMN].to_numpy()
+        in_process = ensemble.transform(rows)[model.OUTPUT_COLUMN].to_numpy()  # with the served thread count
         with torch_threads(SERVED_TORCH_THREADS):  # float sums in the order the served model sums them
-            in_process = ensemble.transform(rows)[model.OUTPUT_COLUMN].to_numpy()
             eager = model.predict(ranking.model, features.transform(ranking.workflow, rows))
         np.testing.assert_array_equal(served, in_process)
         np.testing.assert_array_equal(served, eager)
