@@ -3,9 +3,11 @@
     MerlinTorchServingError
     ├── SchemaError                 a graph edge whose columns, dtypes or shapes do not fit
     ├── InputError                  request data that does not match the ensemble's input schema
+    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as TorchScript)
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
-    │   └── ModelCheckError         model.pt does not behave the way its config.pbtxt says
+    │   ├── ModelCheckError         model.pt does not behave the way its config.pbtxt says
+    │   └── ModelNotImportableError an eager model's class cannot be imported by the server's Python
     ├── ArtifactError               an exported step's files are not the ones its manifest lists
     ├── ServerError                 starting or talking to tritonserver failed
     │   ├── ServerNotFoundError     no tritonserver binary could be found
@@ -85,6 +87,19 @@ class InputError(MerlinTorchServingError):
         return cls(match.group("column"), match.group("expected"), got, hint, model=step[-1] if step else model)
 
 
+class ModelPreparationError(MerlinTorchServingError):
+    """A PyTorch model cannot be prepared the way it was asked: it does not become TorchScript that
+    answers like the eager module (libtorch needs TorchScript), or its file cannot be read."""
+
+    def __init__(self, model: str, problem: str, hint: str = ""):
+        self.model = model
+        self.problem = problem
+        message = f"model {model!r}: {problem}"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+
+
 class ExportError(MerlinTorchServingError):
     """A model repository could not be written; the previous repository is left as it was."""
 
@@ -122,6 +137,19 @@ class ArtifactError(MerlinTorchServingError):
         self.step = step
         self.problem = problem
         super().__init__(f"step {step!r} cannot be loaded: {problem}; {hint}")
+class ModelNotImportableError(ExportError):
+    """An eager model runs on the python backend by unpickling it there, which imports its classes;
+    one of them cannot be imported by the server's Python."""
+
+    def __init__(self, class_path: str, reason: str):
+        self.class_path = class_path
+        self.reason = reason
+        super().__init__(
+            f"the model class {class_path!r} cannot be imported by the server's Python ({reason}), so "
+            "the python backend could not load the eager model; define the class in a module the "
+            "server can import (an installed package, or a module under the directory the server "
+            "starts in), or make the model scriptable with torch.jit.script"
+        )
 
 
 class ServerError(MerlinTorchServingError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.schema.io.tensorflow_metadata import TensorflowMetadata
 
@@ -23,6 +24,10 @@ def schema_to_json(schema: Schema) -> str:
             annotation["tag"] = sorted(annotation["tag"])
         if column.dtype.element_type.value == "bool":
             annotation.setdefault("extraMetadata", [{}])[0][_BOOL_MARK] = True
+        # merlin writes no type for string (or object) columns, though it reads BYTES back as
+        # strings; without it they would come back with an unknown dtype
+        if column.dtype.element_type in (ElementType.String, ElementType.Object):
+            feature["type"] = "BYTES"
     return json.dumps(data, sort_keys=True)
 
 

@@ -9,6 +9,7 @@ at the step's entry (``validation``) before an operator sees it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 
@@ -77,6 +78,11 @@ class TritonPythonModel:
 
         self._pb = pb_utils
         self.model_name = args["model_name"]
+        # what the operators log while loading (how a model runs, what the fast path leaves to
+        # NVTabular) goes to the server's log, under this model's name
+        library_logger = logging.getLogger("merlin_torch_serving")
+        library_logger.addHandler(_TritonLogHandler(pb_utils.Logger, self.model_name))
+        library_logger.setLevel(logging.INFO)
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
@@ -105,3 +111,21 @@ class TritonPythonModel:
                 message = f"model {self.model_name!r}: {detail}"
                 responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
         return responses
+
+
+class _TritonLogHandler(logging.Handler):
+    """Forwards the library's log records to Triton's log (``pb_utils.Logger``)."""
+
+    def __init__(self, triton_logger, model_name: str):
+        super().__init__()
+        self.triton_logger = triton_logger
+        self.model_name = model_name
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = f"model {self.model_name!r}: {record.getMessage()}"
+        if record.levelno >= logging.ERROR:
+            self.triton_logger.log_error(message)
+        elif record.levelno >= logging.WARNING:
+            self.triton_logger.log_warn(message)
+        else:
+            self.triton_logger.log_info(message)

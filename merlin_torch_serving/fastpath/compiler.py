@@ -25,7 +25,7 @@ from nvtabular import ops as nvt_ops
 from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
 from merlin_torch_serving.fastpath.compiled import CompiledWorkflow, Step
-from merlin_torch_serving.fastpath.continuous import LogKernel, NormalizeKernel, NormalizeMinMaxKernel
+from merlin_torch_serving.fastpath.continuous import FillMissingKernel, LogKernel, NormalizeKernel, NormalizeMinMaxKernel
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
 from merlin_torch_serving.fastpath.kernel import Kernel, NotCompiled
@@ -51,6 +51,7 @@ _BUILDERS: dict[Callable, KernelBuilder] = {
     nvt_ops.Categorify.transform: lambda node, selection: CategorifyKernel(node.op, selection),
     nvt_ops.Groupby.transform: lambda node, selection: GroupbyKernel(node.op, selection),
     nvt_ops.ListSlice.transform: lambda node, selection: ListSliceKernel(node.op, selection),
+    nvt_ops.FillMissing.transform: lambda node, selection: FillMissingKernel(node.op, selection),
     nvt_ops.LogOp.transform: lambda node, selection: LogKernel(node.op, selection),
     nvt_ops.Normalize.transform: lambda node, selection: NormalizeKernel(node.op, selection),
     nvt_ops.NormalizeMinMax.transform: lambda node, selection: NormalizeMinMaxKernel(node.op, selection),

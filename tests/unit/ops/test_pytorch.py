@@ -57,7 +57,7 @@ def right_padded(rows, length):
     return torch.tensor([list(row[-length:]) + [0] * (length - len(row[-length:])) for row in rows])
 
 
-def test_predict_pytorch_traces_an_eager_module_from_its_schemas(toy_workflow):
+def test_predict_pytorch_compiles_an_eager_module_from_its_schemas(toy_workflow):
     _, input_schema, output_schema = toy_session.scripted_model(toy_workflow)
     catalog = output_schema["next-item"].shape.dims[1].max
     categories = input_schema["category-list"].properties["domain"]["max"] + 1
@@ -95,13 +95,18 @@ def test_predict_pytorch_rejects_an_output_count_that_differs_from_the_schema():
 
 
 def test_predict_pytorch_rejects_an_unknown_backend():
-    with pytest.raises(ValueError, match="backend must be 'pytorch' or 'python', got 'onnx'"):
+    with pytest.raises(ValueError, match="backend must be one of None, .pytorch., .python., got .onnx."):
         PredictPytorch(torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([]), backend="onnx")
 
 
-def test_predict_pytorch_refuses_ids_outside_the_model_catalog_naming_the_column(toy_model):
-    scripted, input_schema, output_schema = toy_model
-    ensemble = Ensemble(input_schema.column_names >> PredictPytorch(scripted, input_schema, output_schema, backend="python"), input_schema)
+@pytest.mark.parametrize("execution", ["torchscript", "eager"])
+def test_predict_pytorch_refuses_ids_outside_the_model_catalog_naming_the_column(toy_workflow, toy_model, execution):
+    _, input_schema, output_schema = toy_model
+    catalog_size = input_schema["item_id-list"].properties["domain"]["max"] + 1
+    categories = input_schema["category-list"].properties["domain"]["max"] + 1
+    eager = toy_session.PositionalSessionModel(catalog_size, categories, toy_session.MAX_SEQUENCE_LENGTH)
+    op = PredictPytorch(eager, input_schema, output_schema, backend="python", execution=execution)
+    ensemble = Ensemble(input_schema.column_names >> op, input_schema)
     catalog = input_schema["item_id-list"].properties["domain"]["max"]
     request = {"item_id-list": [[3, catalog + 1]], "category-list": [[1, 2]]}
     with pytest.raises(InputError, match=rf"input column 'item_id-list': expected ids from 0 to {catalog} \(the model's catalog\), got ids from 3 to {catalog + 1}"):
