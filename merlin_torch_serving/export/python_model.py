@@ -11,15 +11,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
-from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving import tables, wire
+from merlin_torch_serving.exceptions import InputError, MerlinTorchServingError
 from merlin_torch_serving.executors import torch_threads
-from merlin_torch_serving.export.config import MAX_REQUEST_ROWS_PARAMETER, TORCH_THREADS_PARAMETER
+from merlin_torch_serving.export import merging
+from merlin_torch_serving.export.config import (
+    DEFAULT_MAX_BATCH_ROWS,
+    MAX_BATCH_ROWS_PARAMETER,
+    MAX_REQUEST_ROWS_PARAMETER,
+    TORCH_THREADS_PARAMETER,
+    WARMUP_PARAMETER,
+)
 from merlin_torch_serving.export.manifest import verify_step
 from merlin_torch_serving.ops.base import operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
@@ -27,12 +34,14 @@ from merlin_torch_serving.schemas import schema_from_json
 from merlin_torch_serving.validation import EntryCheck
 
 STEP_FILE = "step.json"
+#: the folder of a step model (beside its versions) that holds its warm-up sample
+WARMUP_DIR = "warmup"
 
 
 class HostedStep:
     """The operators of one exported step, wired as they were in the ensemble's plan."""
 
-    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None):
+    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None, max_batch_rows: int | None = None):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
@@ -51,23 +60,85 @@ class HostedStep:
             )
         self.input_specs = wire.schema_specs(self.input_schema)
         self.entry_check = EntryCheck.for_entry(self.input_schema, self.inputs, self.calls, max_rows)
+        self.max_batch_rows = max_batch_rows or max_rows or DEFAULT_MAX_BATCH_ROWS
+        self.merge_keys = self._merge_keys()
 
     @classmethod
-    def load(cls, version_dir: str, step: str | None = None, max_rows: int | None = None) -> "HostedStep":
+    def load(
+        cls, version_dir: str, step: str | None = None, max_rows: int | None = None, max_batch_rows: int | None = None
+    ) -> "HostedStep":
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
         verify_step(step or os.path.basename(os.path.dirname(os.path.abspath(version_dir))), version_dir, spec)
-        return cls(spec, version_dir, max_rows)
+        return cls(spec, version_dir, max_rows, max_batch_rows)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
+        return wire.to_wire(self._answer(self._entry(arrays)))
+
+    def run_batch(self, requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray] | Exception]:
+        """Per request, its answer (wire arrays) or the error it alone gets: requests are checked
+        one by one, then answered in merged runs (see ``merging``)."""
+        answers: list = [None] * len(requests)
+        checked = {}
+        for index, arrays in enumerate(requests):
+            try:
+                checked[index] = self._entry(arrays)
+            except Exception as error:  # noqa: BLE001 - a bad request fails alone
+                answers[index] = error
+        indices = list(checked)
+        keys = self.merge_keys
+        groups = (
+            [[indices[i] for i in run] for run in merging.plan_runs([checked[i] for i in indices], keys, self.max_batch_rows)]
+            if keys is not None
+            else [[i] for i in indices]
+        )
+        for run in groups:
+            parts = None
+            if len(run) > 1:
+                try:
+                    answer = self._answer(tables.concat([checked[i] for i in run]))
+                    parts = merging.split_answer(answer, [merging.answer_rows(checked[i], keys) for i in run])
+                except Exception:  # noqa: BLE001 - answered one by one below, each with its own error
+                    parts = None
+            if parts is None:
+                parts = []
+                for i in run:
+                    try:
+                        parts.append(self._answer(checked[i]))
+                    except Exception as error:  # noqa: BLE001
+                        parts.append(error)
+            for i, part in zip(run, parts):
+                answers[i] = part if isinstance(part, Exception) else wire.to_wire(part)
+        return answers
+
+    def _entry(self, arrays: Mapping[str, np.ndarray]) -> TensorTable:
+        """The request as a table of the step's input schema, once its tensors are checked."""
         arrays = {name: wire.bytes_to_text(array) for name, array in arrays.items()}
         self.entry_check.check(arrays)
-        table = wire.from_wire(arrays, self.input_schema)
+        return wire.from_wire(arrays, self.input_schema)
+
+    def _answer(self, table: TensorTable) -> TensorTable:
         env = {self.inputs[name]: column for name, column in table.items()}
-        results = run_calls(self.calls, env, self.outputs)
-        return wire.to_wire(TensorTable(results, _unsafe=True))
+        return TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
+
+    def _merge_keys(self) -> list[str] | None:
+        """The step's input columns that group rows (the session id), ``[]`` when rows stand alone,
+        None when requests must not be merged (an operator groups by a column made in the step)."""
+        name_of = {ref: name for name, ref in self.inputs.items()}
+        found: list[str] = []
+        for call in self.calls:
+            keys = call.op.request_groups()
+            if keys is None:
+                return None
+            names = [name_of.get(call.inputs.get(key)) for key in keys]
+            if any(name is None or wire.is_ragged(self.input_schema[name]) for name in names):
+                return None
+            if names and found and names != found:
+                return None
+            found = names or found
+        return found
 
 
 class TritonPythonModel:
@@ -87,30 +158,119 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
-        self.step = HostedStep.load(version_dir, self.model_name, int(max_rows) if max_rows else None)
+        batch_rows = parameters.get(MAX_BATCH_ROWS_PARAMETER, {}).get("string_value")
+        self.step = HostedStep.load(
+            version_dir, self.model_name, int(max_rows) if max_rows else None, int(batch_rows) if batch_rows else None
+        )
         self.output_names = [output["name"] for output in config["output"]]
+        # batched: Triton hands execute several requests, each tensor with a leading dimension of 1
+        self.batched = int(config.get("max_batch_size", 0)) > 0
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
+        warmup = parameters.get(WARMUP_PARAMETER, {}).get("string_value")
+        if warmup:
+            self._warm_up(json.loads(warmup), os.path.join(args["model_repository"], WARMUP_DIR))
 
     def execute(self, requests):
         pb = self._pb
-        responses = []
+        arrays = []
         for request in requests:
             try:
-                arrays = {
-                    spec.name: pb.get_input_tensor_by_name(request, spec.name).as_numpy()
-                    for spec in self.step.input_specs
-                }
-                with torch_threads(self.torch_threads):
-                    outputs = self.step.run(arrays)
-                tensors = [pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names]
-                responses.append(pb.InferenceResponse(output_tensors=tensors))
-            except Exception as exc:  # one failing request must not fail the others
-                detail = str(exc) if isinstance(exc, MerlinTorchServingError) else f"{type(exc).__name__}: {exc}"
-                message = f"model {self.model_name!r}: {detail}"
-                responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
-        return responses
+                arrays.append(self._request_arrays(request))
+            except Exception as error:  # noqa: BLE001 - answered as that request's error below
+                arrays.append(error)
+        good = [i for i, item in enumerate(arrays) if not isinstance(item, Exception)]
+        with torch_threads(self.torch_threads):
+            if self.batched:
+                answers = self.step.run_batch([arrays[i] for i in good])
+            else:
+                answers = [self._run_one(arrays[i]) for i in good]
+        for i, answer in zip(good, answers):
+            arrays[i] = answer
+        return [self._response(item) for item in arrays]
+
+    def _request_arrays(self, request) -> dict[str, np.ndarray]:
+        pb = self._pb
+        arrays = {}
+        for spec in self.step.input_specs:
+            tensor = pb.get_input_tensor_by_name(request, spec.name)
+            if tensor is None:
+                raise InputError(spec.name, "a tensor of that name", "no such tensor")
+            array = tensor.as_numpy()
+            if self.batched:
+                if array.ndim == 0 or array.shape[0] != 1:
+                    raise InputError(
+                        spec.name,
+                        "a leading dimension of 1 (this ensemble batches requests: each tensor is [1, ...])",
+                        f"shape {list(array.shape)}",
+                        "send one request per batch item; Client does",
+                    )
+                array = array[0]
+            arrays[spec.name] = array
+        return arrays
+
+    def _run_one(self, arrays):
+        try:
+            return self.step.run(arrays)
+        except Exception as error:  # noqa: BLE001 - one failing request must not fail the others
+            return error
+
+    def _response(self, answer):
+        pb = self._pb
+        if isinstance(answer, Exception):
+            detail = str(answer) if isinstance(answer, MerlinTorchServingError) else f"{type(answer).__name__}: {answer}"
+            message = f"model {self.model_name!r}: {detail}"
+            return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
+        tensors = []
+        for name in self.output_names:
+            array = wire.text_to_bytes(answer[name])
+            tensors.append(pb.Tensor(name, array[np.newaxis] if self.batched else array))
+        return pb.InferenceResponse(output_tensors=tensors)
+
+    def _warm_up(self, warmup: dict, folder: str) -> None:
+        """Run the exported warm-up sample alone and merged with copies of itself under other
+        session keys (runs of 1, 2 and 8 requests), so the first requests find every code path
+        and the shapes of small batches already used."""
+        sample = read_warmup_sample(folder, warmup["inputs"])
+        batches = [[sample], *([_renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8))]
+        with torch_threads(self.torch_threads):
+            for _ in range(int(warmup["count"])):
+                for batch in batches:
+                    self.step.run_batch(batch)
+
+
+def _renamed_copy(sample: dict[str, np.ndarray], keys: list[str] | None, index: int) -> dict[str, np.ndarray]:
+    """The sample with its key values (session ids) made distinct for each ``index``, so that
+    copies merge into one run."""
+    copy = dict(sample)
+    for key in keys or []:
+        values = sample[key]
+        if values.dtype.kind in "iu":
+            copy[key] = values + index * (int(values.max(initial=0)) - int(values.min(initial=0)) + 1)
+        else:
+            copy[key] = np.array([f"{v}~{index}" for v in values], dtype=object)
+    return copy
+
+
+def read_warmup_sample(folder: str, inputs: Mapping[str, list]) -> dict[str, np.ndarray]:
+    """The warm-up arrays an export wrote (Triton's raw ``input_data_file`` format): name ->
+    (file name, Triton dtype, dims)."""
+    arrays = {}
+    for name, (file_name, dtype, dims) in inputs.items():
+        with open(os.path.join(folder, file_name), "rb") as f:
+            data = f.read()
+        if dtype in ("STRING", "BYTES"):
+            values, position = [], 0
+            while position < len(data):
+                size = int.from_bytes(data[position : position + 4], "little")
+                values.append(data[position + 4 : position + 4 + size])
+                position += 4 + size
+            array = np.array(values, dtype=object)
+        else:
+            array = np.frombuffer(data, dtype=wire.numpy_dtype(dtype)).copy()
+        arrays[name] = array.reshape(dims)
+    return arrays
 
 
 class _TritonLogHandler(logging.Handler):

@@ -48,12 +48,12 @@ from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import Step, partition
 from merlin_torch_serving.export.warmup import warmup_inputs
-from merlin_torch_serving.export.python_model import STEP_FILE
+from merlin_torch_serving.export.python_model import STEP_FILE, WARMUP_DIR
+from merlin_torch_serving.export.request_dim import with_request_dim
 from merlin_torch_serving.ops.pytorch import MODEL_FILE
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
 from merlin_torch_serving.schemas import schema_to_json
 
-WARMUP_DIR = "warmup"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PYTHON_MODEL_SOURCE = '''"""Triton python-backend entry point of a step exported by merlin_torch_serving."""
 
@@ -165,6 +165,9 @@ def _write_step(
         check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
         check_libtorch_return_type(step.name, step.calls[0].op.module)
         module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
+        if options.batching:
+            module = with_request_dim(module, step.name, len(wire.schema_specs(step.output_schema)))
+            warmup_arrays = {name: array[np.newaxis] for name, array in warmup_arrays.items()}
         torch.jit.save(module, str(version_dir / MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
         check_libtorch_model(step.name, version_dir / MODEL_FILE, config, warmup_arrays)
