@@ -1,0 +1,293 @@
+"""Concurrency sweep: many users at once, one session each, against the session example exported
+four ways (all python or mixed; cross-request batching on or off), in one tritonserver; then the
+cold start of each export on a server of its own.
+
+Run it with ``./run bench-sweep`` (``--quick`` for a smoke run). For every export, protocol and
+number of closed-loop clients (1, 8, 32, 64), it reports p50 and p99 latency, sessions per second
+and the batches the server formed (Triton's statistics of the python step: requests per
+execution). Clients run in two processes of their own (see ``sweep_clients``). The targets at the
+end compare batching on with off, measured side by side in this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+if str(REPOSITORY_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPOSITORY_ROOT))
+
+from benchmarks.sweep_clients import ClientJob, run_clients  # noqa: E402
+from benchmarks.systems import project_ensemble  # noqa: E402
+from benchmarks.workload import build_workload  # noqa: E402
+from merlin_torch_serving import ModelOptions, TritonServer, frames, wire  # noqa: E402
+
+RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
+CONCURRENCIES = (1, 8, 32, 64)
+PROTOCOLS = ("grpc", "http")
+CLIENT_PROCESSES = 2  # one per core: more only adds interpreters that compete with the server
+EXPORTS = {  # name -> (model backend, batching)
+    "python-off": ("python", False),
+    "python-on": ("python", True),
+    "mixed-off": ("pytorch", False),
+    "mixed-on": ("pytorch", True),
+}
+COLD_REQUESTS = 5
+STEADY_REQUESTS = 60
+
+
+@dataclass
+class Point:
+    export: str
+    protocol: str
+    clients: int
+    p50_ms: float
+    p99_ms: float
+    sessions_per_s: float
+    requests: int
+    failures: int
+    mean_batch: float | None  # requests per execution of the python step
+    largest_batch: int | None
+
+
+@dataclass
+class ColdStart:
+    export: str
+    start_to_ready_s: float
+    first_request_ms: float
+    next_requests_ms: list[float]
+    steady_p50_ms: float
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./run bench-sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short windows, one protocol")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    arguments = parser.parse_args(argv)
+    warmup_s, window_s = (1.0, 2.0) if arguments.quick else (2.0, 5.0)
+    protocols = PROTOCOLS[:1] if arguments.quick else PROTOCOLS
+    started = time.time()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-sweep-") as scratch:
+        work = Path(scratch)
+        _say("building the session example (workflow, one epoch of XLNet)")
+        workload = build_workload(work, session_counts=(1,), progress=False)
+        schema = workload.workflow.input_schema
+        repository = work / "repository"
+        for export, (backend, batching) in EXPORTS.items():
+            project_ensemble(workload, backend).export(repository / export, export, options=ModelOptions(batching=batching))
+        plain = [wire.to_wire(frames.frame_to_table(frame, schema)) for frame in workload.requests[1]]
+        forms = {False: plain, True: [{k: v[np.newaxis] for k, v in arrays.items()} for arrays in plain]}
+        cold = [_cold_start(repository / export, export, forms[batching]) for export, (_, batching) in EXPORTS.items()]
+        points = _sweep(repository, forms, protocols, warmup_s, window_s)
+    record = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "minutes": round((time.time() - started) / 60, 1),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "client_processes": CLIENT_PROCESSES,
+        "window_s": window_s,
+        "points": [asdict(p) for p in points],
+        "cold_starts": [asdict(c) for c in cold],
+        "targets": _targets(points, cold),
+    }
+    stem = "concurrency-quick" if arguments.quick else "concurrency"
+    arguments.output_dir.mkdir(parents=True, exist_ok=True)
+    (arguments.output_dir / f"{stem}.json").write_text(json.dumps(record, indent=1))
+    (arguments.output_dir / f"{stem}.md").write_text(_markdown(record))
+    print(_markdown(record), flush=True)
+    return 0
+
+
+def _sweep(repository: Path, forms: dict, protocols, warmup_s: float, window_s: float) -> list[Point]:
+    """Every export in one server (all of them loaded, one measured at a time)."""
+    points = []
+    all_models = work_repository(repository)
+    with TritonServer(all_models, start_timeout_s=600.0) as server:
+        for export, (_, batching) in EXPORTS.items():
+            for protocol in protocols:
+                url = server.grpc_url if protocol == "grpc" else server.http_url
+                for clients in CONCURRENCIES:
+                    before = _step_statistics(server.http_url, export)
+                    latencies, failures = _closed_loop(url, protocol, export, forms[batching], clients, warmup_s, window_s)
+                    after = _step_statistics(server.http_url, export)
+                    mean_batch, largest = _formed_batches(before, after)
+                    point = Point(
+                        export,
+                        protocol,
+                        clients,
+                        round(float(np.percentile(latencies, 50)), 3),
+                        round(float(np.percentile(latencies, 99)), 3),
+                        round(len(latencies) / window_s, 1),
+                        len(latencies),
+                        failures,
+                        mean_batch,
+                        largest,
+                    )
+                    points.append(point)
+                    _say(
+                        f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 "
+                        f"{point.p99_ms:7.2f} ms, {point.sessions_per_s:7.1f} sessions/s, batches {mean_batch} "
+                        f"(largest {largest}), failures {failures}"
+                    )
+    return points
+
+
+def work_repository(repository: Path) -> Path:
+    """One repository holding every export's models (each export was written on its own)."""
+    merged = repository / "all"
+    merged.mkdir(exist_ok=True)
+    for export in EXPORTS:
+        for model in (repository / export).iterdir():
+            if not model.name.startswith("."):
+                (merged / model.name).symlink_to(model)
+    return merged
+
+
+def _closed_loop(url, protocol, model, requests, clients, warmup_s, window_s) -> tuple[list[float], int]:
+    processes = min(CLIENT_PROCESSES, clients)
+    start_at = time.time() + 1.0 + warmup_s  # the processes start within the first second
+    stop_at = start_at + window_s
+    shares = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    outputs = ["session_id__out", "item_ids", "item_scores"]
+    jobs = [
+        ClientJob(url, protocol, model, requests, outputs, share, sum(shares[:i]), start_at, stop_at)
+        for i, share in enumerate(shares)
+    ]
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        results = pool.map(run_clients, jobs)
+    return [ms for latencies, _ in results for ms in latencies], sum(failures for _, failures in results)
+
+
+def _step_statistics(http_url: str, export: str) -> dict:
+    """Per python step of the export: (executions, requests) and requests per batch size."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        stats = client.get_inference_statistics()["model_stats"]
+    finally:
+        client.close()
+    return {
+        entry["name"]: (
+            int(entry["execution_count"]),
+            int(entry["inference_count"]),
+            {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in entry.get("batch_stats", [])},
+        )
+        for entry in stats
+        if entry["name"].startswith(export + "-") and entry["name"].split("-")[-1].startswith("transformworkflow")
+    }
+
+
+def _formed_batches(before: dict, after: dict) -> tuple[float | None, int | None]:
+    for name, (executions, inferences, sizes) in after.items():
+        ran = executions - before.get(name, (0, 0, {}))[0]
+        if ran <= 0:
+            return None, None
+        served = inferences - before[name][1]
+        grown = [size for size, count in sizes.items() if count > before[name][2].get(size, 0)]
+        return round(served / ran, 2), max(grown, default=None)
+    return None, None
+
+
+def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
+    """A server of this export alone: launch to ready, then its first requests one at a time,
+    then its steady p50 (gRPC, one session)."""
+    import tritonclient.grpc as grpcclient
+
+    launched = time.perf_counter()
+    with TritonServer(repository, start_timeout_s=600.0) as server:
+        ready = time.perf_counter()
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        prepared = []
+        for arrays in requests:
+            inputs = []
+            for name, array in arrays.items():
+                tensor = grpcclient.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+                tensor.set_data_from_numpy(array)
+                inputs.append(tensor)
+            prepared.append(inputs)
+
+        def timed(index: int) -> float:
+            began = time.perf_counter()
+            client.infer(export, prepared[index % len(prepared)])
+            return round((time.perf_counter() - began) * 1000.0, 2)
+
+        first = [timed(i) for i in range(COLD_REQUESTS)]
+        steady = [timed(i) for i in range(COLD_REQUESTS, COLD_REQUESTS + STEADY_REQUESTS)]
+        client.close()
+    start = ColdStart(export, round(ready - launched, 2), first[0], first[1:], round(float(np.median(steady)), 2))
+    _say(f"{export}: ready after {start.start_to_ready_s} s; first requests {first} ms; steady p50 {start.steady_p50_ms} ms")
+    return start
+
+
+def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
+    found = {(p.export, p.protocol, p.clients): p for p in points}
+    lines = []
+    for kind in ("python", "mixed"):
+        for protocol in sorted({p.protocol for p in points}):
+            on32, off32 = found.get((f"{kind}-on", protocol, 32)), found.get((f"{kind}-off", protocol, 32))
+            on1, off1 = found.get((f"{kind}-on", protocol, 1)), found.get((f"{kind}-off", protocol, 1))
+            if on32 and off32:
+                ratio = on32.sessions_per_s / off32.sessions_per_s
+                lines.append(
+                    f"{kind} {protocol}, 32 clients: sessions/s x{ratio:.2f} batched/unbatched (target >= 5): "
+                    f"{'met' if ratio >= 5 else 'NOT met'}; p99 {on32.p99_ms} vs {off32.p99_ms} ms "
+                    f"({'met' if on32.p99_ms <= off32.p99_ms else 'NOT met'})"
+                )
+            if on1 and off1:
+                ratio = on1.p50_ms / off1.p50_ms
+                lines.append(
+                    f"{kind} {protocol}, 1 client: p50 {on1.p50_ms} vs {off1.p50_ms} ms, x{ratio:.2f} (target <= 1.10): "
+                    f"{'met' if ratio <= 1.10 else 'NOT met'}"
+                )
+    for start in cold:
+        ratio = start.first_request_ms / start.steady_p50_ms
+        lines.append(
+            f"{start.export}: first request {start.first_request_ms} ms = x{ratio:.2f} steady p50 (target <= 2): "
+            f"{'met' if ratio <= 2 else 'NOT met'}; start to ready {start.start_to_ready_s} s"
+        )
+    return lines
+
+
+def _markdown(record: dict) -> str:
+    lines = [
+        f"# Concurrency sweep ({record['started']} UTC, {record['minutes']} min)",
+        "",
+        f"Load average before/after: {record['load_average_before']} / {record['load_average_after']} (2 cores). "
+        f"Closed-loop clients in {record['client_processes']} processes, prebuilt tensors, one session per request, "
+        f"{record['window_s']} s timed per point. Batches: requests per execution of the python step.",
+        "",
+        "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest batch | failures |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p in record["points"]:
+        lines.append(
+            f"| {p['export']} | {p['protocol']} | {p['clients']} | {p['p50_ms']} | {p['p99_ms']} | "
+            f"{p['sessions_per_s']} | {p['mean_batch']} | {p['largest_batch']} | {p['failures']} |"
+        )
+    lines += ["", "| export | start to ready s | first request ms | next requests ms | steady p50 ms |", "| --- | ---: | ---: | --- | ---: |"]
+    for c in record["cold_starts"]:
+        lines.append(
+            f"| {c['export']} | {c['start_to_ready_s']} | {c['first_request_ms']} | {c['next_requests_ms']} | {c['steady_p50_ms']} |"
+        )
+    lines += ["", "Targets:", ""] + [f"- {line}" for line in record["targets"]]
+    return "\n".join(lines) + "\n"
+
+
+def _say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
