@@ -27,6 +27,7 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
+from benchmarks import server_stats  # noqa: E402
 from benchmarks.sweep_clients import ClientJob, run_clients  # noqa: E402
 from benchmarks.systems import project_ensemble  # noqa: E402
 from benchmarks.workload import build_workload  # noqa: E402
@@ -67,6 +68,8 @@ class ColdStart:
     first_request_ms: float
     next_requests_ms: list[float]
     steady_p50_ms: float
+    server_first_ms: float  # the ensemble's own time (Triton's statistics), without the client's
+    server_steady_mean_ms: float
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,21 +116,26 @@ def _sweep(repository: Path, forms: dict, protocols, warmup_s: float, window_s: 
     """Every export in one server (all of them loaded, one measured at a time)."""
     points = []
     all_models = work_repository(repository)
-    with TritonServer(all_models, start_timeout_s=600.0) as server:
+    # started once and reused: a spawned process imports the benchmark's modules before it runs
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(CLIENT_PROCESSES) as pool, TritonServer(all_models, start_timeout_s=600.0) as server:
+        pool.map(_ready, range(CLIENT_PROCESSES))
         for export, (_, batching) in EXPORTS.items():
             for protocol in protocols:
                 url = server.grpc_url if protocol == "grpc" else server.http_url
                 for clients in CONCURRENCIES:
                     before = _step_statistics(server.http_url, export)
-                    latencies, failures = _closed_loop(url, protocol, export, forms[batching], clients, warmup_s, window_s)
+                    latencies, failures = _closed_loop(
+                        pool, url, protocol, export, forms[batching], clients, warmup_s, window_s
+                    )
                     after = _step_statistics(server.http_url, export)
                     mean_batch, largest = _formed_batches(before, after)
                     point = Point(
                         export,
                         protocol,
                         clients,
-                        round(float(np.percentile(latencies, 50)), 3),
-                        round(float(np.percentile(latencies, 99)), 3),
+                        round(float(np.percentile(latencies, 50)), 3) if latencies else float("nan"),
+                        round(float(np.percentile(latencies, 99)), 3) if latencies else float("nan"),
                         round(len(latencies) / window_s, 1),
                         len(latencies),
                         failures,
@@ -154,9 +162,13 @@ def work_repository(repository: Path) -> Path:
     return merged
 
 
-def _closed_loop(url, protocol, model, requests, clients, warmup_s, window_s) -> tuple[list[float], int]:
+def _ready(_: int) -> None:
+    """Nothing: mapped once so that every client process has started before the first window."""
+
+
+def _closed_loop(pool, url, protocol, model, requests, clients, warmup_s, window_s) -> tuple[list[float], int]:
     processes = min(CLIENT_PROCESSES, clients)
-    start_at = time.time() + 1.0 + warmup_s  # the processes start within the first second
+    start_at = time.time() + 0.5 + warmup_s  # the jobs reach the running processes at once
     stop_at = start_at + window_s
     shares = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     outputs = ["session_id__out", "item_ids", "item_scores"]
@@ -164,8 +176,7 @@ def _closed_loop(url, protocol, model, requests, clients, warmup_s, window_s) ->
         ClientJob(url, protocol, model, requests, outputs, share, sum(shares[:i]), start_at, stop_at)
         for i, share in enumerate(shares)
     ]
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        results = pool.map(run_clients, jobs)
+    results = pool.map(run_clients, jobs, chunksize=1)
     return [ms for latencies, _ in results for ms in latencies], sum(failures for _, failures in results)
 
 
@@ -209,6 +220,7 @@ def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
     with TritonServer(repository, start_timeout_s=600.0) as server:
         ready = time.perf_counter()
         client = grpcclient.InferenceServerClient(server.grpc_url)
+        client.is_model_ready(export)  # connected before timing: the server's cold start, not the client's
         prepared = []
         for arrays in requests:
             inputs = []
@@ -223,11 +235,23 @@ def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
             client.infer(export, prepared[index % len(prepared)])
             return round((time.perf_counter() - began) * 1000.0, 2)
 
-        first = [timed(i) for i in range(COLD_REQUESTS)]
+        before = server_stats.snapshot(server.http_url)
+        first = [timed(0)]
+        after_first = server_stats.snapshot(server.http_url)
+        first += [timed(i) for i in range(1, COLD_REQUESTS)]
+        before_steady = server_stats.snapshot(server.http_url)
         steady = [timed(i) for i in range(COLD_REQUESTS, COLD_REQUESTS + STEADY_REQUESTS)]
+        after_steady = server_stats.snapshot(server.http_url)
         client.close()
-    start = ColdStart(export, round(ready - launched, 2), first[0], first[1:], round(float(np.median(steady)), 2))
-    _say(f"{export}: ready after {start.start_to_ready_s} s; first requests {first} ms; steady p50 {start.steady_p50_ms} ms")
+    server_first = server_stats.per_request_ms(before, after_first)[export]["request_ms"]
+    server_steady = server_stats.per_request_ms(before_steady, after_steady)[export]["request_ms"]
+    start = ColdStart(
+        export, round(ready - launched, 2), first[0], first[1:], round(float(np.median(steady)), 2), server_first, server_steady
+    )
+    _say(
+        f"{export}: ready after {start.start_to_ready_s} s; first requests {first} ms; steady p50 {start.steady_p50_ms} ms; "
+        f"in the server: first {server_first} ms, steady mean {server_steady} ms"
+    )
     return start
 
 
@@ -253,9 +277,10 @@ def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
                 )
     for start in cold:
         ratio = start.first_request_ms / start.steady_p50_ms
+        in_server = start.server_first_ms / start.server_steady_mean_ms
         lines.append(
             f"{start.export}: first request {start.first_request_ms} ms = x{ratio:.2f} steady p50 (target <= 2): "
-            f"{'met' if ratio <= 2 else 'NOT met'}; start to ready {start.start_to_ready_s} s"
+            f"{'met' if ratio <= 2 else 'NOT met'}; in the server x{in_server:.2f}; start to ready {start.start_to_ready_s} s"
         )
     return lines
 
@@ -276,10 +301,15 @@ def _markdown(record: dict) -> str:
             f"| {p['export']} | {p['protocol']} | {p['clients']} | {p['p50_ms']} | {p['p99_ms']} | "
             f"{p['sessions_per_s']} | {p['mean_batch']} | {p['largest_batch']} | {p['failures']} |"
         )
-    lines += ["", "| export | start to ready s | first request ms | next requests ms | steady p50 ms |", "| --- | ---: | ---: | --- | ---: |"]
+    lines += [
+        "",
+        "| export | start to ready s | first request ms | next requests ms | steady p50 ms | in the server: first ms | steady mean ms |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
     for c in record["cold_starts"]:
         lines.append(
-            f"| {c['export']} | {c['start_to_ready_s']} | {c['first_request_ms']} | {c['next_requests_ms']} | {c['steady_p50_ms']} |"
+            f"| {c['export']} | {c['start_to_ready_s']} | {c['first_request_ms']} | {c['next_requests_ms']} | "
+            f"{c['steady_p50_ms']} | {c['server_first_ms']} | {c['server_steady_mean_ms']} |"
         )
     lines += ["", "Targets:", ""] + [f"- {line}" for line in record["targets"]]
     return "\n".join(lines) + "\n"
