@@ -57,7 +57,7 @@ from merlin_torch_serving.schemas import schema_to_json
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PYTHON_MODEL_SOURCE = '''"""Triton python-backend entry point of a step exported by merlin_torch_serving."""
 
-from merlin_torch_serving.export.python_model import TritonPythonModel  # noqa: F401
+from merlin_torch_serving.export.stub import TritonPythonModel  # noqa: F401
 '''
 _LIBRARIES = ("merlin-torch-serving", "merlin-core", "nvtabular", "torch", "tritonclient", "numpy", "pandas", "transformers4rec")
 
