@@ -233,14 +233,14 @@ class TritonPythonModel:
         session keys (runs of 1, 2 and 8 requests), so the first requests find every code path
         and the shapes of small batches already used."""
         sample = read_warmup_sample(folder, warmup["inputs"])
-        batches = [[sample], *([_renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8))]
+        batches = [[sample], *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8))]
         with torch_threads(self.torch_threads):
             for _ in range(int(warmup["count"])):
                 for batch in batches:
                     self.step.run_batch(batch)
 
 
-def _renamed_copy(sample: dict[str, np.ndarray], keys: list[str] | None, index: int) -> dict[str, np.ndarray]:
+def renamed_copy(sample: dict[str, np.ndarray], keys: list[str] | None, index: int) -> dict[str, np.ndarray]:
     """The sample with its key values (session ids) made distinct for each ``index``, so that
     copies merge into one run."""
     copy = dict(sample)
