@@ -68,8 +68,10 @@ class ModelOptions:
     batching
         Batch concurrent requests across the wire: Triton's dynamic batcher queues the requests
         that arrive while a step is busy and hands them to it together; the step merges their
-        sessions, runs its operators once, and splits the answers back per request (identical,
-        bit for bit, to answering them one at a time). Every tensor of a request then carries a
+        sessions, runs its operators once, and splits the answers back per request (bit for bit
+        what answering them one at a time gives, for a model whose kernels compute each session
+        independently of the batch, as Transformers4Rec's XLNet's do; see the README). Every
+        tensor of a request then carries a
         leading dimension of 1 (``c__values`` is ``[1, n]``), which ``Client`` reads from the
         config; clients that send Merlin Systems' form (``[n]``) need ``batching=False``, the default.
     max_batch_rows
@@ -129,7 +131,9 @@ def python_model_config(
     fewer rows (sessions) than it got, so Triton must not batch on the first dimension (see
     wire.py). Batched, every request is one item of Triton's batch (its tensors ``[1, ...]``),
     of any length (``allow_ragged_batch``), and the step merges a batch's requests itself; it
-    then warms up in its own stub (``WARMUP_PARAMETER``), on single and merged requests.
+    then warms up in its own stub (``WARMUP_PARAMETER``), on single and merged requests: that
+    covers the merged path, and the bundled tritonserver 2.51 was seen to crash (SIGSEGV) loading
+    such a model with a ``model_warmup`` of its own.
     """
     parameters = {TORCH_THREADS_PARAMETER: options.torch_threads, MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows}
     config = {
@@ -162,8 +166,8 @@ def pytorch_model_config(
             "name": name,
             "platform": "pytorch_libtorch",
             "backend": "pytorch",
-            # batched exports: the module takes and returns the batched form (see fusion.py) and
-            # answers one request at a time
+            # batched exports: the module takes and returns the batched form (see request_dim.py)
+            # and answers one request at a time
             "max_batch_size": 0,
             "input": tensor_configs(input_schema, request_dim=options.batching),
             "output": tensor_configs(output_schema, request_dim=options.batching),
