@@ -4,8 +4,9 @@ import signal
 
 import numpy as np
 
-from merlin_torch_serving.health import ModelStatus, StubRecord, assess, probe_request, stub_of
-from merlin_torch_serving.process import ProcessInfo
+from merlin_torch_serving.health import ModelStatus, probe_request
+from merlin_torch_serving.launcher.stubs import StubRecord, assess, stub_of
+from merlin_torch_serving.launcher.process import ProcessInfo
 
 STUB = "/cache/backends/python/triton_python_backend_stub"
 
