@@ -31,42 +31,11 @@ from merlin_torch_serving.exceptions import (
     ServerStartTimeoutError,
 )
 from merlin_torch_serving.server import ModelStatus, TritonServer
-from tests.triton_models import write_python_model
+from tests.triton_models import write_doubler, write_invalid_config, write_onnx_model
 
 pytestmark = pytest.mark.integration
 
 PROCESS_EXIT_TIMEOUT_S = 15.0
-
-INT64_VECTOR = ("TYPE_INT64", [-1])
-
-
-def write_doubler(repository: Path, name: str, **options) -> Path:
-    return write_python_model(
-        repository,
-        name,
-        inputs={"x": INT64_VECTOR},
-        outputs={"y": INT64_VECTOR},
-        compute="return {'y': inputs['x'] * 2}",
-        **options,
-    )
-
-
-def write_invalid_config(repository: Path, name: str) -> None:
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "config.pbtxt").write_text('backend: "python"\nno_such_field: 1\n')
-
-
-def write_onnx_model(repository: Path, name: str) -> None:
-    """A model for Triton's ONNX Runtime backend, which the bundled server lacks; the file's content
-    never matters since no backend reads it."""
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "1" / "model.onnx").write_bytes(b"not read by any backend here")
-    (repository / name / "config.pbtxt").write_text(
-        'backend: "onnxruntime"\nmax_batch_size: 0\n'
-        'input [{ name: "x" data_type: TYPE_INT64 dims: [-1] }]\n'
-        'output [{ name: "y" data_type: TYPE_INT64 dims: [-1] }]\n'
-    )
-
 
 def status_of(server: TritonServer, name: str) -> ModelStatus:
     return next(model for model in server.models() if model.name == name)
