@@ -1,6 +1,7 @@
 """The ``merlin-torch-serving`` command: thin wrappers over TritonServer and Client.
 
-    merlin-torch-serving serve REPOSITORY      run tritonserver in the foreground (Ctrl-C stops it)
+    merlin-torch-serving serve REPOSITORY [-- TRITONSERVER ARGS]
+                                               run tritonserver in the foreground (Ctrl-C stops it)
     merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
     merlin-torch-serving models                what the server has loaded
     merlin-torch-serving build-backend pytorch [--sources PATH]
@@ -22,7 +23,13 @@ DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" goes to tritonserver unchanged
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(extra) - 1] if "--" in argv else argv)
+    if extra and args.command != "serve":
+        parser.error(f"only `serve` passes arguments after '--' on (to tritonserver); got {extra!r}")
+    args.tritonserver_args = extra
     _default_url(args)
     try:
         return args.run(args)
@@ -45,6 +52,7 @@ def serve(args) -> int:
         model_control=args.model_control,
         load_models=args.load or (),
         start_timeout_s=args.start_timeout,
+        extra_args=args.tritonserver_args,
     )
     with server:
         print(f"tritonserver is ready (pid {server.pid})")
@@ -103,6 +111,33 @@ def build_backend(args) -> int:
     return 0
 
 
+def version_report() -> str:
+    """This library's version, the Python it runs on, and the tritonserver that `serve` would start."""
+    import platform
+
+    from merlin_torch_serving import __version__
+    from merlin_torch_serving.backends.bundle import tritonserver_version
+    from merlin_torch_serving.server import find_tritonserver
+
+    try:
+        binary = find_tritonserver()
+        server = f"tritonserver {tritonserver_version(binary) or '(version unknown)'} at {binary}"
+    except MerlinTorchServingError:
+        server = "no tritonserver found (pip install 'merlin-torch-serving[server]' bundles one)"
+    return f"merlin-torch-serving {__version__} (Python {platform.python_version()}; {server})"
+
+
+class _VersionAction(argparse.Action):
+    """--version, worked out only when asked for (finding the server's version runs it once)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_report())
+        parser.exit()
+
+
 def _print_models(statuses) -> None:
     if not statuses:
         print("no models")
@@ -129,10 +164,24 @@ def _parser() -> argparse.ArgumentParser:
         prog="merlin-torch-serving",
         description="Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.",
     )
+    version = argparse.ArgumentParser(add_help=False)
+    version.add_argument("--version", action=_VersionAction, help="show the versions of this library and tritonserver")
+    parser._add_action(version._actions[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve_parser = commands.add_parser("serve", help="run tritonserver on a model repository (foreground)")
-    serve_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
+    serve_parser = commands.add_parser(
+        "serve",
+        parents=[version],
+        help="run tritonserver on a model repository (foreground)",
+        usage="%(prog)s REPOSITORY [options] [-- TRITONSERVER ARGS ...]",
+        epilog="Arguments after '--' go to tritonserver as they are, e.g. "
+        "`-- --cache-config=local,size=104857600 --log-info=true`.",
+    )
+    serve_parser.add_argument(
+        "repository",
+        help="the model repository: a folder (e.g. what Ensemble.export wrote) or an s3://, gs:// or as:// URL "
+        "(an S3-compatible store at an endpoint of its own: s3://http://HOST:PORT/BUCKET/PATH)",
+    )
     serve_parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose")
     serve_parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="0 lets the OS choose")
     serve_parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="0 lets the OS choose")
@@ -143,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
 
     build_parser = commands.add_parser(
         "build-backend",
+        parents=[version],
         help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
         description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
         "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
@@ -165,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
         ("infer", infer, "send the rows of a parquet or CSV file to a served model and show the answer"),
         ("models", models, "list the models the server knows, with version and state"),
     ):
-        sub = commands.add_parser(name, help=help_text)
+        sub = commands.add_parser(name, parents=[version], help=help_text)
         if name == "infer":
             sub.add_argument("model", help="the ensemble's model name")
             sub.add_argument("file", help="a .parquet or .csv file of raw rows")

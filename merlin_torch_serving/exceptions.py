@@ -106,7 +106,7 @@ class ServerNotFoundError(ServerError):
         super().__init__(
             "no tritonserver binary found; looked in: "
             + "; ".join(self.searched)
-            + ". Install the bundled server with `pip install nvidia-pytriton`, pass "
+            + ". Install the bundled server with `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton), pass "
             "TritonServer(binary=...), or set MTS_TRITONSERVER to the binary's path"
         )
 

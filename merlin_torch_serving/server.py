@@ -40,6 +40,7 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
 )
+from merlin_torch_serving.locations import repository_argument, server_repository
 
 __all__ = ["BINARY_ENV_VAR", "ModelStatus", "TritonServer", "find_tritonserver", "python_backend_directory"]
 
@@ -114,6 +115,9 @@ def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
 class TritonServer:
     """A tritonserver process on ``repository``; use as a context manager or call start()/stop().
 
+    ``repository`` is a local folder or a URL tritonserver reads itself (``s3://``, ``gs://``,
+    ``as://``; credentials come from the usual environment variables, which the server inherits).
+
     The process runs in its own process group and is killed when the thread that started it
     dies (Linux's parent-death signal follows the starting thread), so start it from a thread
     that lives as long as the server.
@@ -150,7 +154,8 @@ class TritonServer:
         for name, value in (("start_timeout_s", start_timeout_s), ("stop_timeout_s", stop_timeout_s)):
             if not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        self.repository = Path(repository)
+        #: a local Path, or the object-store URL as given
+        self.repository = server_repository(repository)
         self._binary = binary
         self._backend_directory = Path(backend_directory) if backend_directory is not None else None
         self._requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
@@ -176,7 +181,7 @@ class TritonServer:
             raise ServerError(
                 f"this TritonServer already runs (pid {self._pid}); call stop() before starting it again"
             )
-        if not self.repository.is_dir():
+        if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError(
                 f"model repository {str(self.repository)!r} is not a directory; create it or pass "
                 "the folder that holds the model folders"
@@ -394,7 +399,7 @@ class TritonServer:
             weakref.finalize(self, _remove_quietly, self._log_path)
         command = [
             str(binary),
-            f"--model-repository={self.repository.resolve()}",
+            f"--model-repository={repository_argument(self.repository)}",
             f"--backend-directory={backend_directory}",
             f"--http-port={self._ports['http']}",
             f"--grpc-port={self._ports['grpc']}",
