@@ -6,6 +6,7 @@ Configs are built as dicts, parsed into tritonclient's ``ModelConfig`` protobuf 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from google.protobuf import json_format, text_format
@@ -20,6 +21,9 @@ INPUT_SCHEMA_PARAMETER = "merlin_torch_serving.input_schema"
 OUTPUT_SCHEMA_PARAMETER = "merlin_torch_serving.output_schema"
 #: python-backend step parameter: torch's intra-op threads in that model's process
 TORCH_THREADS_PARAMETER = "merlin_torch_serving.torch_threads"
+#: python-backend parameter: the Python environment (a folder or a .tar.gz) its stub runs in
+EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
+INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO", "KIND_MODEL")
 
 
 @dataclass(frozen=True)
@@ -42,13 +46,50 @@ class ModelOptions:
         or anything else on the machine is. Float sums over a different number of threads may
         run in another order: served scores then equal in-process scores bit for bit when the
         in-process run uses the same count (``torch.set_num_threads``).
+    instance_kind
+        Where each instance runs: ``"KIND_CPU"`` (default), ``"KIND_GPU"``, ``"KIND_AUTO"`` or
+        ``"KIND_MODEL"`` (Triton's ``instance_group.kind``).
+    version_policy
+        Which versions of every model (ensemble included) the server loads: None (Triton's default,
+        the newest one), ``"all"``, an int N (the newest N), or a sequence of version numbers.
+    response_cache
+        Cache the ensemble's answers in Triton's response cache (the server must be started with
+        a cache, e.g. ``serve REPOSITORY -- --cache-config=local,size=104857600``).
+    rate_limiter
+        Triton's ``instance_group.rate_limiter`` of every step model, in its config form:
+        ``{"resources": [{"name": "R", "count": 1}], "priority": 1}`` (the server runs it with
+        ``--rate-limit=execution_count``).
+    parameters
+        Extra ``parameters`` (name -> string) of every step model, for backend settings this
+        class does not name.
+    execution_env
+        ``EXECUTION_ENV_PATH`` of every python step: the Python environment (a folder or a
+        ``.tar.gz``) its stub runs in; ``$$TRITON_MODEL_DIRECTORY`` stands for the model's
+        folder. ``merlin-torch-serving bundle`` sets it, with the stub that fits the environment.
     """
 
     instance_count: int = 1
     warmup_count: int = 3
     torch_threads: int | None = 1
+    instance_kind: str = "KIND_CPU"
+    version_policy: str | int | Sequence[int] | None = None
+    response_cache: bool = False
+    rate_limiter: Mapping | None = None
+    parameters: Mapping[str, str] | None = None
+    execution_env: str | None = None
 
     def __post_init__(self):
+        if self.instance_kind not in INSTANCE_KINDS:
+            raise ValueError(f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}")
+        _version_policy(self.version_policy)  # raises on nonsense
+        if self.rate_limiter is not None:
+            _parse({"instance_group": [{"rate_limiter": dict(self.rate_limiter)}]}, "rate_limiter")
+        reserved = {TORCH_THREADS_PARAMETER, EXECUTION_ENV_PARAMETER, "INTRA_OP_THREAD_COUNT"} & set(self.parameters or {})
+        if reserved:
+            raise ValueError(
+                f"parameters {sorted(reserved)} are set through ModelOptions' own fields "
+                "(torch_threads, execution_env); pass them there"
+            )
         if self.instance_count < 1:
             raise ValueError(f"instance_count must be at least 1, got {self.instance_count!r}")
         if self.warmup_count < 0:
@@ -78,9 +119,16 @@ def python_model_config(
             "max_batch_size": 0,
             "input": tensor_configs(input_schema),
             "output": tensor_configs(output_schema),
-            "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
-            "parameters": _parameters({TORCH_THREADS_PARAMETER: options.torch_threads}),
+            "instance_group": _instance_group(options),
+            "parameters": _parameters(
+                {
+                    **(options.parameters or {}),
+                    TORCH_THREADS_PARAMETER: options.torch_threads,
+                    EXECUTION_ENV_PARAMETER: options.execution_env,
+                }
+            ),
             "model_warmup": _warmup(warmup_files, options),
+            **_version_policy(options.version_policy),
         }
     )
 
@@ -97,29 +145,37 @@ def pytorch_model_config(
             "max_batch_size": 0,
             "input": tensor_configs(input_schema),
             "output": tensor_configs(output_schema),
-            "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
+            "instance_group": _instance_group(options),
             "default_model_filename": "model.pt",
             # as PredictPytorch runs it in-process: no per-shape re-optimisation (see ops/pytorch.py)
             "parameters": _parameters(
                 {
+                    **(options.parameters or {}),
                     "INFERENCE_MODE": "true",
                     "DISABLE_OPTIMIZED_EXECUTION": "true",
                     "INTRA_OP_THREAD_COUNT": options.torch_threads,
                 }
             ),
             "model_warmup": _warmup(warmup_files, options),
+            **_version_policy(options.version_policy),
         }
     )
 
 
 def ensemble_config(
-    name: str, input_schema: Schema, response_schema: Schema, output_schema: Schema, steps: list[dict]
+    name: str,
+    input_schema: Schema,
+    response_schema: Schema,
+    output_schema: Schema,
+    steps: list[dict],
+    options: ModelOptions | None = None,
 ) -> model_config_pb2.ModelConfig:
     """A native Triton ensemble; ``steps`` are ``{model_name, input_map, output_map}`` dicts.
 
     ``response_schema`` is the output schema under the names outputs travel as (see
     ``wire.response_name``); the ensemble's own ``output_schema`` is kept in a parameter.
     """
+    options = options or ModelOptions()
     return _parse(
         {
             "name": name,
@@ -132,6 +188,8 @@ def ensemble_config(
                 INPUT_SCHEMA_PARAMETER: {"string_value": schema_to_json(input_schema)},
                 OUTPUT_SCHEMA_PARAMETER: {"string_value": schema_to_json(output_schema)},
             },
+            **({"response_cache": {"enable": True}} if options.response_cache else {}),
+            **_version_policy(options.version_policy),
         }
     )
 
@@ -142,6 +200,34 @@ def to_pbtxt(config: model_config_pb2.ModelConfig) -> str:
 
 def from_pbtxt(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def _instance_group(options: ModelOptions) -> list[dict]:
+    group = {"kind": options.instance_kind, "count": options.instance_count}
+    if options.rate_limiter is not None:
+        group["rate_limiter"] = dict(options.rate_limiter)
+    return [group]
+
+
+def _version_policy(policy) -> dict:
+    """The config's ``version_policy`` entry (empty for Triton's default, the newest version)."""
+    if policy is None:
+        return {}
+    if policy == "all":
+        return {"version_policy": {"all": {}}}
+    if isinstance(policy, int) and not isinstance(policy, bool) and policy >= 1:
+        return {"version_policy": {"latest": {"num_versions": policy}}}
+    if (
+        isinstance(policy, Sequence)
+        and not isinstance(policy, str)
+        and policy
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in policy)
+    ):
+        return {"version_policy": {"specific": {"versions": list(policy)}}}
+    raise ValueError(
+        f"version_policy must be None, 'all', a number of newest versions (1 or more) or a sequence of "
+        f"version numbers, got {policy!r}"
+    )
 
 
 def _parameters(values: dict) -> dict:
@@ -167,5 +253,10 @@ def _config_dtype(spec: wire.TensorSpec) -> str:
     return "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
 
 
-def _parse(config: dict) -> model_config_pb2.ModelConfig:
-    return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+def _parse(config: dict, option: str | None = None) -> model_config_pb2.ModelConfig:
+    try:
+        return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    except json_format.ParseError as error:
+        if option is None:
+            raise
+        raise ValueError(f"{option} is not valid in a Triton model config: {error}") from None

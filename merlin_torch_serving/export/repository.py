@@ -116,7 +116,7 @@ def export_ensemble(
         tensor_names = _tensor_names(plan, steps)
         for step in steps:
             _write_step(staged / step.name, step, version, options)
-        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version)
+        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version, options)
         _write_manifest(staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options)
         warn_about_differing_thread_counts(staged)
         _swap_in(staged, repository)
@@ -217,7 +217,9 @@ def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
     return names
 
 
-def _write_ensemble(model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int) -> None:
+def _write_ensemble(
+    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options: configs.ModelOptions
+) -> None:
     (model_dir / str(version)).mkdir(parents=True)
     step_configs = []
     for step in steps:
@@ -231,7 +233,9 @@ def _write_ensemble(model_dir: Path, name: str, ensemble, plan: Plan, steps, ten
     response_schema = Schema(
         [c.with_name(wire.response_name(c.name, plan.input_schema.column_names)) for c in ensemble.output_schema]
     )
-    config = configs.ensemble_config(name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs)
+    config = configs.ensemble_config(
+        name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs, options
+    )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
