@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from merlin_torch_serving.exceptions import (
     BackendBuildError,
     BackendNotAvailableError,
+    BundleError,
     ExportError,
     InferenceError,
     InputError,
@@ -57,6 +58,7 @@ __all__ = sorted(
         *_LAZY,
         "BackendBuildError",
         "BackendNotAvailableError",
+        "BundleError",
         "ExportError",
         "InferenceError",
         "InputError",

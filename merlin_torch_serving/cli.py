@@ -4,6 +4,7 @@
                                                run tritonserver in the foreground (Ctrl-C stops it)
     merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
     merlin-torch-serving models                what the server has loaded
+    merlin-torch-serving bundle REPOSITORY OUT  a copy that serves where the server's Python lacks this library
     merlin-torch-serving build-backend pytorch [--sources PATH]
                                                build Triton's libtorch backend for this torch
 """
@@ -93,6 +94,24 @@ def models(args) -> int:
     from merlin_torch_serving.client import Client
 
     _print_models(Client(args.url, args.protocol).models())
+    return 0
+
+
+def bundle(args) -> int:
+    from merlin_torch_serving.bundling import bundle_repository
+
+    result = bundle_repository(
+        args.repository,
+        args.out,
+        environment=args.environment,
+        extra_distributions=args.with_distributions or (),
+        archive=args.archive,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(
+        f"bundled {len(result.python_steps)} python step(s) with Python {result.environment.python_version} and "
+        f"{len(result.environment.distributions)} distributions into {result.path}"
+    )
     return 0
 
 
@@ -189,6 +208,28 @@ def _parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
     serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
     serve_parser.set_defaults(run=serve)
+
+    bundle_parser = commands.add_parser(
+        "bundle",
+        parents=[version],
+        help="copy a model repository so that it serves on a tritonserver whose Python lacks this library",
+        description="Copy REPOSITORY to OUT, giving every python step a packed Python environment (this Python, "
+        "its standard library, and the installed distributions this library needs to serve), the python-backend "
+        "stub for that Python, and EXECUTION_ENV_PATH pointing at it. NVIDIA's tritonserver containers then "
+        "serve OUT without installing anything.",
+    )
+    bundle_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
+    bundle_parser.add_argument("out", help="the folder to write (must not exist)")
+    bundle_parser.add_argument(
+        "--with", dest="with_distributions", action="append", metavar="DIST",
+        help="also pack this installed distribution and its requirements (e.g. transformers4rec for an eager model)",
+    )
+    bundle_parser.add_argument(
+        "--archive", action="store_true",
+        help="ship the environment as python-env.tar.gz (one file, extracted by the server at load) instead of a folder",
+    )
+    bundle_parser.add_argument("--environment", metavar="FOLDER", help="reuse an environment packed by an earlier bundle")
+    bundle_parser.set_defaults(run=bundle)
 
     build_parser = commands.add_parser(
         "build-backend",

@@ -14,6 +14,7 @@
     │   └── ModelLoadError          one or more models failed to load
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
     ├── BackendBuildError           the pytorch backend could not be built
+    ├── BundleError                 a repository could not be made self-sufficient (bundle)
     └── InferenceError              the server answered a request with an error
 
 Each class builds its own message from structured fields, so messages stay consistent and the
@@ -181,6 +182,10 @@ class BackendNotAvailableError(ModelLoadError):
 
 class BackendBuildError(MerlinTorchServingError):
     """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler's error."""
+
+
+class BundleError(MerlinTorchServingError):
+    """A repository could not be bundled with its Python environment: what is missing and how to get it."""
 
 
 class InferenceError(MerlinTorchServingError):
