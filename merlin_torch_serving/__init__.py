@@ -11,6 +11,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
     BundleError,
@@ -20,13 +21,17 @@ from merlin_torch_serving.exceptions import (
     MerlinTorchServingError,
     ModelCheckError,
     ModelLoadError,
+    ModelNotImportableError,
+    ModelPreparationError,
     PortInUseError,
     RepositoryExistsError,
+    RequestTimeoutError,
     SchemaError,
     ServerError,
     ServerExitedError,
     ServerNotFoundError,
     ServerStartTimeoutError,
+    ServerUnavailableError,
 )
 
 __version__ = "0.1.0"
@@ -43,8 +48,9 @@ _LAZY = {
     "Executor": "merlin_torch_serving.executors",
     "ExportResult": "merlin_torch_serving.export.repository",
     "LocalExecutor": "merlin_torch_serving.executors",
+    "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
-    "ModelStatus": "merlin_torch_serving.server",
+    "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
     "ServingOperator": "merlin_torch_serving.ops",
     "TopK": "merlin_torch_serving.ops",
@@ -56,6 +62,7 @@ _LAZY = {
 __all__ = sorted(
     [
         *_LAZY,
+        "ArtifactError",
         "BackendBuildError",
         "BackendNotAvailableError",
         "BundleError",
@@ -65,13 +72,17 @@ __all__ = sorted(
         "MerlinTorchServingError",
         "ModelCheckError",
         "ModelLoadError",
+        "ModelNotImportableError",
+        "ModelPreparationError",
         "PortInUseError",
         "RepositoryExistsError",
+        "RequestTimeoutError",
         "SchemaError",
         "ServerError",
         "ServerExitedError",
         "ServerNotFoundError",
         "ServerStartTimeoutError",
+        "ServerUnavailableError",
     ]
 )
 
@@ -91,5 +102,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
-    from merlin_torch_serving.server import ModelStatus, TritonServer
+    from merlin_torch_serving.health import ModelHealth, ModelStatus
+    from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

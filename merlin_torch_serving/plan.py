@@ -3,6 +3,8 @@
 Selection, ``+`` and ``[]`` nodes only route columns, so they are resolved away here; what is left
 is a list of operator calls, each reading columns produced by the request or by an earlier call.
 The in-process executor runs a plan; the exporter cuts it into Triton steps. Both see one graph.
+Two things every answer gets are added here: the columns operators return with every answer (the
+session id), and the blanking of results computed from rows a workflow filtered out.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from merlin.dag.ops import ConcatColumns, GroupingOp, SelectionOp, SubsetColumns
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving.exceptions import InferenceError, MerlinTorchServingError, SchemaError
+from merlin_torch_serving.exceptions import InferenceError, InputError, MerlinTorchServingError, SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.ops.filtered import BlankFilteredRows
 
 _ROUTING_OPS = (SelectionOp, GroupingOp, ConcatColumns, SubsetColumns, SubtractionOp)
 REQUEST = -1  # producer index of columns that come with the request
@@ -57,6 +60,24 @@ class Plan:
         env = {Ref(REQUEST, name): column for name, column in table.items()}
         return TensorTable(run_calls(calls or self.calls, env, self.outputs), _unsafe=True)
 
+    def request_groups(self) -> list[str] | None:
+        """Request columns whose equal values must travel in one request (the session id), ``[]``
+        when rows are independent, ``None`` when no split of a request is safe (see
+        ``ServingOperator.request_groups``)."""
+        found: list[str] = []
+        for call in self.calls:
+            keys = call.op.request_groups()
+            if keys is None:
+                return None
+            refs = [call.inputs.get(key) for key in keys]
+            if any(ref is None or ref.producer != REQUEST for ref in refs):
+                return None
+            names = [ref.column for ref in refs]
+            if names and found and names != found:
+                return None
+            found = names or found
+        return found
+
 
 def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
     """Run calls in order over ``env`` (Ref -> column) and return the requested output columns."""
@@ -64,8 +85,8 @@ def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
         inputs = TensorTable({name: env[ref] for name, ref in call.inputs.items()}, _unsafe=True)
         try:
             result = call.op.transform(ColumnSelector(list(call.inputs)), inputs)
-        except InferenceError:
-            raise
+        except (InferenceError, InputError):
+            raise  # an InputError names the column the caller must fix; the operator does not matter
         except MerlinTorchServingError as exc:
             # our own errors already say what is wrong; add which operator said it
             raise InferenceError(call.name, str(exc)) from exc
@@ -123,8 +144,47 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
         refs[id(node)] = {c.name: Ref(call.index, c.name) for c in node.output_schema}
         schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
 
-    outputs = refs[id(graph.output_node)]
-    return Plan(input_schema, calls, outputs, graph.output_schema, schemas)
+    outputs = _with_returned_columns(calls, refs[id(graph.output_node)])
+    for call in [call for call in calls if call.op.filtered_rows_column()]:
+        outputs = _blank_filtered_rows(call, calls, outputs, schemas)
+    output_schema = Schema([schemas[ref].with_name(name) for name, ref in outputs.items()])
+    return Plan(input_schema, calls, outputs, output_schema, schemas)
+
+
+def _with_returned_columns(calls: list[OpCall], outputs: dict[str, Ref]) -> dict[str, Ref]:
+    """The graph's outputs after the columns every answer carries (``returned_columns``) that the
+    graph does not select already: the session id and the mark of filtered sessions come first."""
+    returned = {
+        name: Ref(call.index, name)
+        for call in calls
+        for name in call.op.returned_columns()
+        if name not in outputs
+    }
+    return {**returned, **outputs}
+
+
+def _blank_filtered_rows(
+    flagging: OpCall, calls: list[OpCall], outputs: dict[str, Ref], schemas: dict[Ref, object]
+) -> dict[str, Ref]:
+    """Append a BlankFilteredRows call over the outputs computed downstream of ``flagging`` (from
+    its placeholder rows), and return the outputs with those columns taken from it."""
+    downstream = {flagging.index}
+    for call in calls:
+        if any(ref.producer in downstream for ref in call.inputs.values()):
+            downstream.add(call.index)
+    blanked = {
+        name: ref for name, ref in outputs.items() if ref.producer in downstream and ref.producer != flagging.index
+    }
+    if not blanked:
+        return outputs
+    flag = flagging.op.filtered_rows_column()
+    inputs = {**blanked, flag: Ref(flagging.index, flag)}
+    input_schema = Schema([schemas[ref].with_name(name) for name, ref in inputs.items()])
+    op = BlankFilteredRows(flag, list(blanked))
+    call = OpCall(len(calls), op, inputs, input_schema, op.compute_output_schema(input_schema, None))
+    calls.append(call)
+    schemas.update({Ref(call.index, c.name): c for c in call.output_schema})
+    return {name: Ref(call.index, name) if name in blanked else ref for name, ref in outputs.items()}
 
 
 def _upstream_refs(node: Node, refs: dict[int, dict[str, Ref]]) -> dict[str, Ref]:

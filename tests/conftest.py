@@ -8,10 +8,14 @@ tests/triton_models.py) or export ensembles there, and load them by name.
 session-based example's clicks, workflow and three next-item models (tests/session_models.py).
 ``pytorch_backend``: Triton's pytorch backend built for this torch; a test that needs it fails,
 naming the command that builds it, when it is not.
+``ranking``: the ranking example (examples/ranking) at test size, trained once.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import pandas as pd
 import pytest
 
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch
@@ -27,6 +31,9 @@ def triton_server(tmp_path_factory):
         tmp_path_factory.mktemp("triton_repository"),
         model_control="explicit",
         start_timeout_s=120.0,
+        # a test kills a stub here, and tritonserver never finishes unloading the instance it
+        # served: stop() waits out the exit timeout (0.75 of this), so keep it short
+        stop_timeout_s=6.0,
     )
     try:
         server.start()
@@ -96,3 +103,22 @@ def gpt2(session_workflow):
 @pytest.fixture(scope="session")
 def torchscript_model(session_workflow):
     return session_models.torchscript(session_workflow)
+
+
+class Ranking(NamedTuple):
+    train: pd.DataFrame
+    held_out: pd.DataFrame
+    workflow: object  # fitted nvtabular.Workflow
+    model: object  # trained examples.ranking.model.DLRM, in eval mode
+
+
+@pytest.fixture(scope="session")
+def ranking(tmp_path_factory):
+    from examples.ranking import data, features, model
+
+    impressions = data.generate_impressions(6_000, n_users=200, n_items=120, seed=3)
+    train, held_out = data.split(impressions, seed=3)
+    workflow = features.fit_workflow(train, tmp_path_factory.mktemp("ranking"))
+    ctr_model = model.build_model(workflow.output_schema)
+    model.train(ctr_model, features.transform(workflow, train), train[data.LABEL_COLUMN].to_numpy(), epochs=6)
+    return Ranking(train, held_out, workflow, ctr_model)

@@ -109,11 +109,7 @@ def eager_top_k(workflow, eager: torch.nn.Module, rows: pd.DataFrame, k: int, de
     inputs = model.padded_inputs(sessions, max_sequence_length=MAX_SEQUENCE_LENGTH)
     with torch.no_grad():
         scores = eager(inputs).numpy()
-    masked = scores.copy()
-    masked[:, list(RESERVED_IDS)] = -np.inf
-    for row, seen in enumerate(sessions["item_id-list"]):
-        masked[row, np.asarray(seen, dtype=np.int64)] = -np.inf
-    encoded = np.argsort(-masked, axis=1, kind="stable")[:, :k]
+    encoded = masked_top_k(scores, sessions["item_id-list"], k)
     return pd.DataFrame(
         {
             "item_ids": list(features.item_id_lookup(workflow)[encoded] if decoded else encoded),
@@ -122,6 +118,16 @@ def eager_top_k(workflow, eager: torch.nn.Module, rows: pd.DataFrame, k: int, de
         },
         index=sessions["session_id"].to_numpy(),
     )
+
+
+def masked_top_k(scores: np.ndarray, seen_lists, k: int) -> np.ndarray:
+    """The k best encoded ids per row, the reserved ids and each row's seen items left out; ties
+    go to the lower id."""
+    masked = scores.copy()
+    masked[:, list(RESERVED_IDS)] = -np.inf
+    for row, seen in enumerate(seen_lists):
+        masked[row, np.asarray(seen, dtype=np.int64)] = -np.inf
+    return np.argsort(-masked, axis=1, kind="stable")[:, :k]
 
 
 def assert_same_recommendations(answer: pd.DataFrame, expected: pd.DataFrame, workflow, decoded: bool) -> None:

@@ -29,8 +29,14 @@ def interactions(n_sessions: int = 60, seed: int = 0, first_session: int = 1000)
     return frame.astype("int64")
 
 
-def fitted_workflow(vocabulary_dir, train: pd.DataFrame | None = None, max_sequence_length: int = MAX_SEQUENCE_LENGTH):
-    """Categorify -> Groupby(session, sorted by time) -> ListSlice, tagged for Transformers4Rec.
+def fitted_workflow(
+    vocabulary_dir,
+    train: pd.DataFrame | None = None,
+    max_sequence_length: int = MAX_SEQUENCE_LENGTH,
+    minimum_clicks: int | None = None,
+):
+    """Categorify -> Groupby(session, sorted by time) -> ListSlice, tagged for Transformers4Rec;
+    with ``minimum_clicks``, then a Filter that keeps sessions of that many clicks or more.
 
     Categorify writes its vocabularies under ``vocabulary_dir``.
     """
@@ -55,7 +61,10 @@ def fitted_workflow(vocabulary_dir, train: pd.DataFrame | None = None, max_seque
         >> nvt.ops.ListSlice(-max_sequence_length)
         >> nvt.ops.AddMetadata(tags=[Tags.CATEGORICAL, Tags.LIST])
     )
-    workflow = nvt.Workflow(item_list + category_list + groupby["session_id", "item_id-count"])
+    outputs = item_list + category_list + groupby["session_id", "item_id-count"]
+    if minimum_clicks is not None:
+        outputs = outputs >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= minimum_clicks)
+    workflow = nvt.Workflow(outputs)
     workflow.fit(Dataset(train, cpu=True))
     return workflow
 

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from google.protobuf import text_format
 from merlin.schema import Schema
-from merlin.table import TensorTable
 from tritonclient.grpc import model_config_pb2
 
 from merlin_torch_serving import wire
@@ -51,11 +50,13 @@ def check_libtorch_schemas(model_name: str, input_schema: Schema, output_schema:
                     )
 
 
-def check_libtorch_model(model_name: str, model_path: str | os.PathLike, config, sample: TensorTable) -> None:
-    """Call ``model.pt`` as the backend will and raise ``ModelCheckError`` where it disagrees with ``config``."""
+def check_libtorch_model(
+    model_name: str, model_path: str | os.PathLike, config, arrays: dict[str, np.ndarray]
+) -> None:
+    """Call ``model.pt`` on ``arrays`` (its inputs in the wire format) as the backend will and raise
+    ``ModelCheckError`` where it disagrees with ``config``."""
     module = torch.jit.load(os.fspath(model_path), map_location="cpu")
     check_libtorch_return_type(model_name, module)
-    arrays = wire.to_wire(sample)
     inputs = {}
     for tensor in config.input:
         if tensor.name not in arrays:

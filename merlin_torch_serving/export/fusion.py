@@ -1,10 +1,11 @@
-"""Compiling a TopK, and the DecodeItemIds after it, into the libtorch model of the PredictPytorch
-they follow.
+"""Compiling a TopK, the DecodeItemIds after it, and the blanking of filtered sessions' rows into
+the libtorch model of the PredictPytorch they follow.
 
 The libtorch step then answers with ``[-1, k]`` (raw) ids and scores instead of the whole catalog's
 ``[-1, catalog]`` scores, and the request crosses one or two python stubs fewer. The selection is
-the same scripted ``top_k_items`` that runs in-process, and the decoding the same lookup, so both
-give the same answer.
+the same scripted ``top_k_items`` that runs in-process, the decoding the same lookup, and the
+blanking the same ``blank_rows``, so both give the same answer; the workflow's ``filtered_out``
+column comes in as one more input, so answering filtered sessions costs no python hop.
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
@@ -16,6 +17,7 @@ import numpy as np
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.ops.decode import DecodeItemIds
+from merlin_torch_serving.ops.filtered import BlankFilteredRows, blank_rows
 from merlin_torch_serving.ops.pytorch import PredictPytorch
 from merlin_torch_serving.ops.topk import TopK, top_k_items
 from merlin_torch_serving.plan import REQUEST, OpCall, Ref
@@ -74,6 +76,43 @@ class ScoresToTopK(torch.nn.Module):
         return best, ids
 
 
+class BlankOne(torch.nn.Module):
+    """A one-output libtorch module whose output rows are blanked where ``filtered_name`` is True."""
+
+    filtered_name: str
+
+    def __init__(self, inner: torch.nn.Module, filtered_name: str):
+        super().__init__()
+        self.inner = inner
+        self.filtered_name = filtered_name
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return blank_rows(self.inner(inputs), inputs[self.filtered_name])
+
+
+class BlankPair(torch.nn.Module):
+    """A two-output libtorch module with both outputs blanked on filtered rows (``swap`` puts them
+    in the order the step's config lists them)."""
+
+    filtered_name: str
+    swap: bool
+
+    def __init__(self, inner: torch.nn.Module, filtered_name: str, swap: bool = False):
+        super().__init__()
+        self.inner = inner
+        self.filtered_name = filtered_name
+        self.swap = swap
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        first, second = self.inner(inputs)
+        filtered = inputs[self.filtered_name]
+        first = blank_rows(first, filtered)
+        second = blank_rows(second, filtered)
+        if self.swap:
+            return second, first
+        return first, second
+
+
 def fusable_top_k(
     call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], consumers: dict[Ref, int]
 ) -> bool:
@@ -113,10 +152,53 @@ def fusable_decode(
     return set(call.inputs.values()) == produced and all(consumers.get(ref, 0) == 1 for ref in produced)
 
 
+def fusable_blank(
+    call: OpCall,
+    producer: OpCall | None,
+    producer_backend: str | None,
+    consumers: dict[Ref, int],
+    step_of_call: dict[int, int],
+) -> bool:
+    """Whether ``call`` (a BlankFilteredRows) can run inside the libtorch step that ``producer``, the
+    last operator compiled into it, belongs to: it blanks exactly that operator's one or two
+    numeric outputs, nothing else reads them, and the mark comes from an earlier step."""
+    if producer is None or producer_backend != "pytorch" or not isinstance(call.op, BlankFilteredRows):
+        return False
+    flag_ref = call.inputs[call.op.filtered_column]
+    blanked = [ref for name, ref in call.inputs.items() if name != call.op.filtered_column]
+    produced = [Ref(producer.index, name) for name in producer.output_schema.column_names]
+    if set(blanked) != set(produced) or len(produced) > 2 or any(consumers.get(ref, 0) != 1 for ref in produced):
+        return False
+    if any(producer.output_schema[ref.column].dtype.element_type.value == "string" for ref in produced):
+        return False
+    step = step_of_call[producer.index]
+    return flag_ref.producer == REQUEST or step_of_call.get(flag_ref.producer, step) < step
+
+
 def libtorch_module(
     calls: list[OpCall], step_inputs: dict[str, Ref], step_outputs: dict[str, Ref], input_schema
 ) -> torch.jit.ScriptModule:
-    """The TorchScript of a libtorch step: the model alone, or with its fused TopK (and decoding)."""
+    """The TorchScript of a libtorch step: the model alone, or with its fused TopK (and decoding),
+    and the blanking of filtered rows around either."""
+    if isinstance(calls[-1].op, BlankFilteredRows):
+        blank = calls[-1]
+        inner_calls = calls[:-1]
+        inner = _model_module(inner_calls, step_inputs, step_outputs, input_schema)
+        flag_ref = blank.inputs[blank.op.filtered_column]
+        filtered_name = next(name for name, ref in step_inputs.items() if ref == flag_ref)
+        if len(step_outputs) == 1:
+            return torch.jit.script(BlankOne(inner, filtered_name))
+        # the inner module returns its last operator's outputs in that operator's order
+        inner_order = inner_calls[-1].output_schema.column_names if len(inner_calls) == 1 else None
+        swap = inner_order is not None and inner_order != [ref.column for ref in step_outputs.values()]
+        return torch.jit.script(BlankPair(inner, filtered_name, swap))
+    return _model_module(calls, step_inputs, step_outputs, input_schema)
+
+
+def _model_module(
+    calls: list[OpCall], step_inputs: dict[str, Ref], step_outputs: dict[str, Ref], input_schema
+) -> torch.jit.ScriptModule:
+    """The model alone, or with its fused TopK (and decoding) in the order of ``step_outputs``."""
     predict = calls[0].op
     if len(calls) == 1:
         return predict.module

@@ -1,5 +1,6 @@
 """Cutting a plan into Triton steps: each libtorch operator is a model of its own (with the TopK
-that ranks its scores, and the decoding of its ids, compiled into it, see ``fusion``), and python
+that ranks its scores, the decoding of its ids and the blanking of filtered rows compiled into it,
+see ``fusion``), and python
 operators are fused into as few python-backend models as the data flow allows (each model is one
 hop through a python stub, so fewer models answer faster)."""
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from merlin.schema import Schema
 
 from merlin_torch_serving.exceptions import ExportError
-from merlin_torch_serving.export.fusion import fusable_decode, fusable_top_k
+from merlin_torch_serving.export.fusion import fusable_blank, fusable_decode, fusable_top_k
 from merlin_torch_serving.plan import REQUEST, OpCall, Plan, Ref
 
 
@@ -49,8 +50,10 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
         target = None
         first_producer = calls_by_index.get(next(iter(call.inputs.values()), Ref(REQUEST, "")).producer)
         producer_backend = groups[step_of_call[first_producer.index]][0] if first_producer else None
-        if fusable_top_k(call, first_producer, step_of_call, consumers) or fusable_decode(
-            call, first_producer, producer_backend, consumers
+        if (
+            fusable_top_k(call, first_producer, step_of_call, consumers)
+            or fusable_decode(call, first_producer, producer_backend, consumers)
+            or fusable_blank(call, first_producer, producer_backend, consumers, step_of_call)
         ):
             target = step_of_call[first_producer.index]
         elif call.op.backend == "python":

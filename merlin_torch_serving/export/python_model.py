@@ -2,11 +2,14 @@
 
 Every python step's ``model.py`` imports ``TritonPythonModel`` from here. ``HostedStep`` holds
 the logic and does not need Triton, so an exported step can also be loaded and run in a test.
+Loading checks the step's files against the digests it was exported with; every request is checked
+at the step's entry (``validation``) before an operator sees it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 
@@ -15,10 +18,13 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import MerlinTorchServingError
-from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER
+from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.export.config import MAX_REQUEST_ROWS_PARAMETER, TORCH_THREADS_PARAMETER
+from merlin_torch_serving.export.manifest import verify_step
 from merlin_torch_serving.ops.base import operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
+from merlin_torch_serving.validation import EntryCheck
 
 STEP_FILE = "step.json"
 
@@ -26,7 +32,7 @@ STEP_FILE = "step.json"
 class HostedStep:
     """The operators of one exported step, wired as they were in the ensemble's plan."""
 
-    def __init__(self, spec: dict, version_dir: str):
+    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
@@ -44,15 +50,21 @@ class HostedStep:
                 )
             )
         self.input_specs = wire.schema_specs(self.input_schema)
+        self.entry_check = EntryCheck.for_entry(self.input_schema, self.inputs, self.calls, max_rows)
 
     @classmethod
-    def load(cls, version_dir: str) -> "HostedStep":
+    def load(cls, version_dir: str, step: str | None = None, max_rows: int | None = None) -> "HostedStep":
+        """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
-            return cls(json.load(f), version_dir)
+            spec = json.load(f)
+        verify_step(step or os.path.basename(os.path.dirname(os.path.abspath(version_dir))), version_dir, spec)
+        return cls(spec, version_dir, max_rows)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
-        table = wire.from_wire({name: wire.bytes_to_text(array) for name, array in arrays.items()}, self.input_schema)
+        arrays = {name: wire.bytes_to_text(array) for name, array in arrays.items()}
+        self.entry_check.check(arrays)
+        table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
         results = run_calls(self.calls, env, self.outputs)
         return wire.to_wire(TensorTable(results, _unsafe=True))
@@ -66,15 +78,20 @@ class TritonPythonModel:
 
         self._pb = pb_utils
         self.model_name = args["model_name"]
+        # what the operators log while loading (how a model runs, what the fast path leaves to
+        # NVTabular) goes to the server's log, under this model's name
+        library_logger = logging.getLogger("merlin_torch_serving")
+        library_logger.addHandler(_TritonLogHandler(pb_utils.Logger, self.model_name))
+        library_logger.setLevel(logging.INFO)
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        self.step = HostedStep.load(version_dir)
         config = json.loads(args["model_config"])
+        parameters = config.get("parameters", {})
+        max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
+        self.step = HostedStep.load(version_dir, self.model_name, int(max_rows) if max_rows else None)
         self.output_names = [output["name"] for output in config["output"]]
-        threads = config.get("parameters", {}).get(TORCH_THREADS_PARAMETER, {}).get("string_value")
-        if threads:
-            import torch
-
-            torch.set_num_threads(int(threads))
+        threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
+        # applied around each call: the thread count is per calling thread in torch's OpenMP build
+        self.torch_threads = int(threads) if threads else None
 
     def execute(self, requests):
         pb = self._pb
@@ -85,7 +102,8 @@ class TritonPythonModel:
                     spec.name: pb.get_input_tensor_by_name(request, spec.name).as_numpy()
                     for spec in self.step.input_specs
                 }
-                outputs = self.step.run(arrays)
+                with torch_threads(self.torch_threads):
+                    outputs = self.step.run(arrays)
                 tensors = [pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
             except Exception as exc:  # one failing request must not fail the others
@@ -93,3 +111,21 @@ class TritonPythonModel:
                 message = f"model {self.model_name!r}: {detail}"
                 responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
         return responses
+
+
+class _TritonLogHandler(logging.Handler):
+    """Forwards the library's log records to Triton's log (``pb_utils.Logger``)."""
+
+    def __init__(self, triton_logger, model_name: str):
+        super().__init__()
+        self.triton_logger = triton_logger
+        self.model_name = model_name
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = f"model {self.model_name!r}: {record.getMessage()}"
+        if record.levelno >= logging.ERROR:
+            self.triton_logger.log_error(message)
+        elif record.levelno >= logging.WARNING:
+            self.triton_logger.log_warn(message)
+        else:
+            self.triton_logger.log_info(message)

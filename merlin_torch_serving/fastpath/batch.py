@@ -126,7 +126,7 @@ def as_python_scalars(values: np.ndarray) -> np.ndarray:
         return values.astype(np.int64, copy=False)
     if kind == "f":
         return values.astype(np.float64, copy=False)
-    if kind == "b":
+    if kind in "bmM":  # booleans, and Timestamps / Timedeltas that pandas reads back as datetime64
         return values
     if kind == "O":
         element_types = set(map(type, values))

@@ -1,7 +1,9 @@
-"""Compiled ``LambdaOp``/``UDF`` and ``Filter``: the user's function called on numpy arrays.
+"""Compiled ``LambdaOp``/``UDF`` and ``Filter``: the user's function called on numpy arrays, or on
+the one pandas Series NVTabular would pass it (``pd.to_datetime``, ``.dt.weekday``, ``col.min()``).
 
 Compiled only where it gives exactly NVTabular's result on probe data built from the input schema;
-at run time any surprise (an exception, a wrong shape) sends that call to NVTabular instead.
+at run time any surprise (an exception, a wrong shape) sends that call to NVTabular instead. A
+function of the whole column (``col - col.min()``) sees the request's rows, as it does in NVTabular.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import inspect
 
 import numpy as np
+import pandas as pd
 from merlin.dag import ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
 
@@ -32,27 +35,48 @@ _PROBE_STRINGS = [
 ]
 
 
+def udf_kernel(node: Node, selection: ColumnSelector) -> Kernel:
+    """The function called on numpy arrays where that is exact, else on pandas Series."""
+    if len(inspect.signature(node.op.f).parameters) != 1:
+        raise NotCompiled("the function takes the whole DataFrame as a second argument")
+    if node.op.dependencies:
+        raise NotCompiled("the operator has dependencies")
+    try:
+        return UDFKernel(node, selection)
+    except NotCompiled as on_arrays:
+        try:
+            return SeriesUDFKernel(node, selection)
+        except NotCompiled as on_series:
+            raise NotCompiled(f"{on_arrays.reason}; on pandas Series {on_series.reason}") from None
+
+
 class UDFKernel:
     """A one-argument UDF applied to each selected column's values; returns only those columns."""
 
     def __init__(self, node: Node, selection: ColumnSelector):
-        op = node.op
-        if len(inspect.signature(op.f).parameters) != 1:
-            raise NotCompiled("the function takes the whole DataFrame as a second argument")
-        if op.dependencies:
-            raise NotCompiled("the operator has dependencies")
-        self.f = op.f
+        self.f = node.op.f
         self.names = list(selection.names)
         _check_on_probe(self, node, selection)
 
     def __call__(self, batch: Batch) -> Batch:
         output = {}
         for name in self.names:
-            column = batch[name]
-            if column.is_list:
-                raise Delegate(f"a function of the list column {name!r}")
-            output[name] = Column(_call(self.f, column.values.copy(), batch.num_rows))
+            output[name] = Column(_call(self.f, self._argument(name, batch[name]), batch.num_rows))
         return Batch.of(output)
+
+    def _argument(self, name: str, column: Column):
+        if column.is_list:
+            raise Delegate(f"a function of the list column {name!r}")
+        return column.values.copy()
+
+
+class SeriesUDFKernel(UDFKernel):
+    """The UDF called on the column as the pandas Series NVTabular passes it; no DataFrame is built."""
+
+    def _argument(self, name: str, column: Column):
+        if column.is_list:
+            raise Delegate(f"a function of the list column {name!r}")
+        return pd.Series(column.values.copy(), name=name)
 
 
 class FilterKernel:
@@ -99,6 +123,11 @@ def _call(f, argument, num_rows: int) -> np.ndarray:
         raise
     except Exception as error:  # the function's own code decides what it supports
         raise Delegate(f"the function raised {type(error).__name__}: {error}") from None
+    if isinstance(argument, pd.Series) and isinstance(result, pd.Series):
+        # NVTabular puts the result in a DataFrame by index: the rows must stay where they were
+        if not result.index.equals(argument.index):
+            raise Delegate("the function returned a Series with other row labels")
+        result = result.to_numpy()
     if not isinstance(result, np.ndarray) or result.shape != (num_rows,):
         shape = getattr(result, "shape", None)
         raise Delegate(
@@ -194,6 +223,12 @@ def _probe_values(column: ColumnSchema) -> np.ndarray:
         return np.array(_PROBE_STRINGS, dtype=object)
     if dtype.kind == "b":
         return np.arange(len(_PROBE_INTEGERS)) % 3 == 0
+    if dtype.kind in "mM":
+        # seconds around 1970 and in recent years, one NaT; in the schema's unit
+        seconds = np.array(_PROBE_INTEGERS, dtype=np.int64) + 1_400_000_000 * (np.arange(len(_PROBE_INTEGERS)) % 2)
+        values = seconds.astype("m8[s]" if dtype.kind == "m" else "M8[s]").astype(dtype)
+        values[3] = np.array("NaT", dtype=dtype)
+        return values
     if dtype.kind == "f":
         return np.array(_PROBE_FLOATS, dtype=dtype)
     if dtype.kind in "iu":

@@ -1,22 +1,23 @@
 """Compiled NVTabular ``Categorify``: each vocabulary is read once and looked up with searchsorted.
 
 Encoding (nvtabular 23.08): 0 is padding, 1 a null value, 2 a value outside the vocabulary, then
-the vocabulary, most frequent first, under the label NVTabular stored beside each value.
+the vocabulary, most frequent first, under the label ``vocabulary.read_labels`` gives each value
+(the same reader DecodeItemIds uses). A vocabulary of ``split_out > 1`` is compiled when NVTabular
+wrote it as one file.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from merlin.dag import ColumnSelector
 from nvtabular.ops import Categorify
 
 from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column, null_mask
 from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
+from merlin_torch_serving.vocabulary import is_single_file, read_labels
 
 NULL_LABEL = 1
 OOV_LABEL = 2
-FIRST_VOCABULARY_LABEL = 3  # without num_buckets there is a single out-of-vocabulary label
 
 
 class Vocabulary:
@@ -31,16 +32,6 @@ class Vocabulary:
         order = np.argsort(values[present], kind="stable")
         self.values = values[present][order]
         self.labels = labels[present][order].astype(np.int64)
-
-    @classmethod
-    def read(cls, path: str, column: str) -> Vocabulary:
-        """Read the vocabulary NVTabular wrote; its index holds the labels."""
-        frame = pd.read_parquet(path, columns=[column])
-        labels = np.asarray(frame.index, dtype=np.int64)
-        # NVTabular shifts labels that were stored without the reserved rows (see _encode).
-        if len(labels) and labels[0] < FIRST_VOCABULARY_LABEL:
-            labels = labels + FIRST_VOCABULARY_LABEL
-        return cls(frame[column].to_numpy(), labels)
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """Labels of keys (already cast to the vocabulary's dtype); OOV_LABEL where absent."""
@@ -106,14 +97,9 @@ class CategorifyKernel:
             buckets = op.num_buckets
             if buckets and (isinstance(buckets, int) or storage_name in buckets):
                 raise NotCompiled(f"num_buckets hashes out-of-vocabulary values of {name!r}")
-            split_out = op.split_out.get(storage_name, 1) if isinstance(op.split_out, dict) else op.split_out
-            if split_out != 1:
-                raise NotCompiled(f"the vocabulary of {name!r} is split into {split_out} files")
-            path = op.categories.get(storage_name)
-            if path:
-                self.vocabularies[name] = Vocabulary.read(path, storage_name)
-            else:
-                self.vocabularies[name] = Vocabulary(np.array([], dtype=object), np.array([], dtype=np.int64))
+            if not is_single_file(op, storage_name):
+                raise NotCompiled(f"the vocabulary of {name!r} is a folder of several files (split_out)")
+            self.vocabularies[name] = Vocabulary(*read_labels(op, storage_name))
 
     def __call__(self, batch: Batch) -> Batch:
         encoded = {}

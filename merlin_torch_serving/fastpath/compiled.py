@@ -2,6 +2,8 @@
 
 The executor's rules for feeding a node are kept exactly (parents that return no rows are dropped,
 missing inputs come from the request, later parents win on shared columns); only the data differs.
+Where NVTabular breaks (a node whose inputs were all filtered away), the node returns no rows and
+no operator ever sees an empty frame.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from merlin_torch_serving.fastpath.wire_io import (
 )
 
 logger = logging.getLogger("merlin_torch_serving")
+_NO_ROWS = Batch({}, 0)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Step:
     """One workflow node: where its inputs come from and the kernel that computes its output."""
 
     label: str
+    description: str  # the label, with a Filter's function for messages that name it
     parents: tuple[int, ...]  # earlier steps, in the node's parents-then-dependencies order
     input_columns: tuple[str, ...]
     root_columns: tuple[str, ...]  # input and dependency columns; from the request if no parent has them
@@ -70,10 +74,27 @@ class CompiledWorkflow:
         request = request_batch(columns, self._input_schema)
         if request.num_rows == 0:
             return empty_wire_arrays(self._output_layout)
+        outputs = self._outputs(request)
+        if outputs[-1].num_rows == 0:  # e.g. a Filter kept none of the request's rows
+            return empty_wire_arrays(self._output_layout)
+        return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
+
+    def emptying_step(self, columns: Mapping[str, np.ndarray]) -> str | None:
+        """The first step that returns no rows for this request although its inputs had some
+        (which filter drops it), or None when rows reach the output."""
+        request = request_batch(columns, self._input_schema)
+        outputs = self._outputs(request)
+        for step, output in zip(self._steps, outputs):
+            fed = any(outputs[parent].num_rows > 0 for parent in step.parents) or not step.parents
+            if output.num_rows == 0 and fed:
+                return step.description
+        return None
+
+    def _outputs(self, request: Batch) -> list[Batch]:
         outputs: list[Batch] = []
         for step in self._steps:
             outputs.append(self._run(step, outputs, request))
-        return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
+        return outputs
 
     def _run(self, step: Step, outputs: list[Batch], request: Batch) -> Batch:
         upstream = [outputs[parent] for parent in step.parents if outputs[parent].num_rows > 0]
@@ -81,6 +102,10 @@ class CompiledWorkflow:
         from_request = [name for name in step.root_columns if name not in present]
         if from_request:
             absent = [name for name in from_request if name not in request]
+            if absent and len(upstream) < len(step.parents):
+                # NVTabular drops the parents that returned no rows and then fails to find their
+                # columns; the rows were filtered away, so this step has none either
+                return _NO_ROWS
             if absent:
                 raise ValueError(
                     f"step {step.label!r} needs column(s) {absent!r}, which no upstream step produced for "

@@ -6,6 +6,7 @@ never mistaken for its parent; operators without a kernel run through NVTabular,
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Callable
 
@@ -22,9 +23,9 @@ from merlin.dag.ops.udf import UDF
 from nvtabular import ops as nvt_ops
 
 from merlin_torch_serving.fastpath.categorify import CategorifyKernel
-from merlin_torch_serving.fastpath.callables import FilterKernel, UDFKernel
+from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
 from merlin_torch_serving.fastpath.compiled import CompiledWorkflow, Step
-from merlin_torch_serving.fastpath.continuous import LogKernel, NormalizeKernel, NormalizeMinMaxKernel
+from merlin_torch_serving.fastpath.continuous import FillMissingKernel, LogKernel, NormalizeKernel, NormalizeMinMaxKernel
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
 from merlin_torch_serving.fastpath.kernel import Kernel, NotCompiled
@@ -40,6 +41,7 @@ KernelBuilder = Callable[[Node, ColumnSelector], Kernel]
 _BUILDERS: dict[Callable, KernelBuilder] = {
     BaseOperator.transform: lambda node, selection: Identity(),
     nvt_ops.AddMetadata.transform: lambda node, selection: Identity(),
+    nvt_ops.ValueCount.transform: lambda node, selection: Identity(),
     SelectionOp.transform: lambda node, selection: Select((selection or node.op.selector).names),
     ConcatColumns.transform: lambda node, selection: Select(selection.names),
     SubsetColumns.transform: lambda node, selection: Select(selection.names),
@@ -49,16 +51,21 @@ _BUILDERS: dict[Callable, KernelBuilder] = {
     nvt_ops.Categorify.transform: lambda node, selection: CategorifyKernel(node.op, selection),
     nvt_ops.Groupby.transform: lambda node, selection: GroupbyKernel(node.op, selection),
     nvt_ops.ListSlice.transform: lambda node, selection: ListSliceKernel(node.op, selection),
+    nvt_ops.FillMissing.transform: lambda node, selection: FillMissingKernel(node.op, selection),
     nvt_ops.LogOp.transform: lambda node, selection: LogKernel(node.op, selection),
     nvt_ops.Normalize.transform: lambda node, selection: NormalizeKernel(node.op, selection),
     nvt_ops.NormalizeMinMax.transform: lambda node, selection: NormalizeMinMaxKernel(node.op, selection),
-    UDF.transform: UDFKernel,
+    UDF.transform: udf_kernel,
     nvt_ops.Filter.transform: FilterKernel,
 }
 
 
-def compile_workflow(workflow: nvt.Workflow) -> CompiledWorkflow:
-    """Compile a fitted workflow; reads each Categorify vocabulary once, here."""
+def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> CompiledWorkflow:
+    """Compile a fitted workflow; reads each Categorify vocabulary once, here.
+
+    ``kernels=False`` runs every operator through NVTabular's own transform, step by step, with the
+    same rules for feeding each step (and the same handling of steps left without rows).
+    """
     if not isinstance(workflow, nvt.Workflow):
         raise TypeError(f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}")
     if not workflow.output_schema or workflow.output_node.input_schema is None:
@@ -74,13 +81,14 @@ def compile_workflow(workflow: nvt.Workflow) -> CompiledWorkflow:
     index = {id(node): position for position, node in enumerate(nodes)}
     steps, fallbacks = [], []
     for node in nodes:
-        kernel, fallback, reason = _kernel_for(node)
+        kernel, fallback, reason = _kernel_for(node) if kernels else _nvtabular_step(node)
         if reason is not None:
             fallbacks.append((node.op.label, reason))
             logger.warning("fast path: operator %r runs through NVTabular: %s", node.op.label, reason)
         steps.append(
             Step(
                 label=node.op.label if node.op else "input",
+                description=_describe(node.op),
                 parents=tuple(index[id(parent)] for parent in node.parents_with_dependencies),
                 input_columns=tuple(node.input_schema.column_names),
                 root_columns=tuple(
@@ -106,6 +114,42 @@ def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:
         return builder(node, selection), fallback, None
     except NotCompiled as not_compiled:
         return fallback, fallback, not_compiled.reason
+
+
+def _describe(op) -> str:
+    """The operator's label; for a Filter with its function's source, so messages can name it."""
+    if op is None:
+        return "input"
+    if isinstance(op, nvt_ops.Filter):
+        try:
+            source = " ".join(inspect.getsource(op.f).split())
+        except (OSError, TypeError):
+            return op.label
+        start = source.find("lambda")
+        return f"Filter({_lambda_expression(source[start:]) if start >= 0 else op.f.__name__})"
+    return op.label
+
+
+def _lambda_expression(text: str) -> str:
+    """The lambda at the start of ``text``, up to the comma or bracket that closes it."""
+    depth = 0
+    for position, character in enumerate(text):
+        if character in "([{":
+            depth += 1
+        elif character in ")]}":
+            if depth == 0:
+                return text[:position].strip()
+            depth -= 1
+        elif character == "," and depth == 0:
+            return text[:position].strip()
+    return text.strip()
+
+
+def _nvtabular_step(node: Node) -> tuple[Kernel, Kernel | None, None]:
+    if node.op is None:
+        return Identity(), None, None
+    step = NVTabularStep(node, node.input_columns.resolve(node.input_schema))
+    return step, None, None
 
 
 def _nodes_in_run_order(output_node: Node) -> list[Node]:

@@ -1,4 +1,5 @@
-"""Compiled ``LogOp``, ``Normalize`` and ``NormalizeMinMax``: the same numpy arithmetic pandas runs.
+"""Compiled ``FillMissing``, ``LogOp``, ``Normalize`` and ``NormalizeMinMax``: the same numpy
+arithmetic pandas runs.
 
 pandas evaluates these element-wise with numpy on the column's values, so applying the same
 operations, with the same operands and dtypes, to the same values gives the same bits.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from merlin.dag import ColumnSelector
-from nvtabular.ops import LogOp, Normalize, NormalizeMinMax
+from nvtabular.ops import FillMissing, LogOp, Normalize, NormalizeMinMax
 
 from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
 from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
@@ -25,6 +26,40 @@ def _rebuilt(column: Column, values: np.ndarray) -> Column:
     if column.is_list:
         return Column(values, column.offsets, ARRAY_CELLS)
     return Column(values)
+
+
+class FillMissingKernel:
+    """``fillna(fill_val)``: NaN replaced in float columns, integer and boolean columns (which
+    cannot hold NaN) unchanged; returns every input column, the selected ones filled, and with
+    ``add_binary_cols`` a ``<name>_filled`` column, True where a value was missing."""
+
+    def __init__(self, op: FillMissing, selection: ColumnSelector):
+        self.names = list(selection.names)
+        self.fill_value = op.fill_val
+        self.add_binary_columns = op.add_binary_cols
+        if isinstance(self.fill_value, (bool, np.bool_)) or not isinstance(self.fill_value, (int, float, np.number)):
+            raise NotCompiled(f"fill value {self.fill_value!r} is not a number")
+
+    def __call__(self, batch: Batch) -> Batch:
+        updates = {}
+        for name in self.names:
+            column = batch[name]
+            if column.is_list:
+                raise Delegate(f"FillMissing of the list column {name!r}")
+            values = column.values
+            missing = np.isnan(values) if values.dtype.kind == "f" else np.zeros(len(values), dtype=bool)
+            if values.dtype.kind not in "iufb":
+                raise Delegate(f"FillMissing of column {name!r} of dtype {values.dtype}")
+            if missing.any():
+                fill = values.dtype.type(self.fill_value)
+                # pandas moves the column to float64 when the fill value does not fit its dtype
+                if fill != self.fill_value:
+                    raise Delegate(f"fill value {self.fill_value!r} does not fit column {name!r} of dtype {values.dtype}")
+                values = np.where(missing, fill, values)
+            if self.add_binary_columns:
+                updates[f"{name}_filled"] = Column(missing)
+            updates[name] = Column(values)
+        return batch.with_columns(updates)
 
 
 class LogKernel:

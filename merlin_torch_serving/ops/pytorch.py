@@ -1,7 +1,9 @@
-"""PredictPytorch: run a TorchScript (or eager Transformers4Rec) model on ragged workflow output.
+"""PredictPytorch: run a PyTorch model (TorchScript or eager, any ``forward`` signature) on ragged
+workflow output.
 
-The model is wrapped once, at construction, in a scripted ``WireModel`` that pads ragged inputs;
-in-process runs, the python backend and libtorch all call that same module.
+The model is prepared once, at construction (``model_prep``: scripted, traced, or kept eager, so
+that it answers like the eager model), and wrapped in a ``WireModel`` that pads ragged inputs.
+In-process runs, the python backend and libtorch all call that same module.
 """
 
 from __future__ import annotations
@@ -15,33 +17,57 @@ from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.exceptions import InputError, SchemaError
+from merlin_torch_serving.model_prep.eager import EAGER_MODEL_FILE, load_eager_model, save_eager_model
+from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
+from merlin_torch_serving.model_prep.sample import named_inputs
+from merlin_torch_serving.model_prep.schemas import model_schemas
+from merlin_torch_serving.model_prep.sources import load_model
+from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.samples import list_length, sample_table, sample_values
-from merlin_torch_serving.schemas import describe_column, schema_from_json, schema_to_json
 from merlin_torch_serving.ops.torch_module import WireModel
+from merlin_torch_serving.samples import list_length, sample_table
+from merlin_torch_serving.schemas import catalog_limits, schema_from_json, schema_to_json
 
 MODEL_FILE = "model.pt"
 Backend = Literal["pytorch", "python"]
 
 
 class PredictPytorch(ServingOperator):
-    """Score sessions with a PyTorch model.
+    """Score rows (sessions, users, ...) with a PyTorch model.
 
     Parameters
     ----------
     model
-        A TorchScript module, a path to one, or an eager ``torch.nn.Module`` (a Transformers4Rec
-        ``Model`` brings its own schemas; any other module needs both schemas and is traced).
-        The model takes one ``Dict[str, Tensor]`` of dense inputs.
+        A TorchScript module, an eager ``torch.nn.Module``, or a path to a TorchScript file, a
+        ``torch.save`` file of a module, or the folder Transformers4Rec's ``Model.save()`` wrote.
+        ``forward`` takes one ``Dict[str, Tensor]`` of dense inputs, or one tensor per argument
+        (bound to input columns by name, or by Triton's ``<name>__<index>`` convention), and
+        returns a tensor, a tuple of tensors, or a dict of them (named by the output schema).
     input_schema, output_schema
-        The model's inputs and outputs. Ragged list inputs need a maximum length (their
-        ``value_count.max``), unless ``max_sequence_length`` is given.
+        The model's inputs and outputs; taken from the model when it carries them (a
+        Transformers4Rec ``Model``), else from ``sample``. Lists are padded to the model's sequence
+        length (see ``max_sequence_length``); a schema that allows longer lists is a
+        ``SchemaError``. Output dtypes and dims are probed from the model; the schema names the
+        outputs.
     backend
-        ``"pytorch"`` exports a libtorch model (``model.pt``); ``"python"`` runs the same
-        TorchScript inside Triton's python backend, fused with neighbouring python steps.
+        ``"pytorch"`` exports a libtorch model (``model.pt``), which needs TorchScript;
+        ``"python"`` runs the model inside Triton's python backend, fused with neighbouring
+        python steps. ``None`` picks ``"pytorch"`` when the model is TorchScript or compiles to
+        TorchScript that answers like it, else ``"python"``.
+    sample
+        One sample input (a dict of tensors keyed by input name, a tuple of tensors in ``forward``'s
+        order, or one tensor), from which missing schemas are derived; also the first input a
+        compiled model is checked on.
+    execution
+        ``"auto"`` scripts an eager model, else traces it, keeping either only if it equals the
+        eager model on varied probe inputs, else runs it eagerly on the python backend (one log
+        line says which and why). ``"torchscript"`` fails instead of running eagerly; ``"eager"``
+        skips compiling.
     max_sequence_length
-        Length that ragged inputs are padded or truncated to (most recent items kept).
+        Length that ragged inputs are padded or truncated to (most recent items kept). A
+        Transformers4Rec model brings its own (its sequence features'); for other models it
+        defaults to each ragged input's ``value_count.max``.
     pad_value, pad_side
         How short sequences are padded. Transformers4Rec pads with 0 on the right.
     """
@@ -51,49 +77,60 @@ class PredictPytorch(ServingOperator):
         model: torch.nn.Module | str | os.PathLike,
         input_schema: Schema | None = None,
         output_schema: Schema | None = None,
-        backend: Backend = "pytorch",
+        backend: Backend | None = None,
         *,
+        sample: Any = None,
+        execution: Execution = "auto",
         max_sequence_length: int | None = None,
         pad_value: float = 0,
         pad_side: Literal["right", "left"] = "right",
     ):
         super().__init__()
-        if backend not in ("pytorch", "python"):
-            raise ValueError(f"backend must be 'pytorch' or 'python', got {backend!r}")
-        if pad_side not in ("right", "left"):
-            raise ValueError(f"pad_side must be 'right' or 'left', got {pad_side!r}")
+        _check_choice("backend", backend, (None, "pytorch", "python"))
+        _check_choice("execution", execution, ("auto", "torchscript", "eager"))
+        _check_choice("pad_side", pad_side, ("right", "left"))
+        if backend == "pytorch" and execution == "eager":
+            raise ValueError("backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run eagerly")
+        saved_input_schema = None
         if isinstance(model, (str, os.PathLike)):
-            model = torch.jit.load(os.fspath(model), map_location="cpu")
+            model, saved_input_schema = load_model(model)
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module or a path to TorchScript, got {type(model).__name__}")
+            raise TypeError(f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}")
         model = model.eval()
-        input_schema = input_schema if input_schema is not None else getattr(model, "input_schema", None)
-        output_schema = output_schema if output_schema is not None else getattr(model, "output_schema", None)
-        if input_schema is None or output_schema is None:
-            raise SchemaError(
-                "PredictPytorch",
-                None,
-                "the model's input_schema and output_schema",
-                "a model that does not carry them",
-                "pass PredictPytorch(model, input_schema=..., output_schema=...)",
-            )
-        self.backend_choice: Backend = backend
+        sample_inputs = None if sample is None else named_inputs(model, sample, "PredictPytorch")
+        input_schema, output_schema = model_schemas(
+            model, input_schema, output_schema, saved_input_schema=saved_input_schema, sample=sample_inputs, label="PredictPytorch"
+        )
         self.pad_value = float(pad_value)
         self.pad_side = pad_side
-        self.model_input_schema = _with_max_lengths(input_schema, max_sequence_length)
-        example = example_inputs(self.model_input_schema)
-        if not isinstance(model, torch.jit.ScriptModule):
-            model = _trace(model, example)
-        self.module = torch.jit.script(
-            WireModel(
-                model,
-                ragged_inputs=[c.name for c in self.model_input_schema if wire.is_ragged(c)],
-                max_lengths=[list_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
-                dense_inputs=[c.name for c in self.model_input_schema if not wire.is_ragged(c)],
-                pad_value=self.pad_value,
-                pad_left=pad_side == "left",
-            )
+        self.model_input_schema = sequence_length.with_model_lengths(
+            input_schema, sequence_length.model_sequence_lengths(model), max_sequence_length
         )
+        prepared = prepare_model(
+            model,
+            self.model_input_schema,
+            output_schema.column_names,
+            label="PredictPytorch",
+            execution=execution,
+            require_torchscript=backend == "pytorch",
+            pad_value=self.pad_value,
+            pad_left=pad_side == "left",
+            sample=sample_inputs,
+        )
+        self.execution = prepared.execution
+        self.backend_choice: Backend = backend or ("pytorch" if prepared.execution == "torchscript" else "python")
+        # what save_artifacts writes: the compiled module, or the user's own eager module
+        self.model = prepared.module if prepared.execution == "torchscript" else model
+        wire_model = WireModel(
+            prepared.module,
+            ragged_inputs=[c.name for c in self.model_input_schema if wire.is_ragged(c)],
+            max_lengths=[list_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
+            dense_inputs=[c.name for c in self.model_input_schema if not wire.is_ragged(c)],
+            pad_value=self.pad_value,
+            pad_left=pad_side == "left",
+            id_limits=catalog_limits(self.model_input_schema),
+        )
+        self.module = torch.jit.script(wire_model) if prepared.execution == "torchscript" else wire_model
         self.model_output_schema = _observed_output_schema(self.module, self.model_input_schema, output_schema)
 
     # `backend` is what the exporter reads; it is per instance here
@@ -119,7 +156,15 @@ class PredictPytorch(ServingOperator):
         # TorchScript's optimizing executor re-specialises the graph for every new input shape, and
         # requests of varying sessions and lengths keep bringing new ones (~0.3 s each on 2 cores)
         with torch.inference_mode(), torch.jit.optimized_execution(False):
-            outputs = self.module(inputs)
+            try:
+                outputs = self.module(inputs)
+            except (torch.jit.Error, ValueError) as error:
+                # the wrapper (scripted, or eager) refuses bad offsets, row counts and ids outside
+                # the catalog; its message is the error's last line
+                refused = InputError.from_message(str(error).strip().splitlines()[-1])
+                if refused is None:
+                    raise
+                raise refused from None
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         return TensorTable(
             {column.name: tensor.numpy() for column, tensor in zip(self.model_output_schema, outputs)},
@@ -131,6 +176,7 @@ class PredictPytorch(ServingOperator):
     def config(self) -> dict[str, Any]:
         return {
             "backend": self.backend_choice,
+            "execution": self.execution,
             "pad_value": self.pad_value,
             "pad_side": self.pad_side,
             "input_schema": schema_to_json(self.model_input_schema),
@@ -138,57 +184,32 @@ class PredictPytorch(ServingOperator):
         }
 
     def save_artifacts(self, artifact_path=None) -> None:
-        torch.jit.save(self.module, os.path.join(artifact_path, MODEL_FILE))
+        if self.execution == "eager":
+            save_eager_model(self.model, artifact_path)
+        else:
+            torch.jit.save(self.model, os.path.join(artifact_path, MODEL_FILE))
 
     @classmethod
     def load(cls, config: dict[str, Any], artifact_path: str) -> "PredictPytorch":
-        op = cls.__new__(cls)
-        ServingOperator.__init__(op)
-        op.backend_choice = config["backend"]
-        op.pad_value = config["pad_value"]
-        op.pad_side = config["pad_side"]
-        op.model_input_schema = schema_from_json(config["input_schema"])
-        op.model_output_schema = schema_from_json(config["output_schema"])
-        op.module = torch.jit.load(os.path.join(artifact_path, MODEL_FILE), map_location="cpu").eval()
-        return op
+        if config["execution"] == "eager":
+            model = load_eager_model(os.path.join(artifact_path, EAGER_MODEL_FILE))
+        else:
+            model = torch.jit.load(os.path.join(artifact_path, MODEL_FILE), map_location="cpu")
+        return cls(
+            model,
+            schema_from_json(config["input_schema"]),
+            schema_from_json(config["output_schema"]),
+            config["backend"],
+            execution=config["execution"],
+            pad_value=config["pad_value"],
+            pad_side=config["pad_side"],
+        )
 
 
-def _with_max_lengths(schema: Schema, max_sequence_length: int | None) -> Schema:
-    """The schema with every ragged list's maximum length known (or a clear error)."""
-    columns = []
-    for column in schema:
-        if wire.is_ragged(column):
-            known = column.shape.dims[1].max
-            if max_sequence_length is not None:
-                column = column.with_shape((None, (0, int(max_sequence_length))))
-            elif known is None:
-                raise SchemaError(
-                    "PredictPytorch",
-                    column.name,
-                    "a ragged list with a maximum length (value_count.max) to pad to",
-                    f"{describe_column(column)} without one",
-                    "pass max_sequence_length=...",
-                )
-        columns.append(column)
-    return Schema(columns)
-
-
-def example_inputs(schema: Schema, rows: int = 2) -> dict[str, torch.Tensor]:
-    """Dense model inputs (ragged lists at full length) with legal values, for tracing."""
-    inputs = {}
-    for i, column in enumerate(schema):
-        dims = [rows] + [
-            list_length(column) if wire.is_ragged(column) else int(d.max)
-            for d in (column.shape.dims or ())[1:]
-        ]
-        values = sample_values(column, int(np.prod(dims)), seed=i).reshape(dims)
-        inputs[column.name] = torch.from_numpy(values)
-    return inputs
-
-
-def _trace(model: torch.nn.Module, example: dict[str, torch.Tensor]) -> torch.jit.ScriptModule:
-    with torch.no_grad():
-        return torch.jit.trace(model, (example,), strict=True)
+def _check_choice(name: str, value, choices: tuple) -> None:
+    if value not in choices:
+        listed = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {listed}, got {value!r}")
 
 
 def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> Schema:

@@ -3,8 +3,9 @@
 By default the workflow runs through the compiled fast path (``merlin_torch_serving.fastpath``):
 numpy kernels built once per operator instance, equal to ``workflow.transform`` but without a
 DataFrame per request. The same path runs in-process and inside the served model, so both give
-the same answer. Groupby returns sessions sorted by key; this operator puts them back in the
-order they first appear in the request, so answers line up with what the caller sent.
+the same answer. When the workflow groups rows into sessions, the answer has one row per session
+of the request, in the order sessions first appear, including the sessions its filters drop
+(see ``session_rows``); the session id and that mark come back with every answer.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ import copy
 import os
 from typing import Any
 
-import numpy as np
 from merlin.dag import postorder_iter_nodes
-from merlin.schema import Schema
+from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
-from merlin_torch_serving import frames, wire
+from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
 
 WORKFLOW_DIR = "workflow"
+
 
 class TransformWorkflow(ServingOperator):
     """Apply ``workflow`` (fitted ``nvtabular.Workflow``) to the request.
@@ -32,27 +36,51 @@ class TransformWorkflow(ServingOperator):
         The fitted workflow; its input schema is what this operator expects.
     keep_request_order
         When the workflow groups rows by one key column that it also outputs (session-based
-        workflows group by session id), return groups in first-appearance order of the key in
-        the request instead of sorted order.
+        workflows group by session id), answer one row per session of the request, in the order
+        sessions first appear, and a placeholder row, marked True in ``filtered_out``, for each
+        session the workflow's filters drop. ``False`` takes the workflow's rows as they come
+        (sorted by key, filtered sessions left out).
     fast_path
         Run the workflow through compiled numpy kernels (operators without one run through
-        NVTabular, logged once each). ``False`` runs NVTabular's pandas executor on every request.
+        NVTabular, logged once each). ``False`` runs every operator through NVTabular's own
+        transform, one step at a time.
+    return_session_id
+        Every answer of an ensemble built on this operator carries the session key column
+        (when there is one), whether or not the graph selects it.
     """
 
-    def __init__(self, workflow, *, keep_request_order: bool = True, fast_path: bool = True):
+    def __init__(
+        self,
+        workflow,
+        *,
+        keep_request_order: bool = True,
+        fast_path: bool = True,
+        return_session_id: bool = True,
+    ):
         super().__init__()
         self.workflow = workflow
         self.keep_request_order = keep_request_order
         self.fast_path = fast_path
-        self.request_key = _groupby_key(workflow) if keep_request_order else None
+        self.return_session_id = return_session_id
+        self.session_key = _groupby_key(workflow) if keep_request_order else None
+        self.filtered_column = FILTERED_COLUMN if self.session_key and _may_drop_rows(workflow) else None
+        if self.filtered_column in workflow.output_schema.column_names:
+            raise SchemaError(
+                self.label,
+                self.filtered_column,
+                "a column name free for marking the sessions the workflow filters out",
+                "a workflow output of that name",
+                "rename that output, or pass keep_request_order=False",
+            )
         self._compiled = None
 
     def compiled_workflow(self):
-        """The workflow compiled for the fast path; built on first use (it reads the vocabularies)."""
+        """The workflow compiled for the fast path (or step by step through NVTabular, without
+        it); built on first use (it reads the vocabularies)."""
         if self._compiled is None:
             from merlin_torch_serving.fastpath import compile_workflow
 
-            self._compiled = compile_workflow(self.workflow)
+            self._compiled = compile_workflow(self.workflow, kernels=self.fast_path)
         return self._compiled
 
     @property
@@ -66,27 +94,59 @@ class TransformWorkflow(ServingOperator):
         return self.workflow.input_schema.column_names
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
-        return self.workflow.output_schema
+        schema = self.workflow.output_schema
+        if self.filtered_column is None:
+            return schema
+        # placeholder rows hold empty lists
+        columns = [_allowing_empty_lists(column) for column in schema]
+        return Schema(columns + [ColumnSchema(self.filtered_column, dtype="bool", dims=(None,))])
+
+    def returned_columns(self) -> list[str]:
+        columns = [self.session_key] if self.session_key and self.return_session_id else []
+        return columns + ([self.filtered_column] if self.filtered_column else [])
+
+    def filtered_rows_column(self) -> str | None:
+        return self.filtered_column
+
+    def warmup_requests(self) -> list[TensorTable]:
+        """One session (when the workflow groups by a key) of several lengths, long sessions for
+        count filters, with known vocabulary values and, failing value filters, constant numbers."""
+        return warmup_sessions.session_requests(self.workflow, self.session_key)
+
+    def filtered_by(self, request: TensorTable) -> str | None:
+        return self.compiled_workflow().emptying_step(wire.to_wire(request))
+
+    def request_groups(self) -> list[str] | None:
+        """The keys of the workflow's Groupby when they are request columns (the session id): the
+        other operators of a fitted workflow transform rows independently."""
+        return _groupby_columns(self.workflow)
+
+    def non_null_inputs(self) -> list[str]:
+        """The Groupby keys (a null key would drop its rows from the answer) and the raw columns of
+        outputs tagged as ids (a null item id is a broken click, not a category of its own)."""
+        ids = [c.name for c in self.workflow.output_schema if Tags.ID in c.tags]
+        sources = {name for column in ids for name in _input_sources(self.workflow.output_node, column)}
+        keys = _groupby_columns(self.workflow) or []
+        inputs = self.workflow.input_schema.column_names
+        return [name for name in inputs if name in sources or name in keys]
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
-        if self.fast_path:
-            arrays = self.compiled_workflow().transform(wire.to_wire(transformable))
-            table = wire.from_wire(arrays, self.workflow.output_schema)
-        else:
-            frame = frames.table_to_frame(transformable)
-            transformed = frames.frame_to_table(self.workflow._transform_df(frame))
-            table = _cast_to_schema(transformed, self.workflow.output_schema)
-        if self.request_key is not None:
-            table = _in_request_order(table, transformable, self.request_key)
-        return table
+        arrays = self.compiled_workflow().transform(wire.to_wire(transformable))
+        table = wire.from_wire(arrays, self.workflow.output_schema)
+        if self.session_key is None:
+            return table
+        return line_up_sessions(table, transformable[self.session_key].values, self.session_key, self.filtered_column)
 
     def config(self) -> dict[str, Any]:
-        return {"keep_request_order": self.keep_request_order, "fast_path": self.fast_path}
+        return {
+            "keep_request_order": self.keep_request_order,
+            "fast_path": self.fast_path,
+            "return_session_id": self.return_session_id,
+        }
 
     def save_artifacts(self, artifact_path=None) -> None:
-        if self.fast_path:
-            # compile at export too, so what falls back to NVTabular is logged before serving
-            self.compiled_workflow()
+        # compile at export too, so what falls back to NVTabular is logged before serving
+        self.compiled_workflow()
         # Workflow.save repoints the statistics of the workflow it saves to the new folder;
         # save a copy so that exporting never changes this operator
         copy.deepcopy(self.workflow).save(os.path.join(artifact_path, WORKFLOW_DIR))
@@ -97,9 +157,8 @@ class TransformWorkflow(ServingOperator):
 
         workflow = nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR))
         operator = cls(workflow, **config)
-        if operator.fast_path:
-            # compile while the model loads, not on the first request
-            operator.compiled_workflow()
+        # compile while the model loads, not on the first request
+        operator.compiled_workflow()
         return operator
 
 
@@ -116,42 +175,49 @@ def _groupby_key(workflow) -> str | None:
     return None
 
 
-def _in_request_order(table: TensorTable, request: TensorTable, key: str) -> TensorTable:
-    """Rows of ``table`` reordered so their ``key`` values follow first appearance in ``request``."""
-    request_keys = np.asarray(request[key].values)
-    unique_keys, first_position = np.unique(request_keys, return_index=True)
-    output_keys = np.asarray(table[key].values)
-    slot = np.clip(np.searchsorted(unique_keys, output_keys), 0, max(len(unique_keys) - 1, 0))
-    order = np.argsort(first_position[slot], kind="stable")
-    return take_rows(table, order)
+def _groupby_columns(workflow) -> list[str] | None:
+    """The key columns shared by every Groupby of the workflow ([] without one; None when the
+    Groupbys differ or group by a column the request does not carry)."""
+    from nvtabular.ops import Groupby
+
+    keys = {tuple(n.op.groupby_cols) for n in postorder_iter_nodes(workflow.output_node) if isinstance(n.op, Groupby)}
+    if not keys:
+        return []
+    if len(keys) > 1 or not set(next(iter(keys))) <= set(workflow.input_schema.column_names):
+        return None
+    return list(next(iter(keys)))
 
 
-def take_rows(table: TensorTable, rows: np.ndarray) -> TensorTable:
-    """The given rows of every column, in the given order (ragged columns included)."""
-    columns = {}
-    for name, column in table.items():
-        values = np.asarray(column.values)
-        if column.offsets is None:
-            columns[name] = values[rows]
+def _input_sources(node, column: str) -> set[str]:
+    """The workflow input columns ``column`` of ``node`` is computed from."""
+    parents = node.parents_with_dependencies
+    if not parents:
+        return {column}
+    sources = set()
+    for name in node.column_mapping.get(column, [column]):
+        for parent in parents:
+            if name in parent.output_schema.column_names:
+                sources |= _input_sources(parent, name)
+    return sources
+
+
+def _may_drop_rows(workflow) -> bool:
+    """Whether an operator of the workflow can leave sessions out: a Filter, a Dropna, or an
+    operator NVTabular does not ship (its transform may drop rows too)."""
+    from nvtabular.ops import Dropna, Filter
+
+    for node in postorder_iter_nodes(workflow.output_node):
+        op = node.op
+        if op is None:
             continue
-        offsets = np.asarray(column.offsets).astype(np.int64)
-        starts, ends = offsets[:-1][rows], offsets[1:][rows]
-        lengths = ends - starts
-        new_offsets = wire.offsets_from_lengths(lengths)
-        # positions of each kept value in the old values array
-        within = np.arange(int(new_offsets[-1])) - np.repeat(new_offsets[:-1].astype(np.int64), lengths)
-        columns[name] = (values[np.repeat(starts, lengths) + within], new_offsets)
-    return TensorTable(columns, _unsafe=True)
+        module = type(op).__module__
+        if isinstance(op, (Filter, Dropna)) or not module.startswith(("nvtabular.", "merlin.")):
+            return True
+    return False
 
 
-def _cast_to_schema(table: TensorTable, schema: Schema) -> TensorTable:
-    """Columns in schema order with the schema's dtypes (NVTabular may widen on pandas)."""
-    columns = {}
-    for column in schema:
-        data = table[column.name]
-        dtype = wire.column_numpy_dtype(column)
-        values = np.asarray(data.values)
-        if dtype != np.dtype(object):
-            values = values.astype(dtype, copy=False)
-        columns[column.name] = (values, data.offsets) if data.offsets is not None else values
-    return TensorTable(columns, _unsafe=True)
+def _allowing_empty_lists(column: ColumnSchema) -> ColumnSchema:
+    dims = column.shape.dims
+    if not wire.is_ragged(column) or dims[1].min in (None, 0):
+        return column
+    return column.with_shape((None, (0, dims[1].max)))

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from merlin_torch_serving import CategoryVocabulary
 from merlin_torch_serving.fastpath import compile_workflow
 from tests.fastpath.helpers import VALUES, OFFSETS, assert_wire_equal, fit, oracle
 
@@ -161,3 +162,53 @@ def test_categorify_of_a_column_group_runs_through_nvtabular(out_path, encode_ty
     assert len(compiled.fallbacks) == 1 and compiled.fallbacks[0][0] == "Categorify"
     request = {"a": np.array(["x", "z"], dtype=object), "b": np.array(["y", "q"], dtype=object)}
     assert_wire_equal(compiled.transform(request), oracle(workflow, request))
+
+
+NUMBERS = pd.DataFrame({"item": [11, 11, 11, 11, 5, 5, 5, 7, 7, 9]})
+
+
+def rewrite_vocabulary_index_from_zero(workflow: nvt.Workflow, column: str) -> None:
+    """Store the vocabulary with an index from 0 (as cudf, or older writers, leave it)."""
+    path = workflow.output_node.op.categories[column]
+    pd.read_parquet(path).reset_index(drop=True).to_parquet(path)
+
+
+@pytest.mark.parametrize("index_from_zero", [False, True], ids=["index-from-3", "index-from-0"])
+@pytest.mark.parametrize("split_out", [1, 2])
+def test_categorify_encodes_a_vocabulary_written_either_way_like_nvtabular_and_decodes_it_back(
+    out_path, split_out, index_from_zero, caplog
+):
+    workflow = categorify(NUMBERS, out_path, split_out=split_out)
+    if index_from_zero:
+        rewrite_vocabulary_index_from_zero(workflow, "item")
+    compiled = compile_workflow(workflow)
+    assert compiled.fallbacks == []  # split_out > 1 written as one file is compiled too
+    request = {"item": np.array([5, 7, 9, 11, 13, 11], dtype=np.int64)}
+
+    got = compiled.transform(request)
+    assert_wire_equal(got, oracle(workflow, request))
+    # NVTabular shifts an index from 0 past the reserved ids only with split_out=1
+    shifted = not index_from_zero or split_out == 1
+    assert got["item"].tolist() == ([4, 5, 6, 3, 2, 3] if shifted else [1, 2, 3, 0, 2, 0])
+
+    # decoding reads the same labels: every known value comes back
+    decoded = CategoryVocabulary.from_workflow(workflow, "item").decode(got["item"])
+    known = [0, 1, 2, 3, 5]
+    assert decoded[known].tolist() == [5, 7, 9, 11, 11]
+    if shifted:
+        assert decoded[4] == -1  # the unseen 13: out of vocabulary
+    # unshifted, the vocabulary's ids collide with the reserved ones, and the library says so
+    collides = any("share ids with padding, null and out-of-vocabulary" in r.getMessage() for r in caplog.records)
+    assert collides == (not shifted)
+
+
+@settings(max_examples=40, deadline=None)
+@given(items=st.lists(st.sampled_from([5, 7, 9, 11, 12, 0, -3]), min_size=1, max_size=30))
+def test_categorify_with_split_out_equals_nvtabular_on_random_requests(split_out_workflow, items):
+    request = {"item": np.array(items, dtype=np.int64)}
+    assert_wire_equal(compile_workflow(split_out_workflow).transform(request), oracle(split_out_workflow, request))
+
+
+@pytest.fixture(scope="module")
+def split_out_workflow(tmp_path_factory):
+    return categorify(NUMBERS, str(tmp_path_factory.mktemp("split_out")), split_out=3)

@@ -34,7 +34,7 @@ def test_later_branch_wins_when_two_branches_produce_the_same_column():
     assert_wire_equal(got, oracle(workflow, request))
 
 
-def test_transform_fails_like_nvtabular_when_a_filter_leaves_no_session(rich_session_workflow):
+def test_steps_after_a_filter_that_keeps_nothing_return_no_rows_where_nvtabular_fails(rich_session_workflow):
     request = {
         "session_id": np.array([1, 2]),
         "timestamp": np.array([10, 20]),
@@ -45,8 +45,24 @@ def test_transform_fails_like_nvtabular_when_a_filter_leaves_no_session(rich_ses
     # every session has one row, the filter keeps none, and later steps find no list columns
     with pytest.raises(KeyError):
         oracle(rich_session_workflow, request)
-    with pytest.raises(ValueError, match=r"needs column\(s\) \['item_id-list', .*\], which no upstream step produced"):
-        compile_workflow(rich_session_workflow).transform(request)
+    got = compile_workflow(rich_session_workflow).transform(request)
+    assert got["session_id"].shape == (0,)
+    assert got["item_id-list"].shape == (0, 20)  # padded lists keep their width
+    np.testing.assert_array_equal(got["category-list__offsets"], [0])
+
+
+def test_every_operator_running_through_nvtabular_also_returns_no_rows_after_such_a_filter(rich_session_workflow):
+    request = {
+        "session_id": np.array([1, 2, 2]),
+        "timestamp": np.array([10, 20, 30]),
+        "item_id": np.array(["x", "y", "z"], dtype=object),
+        "category": np.array([1, 2, 2]),
+        "price": np.array([1.0, 2.0, 3.0]),
+    }
+    unfiltered = compile_workflow(rich_session_workflow, kernels=False).transform(request)
+    assert_wire_equal(unfiltered, oracle(rich_session_workflow, request))
+    single_clicks = {name: values[:2] for name, values in request.items()}
+    assert compile_workflow(rich_session_workflow, kernels=False).transform(single_clicks)["session_id"].shape == (0,)
 
 
 def test_schema_only_operators_compile_and_pass_data_through():

@@ -1,4 +1,5 @@
-"""The compiled LogOp, Normalize and NormalizeMinMax: the same bits as NVTabular's pandas arithmetic."""
+"""The compiled FillMissing, LogOp, Normalize and NormalizeMinMax: the same bits as NVTabular's pandas
+arithmetic."""
 
 from __future__ import annotations
 
@@ -22,16 +23,19 @@ TRAIN = pd.DataFrame(
         "x32": np.array([1.5, 2.5, 0.0, 7.0, 1.0, 2.0], dtype=np.float32),
     }
 )
-OPERATORS = {
-    "log": nvt.ops.LogOp,
-    "normalize": nvt.ops.Normalize,
-    "normalize_minmax": nvt.ops.NormalizeMinMax,
+GRAPHS = {
+    "fill_missing": lambda columns: columns >> nvt.ops.FillMissing(fill_val=-1.5),
+    "fill_missing_flagged": lambda columns: columns >> nvt.ops.FillMissing(add_binary_cols=True),
+    "fill_then_normalize": lambda columns: columns >> nvt.ops.FillMissing() >> nvt.ops.Normalize(),
+    "log": lambda columns: columns >> nvt.ops.LogOp(),
+    "normalize": lambda columns: columns >> nvt.ops.Normalize(),
+    "normalize_minmax": lambda columns: columns >> nvt.ops.NormalizeMinMax(),
 }
 
 
-@pytest.fixture(scope="module", params=sorted(OPERATORS))
+@pytest.fixture(scope="module", params=sorted(GRAPHS))
 def continuous(request):
-    return fit(["x", "n", "x32"] >> OPERATORS[request.param](), TRAIN)
+    return fit(GRAPHS[request.param](["x", "n", "x32"]), TRAIN)
 
 
 @settings(max_examples=60, deadline=None)
@@ -71,3 +75,10 @@ def test_log_op_of_a_ragged_request_column_equals_nvtabular(ragged_log, rows):
         "prices" + OFFSETS: np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int32),
     }
     assert_wire_equal(compile_workflow(ragged_log).transform(request), oracle(ragged_log, request))
+
+
+def test_fill_missing_with_a_value_float32_cannot_hold_equals_nvtabular():
+    # pandas moves such a column to float64 when it has a NaN to fill; the kernel leaves it to NVTabular
+    workflow = fit(["x32"] >> nvt.ops.FillMissing(fill_val=0.1), TRAIN[["x32"]])
+    request = {"x32": np.array([np.nan, 1.0], dtype=np.float32)}
+    assert_wire_equal(compile_workflow(workflow).transform(request), oracle(workflow, request))

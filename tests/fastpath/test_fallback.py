@@ -41,21 +41,21 @@ def fast_path_messages(caplog) -> list[str]:
 
 def test_operators_without_a_kernel_run_through_nvtabular_and_log_one_line_each(tmp_path, caplog):
     items = ["item"] >> nvt.ops.Categorify(out_path=str(tmp_path))
-    prices = ["price"] >> nvt.ops.FillMissing(fill_val=0.5) >> nvt.ops.Clip(min_value=0.0)
+    prices = ["price"] >> nvt.ops.FillMissing(fill_val=0.5) >> nvt.ops.Clip(min_value=0.0) >> nvt.ops.Bucketize([1.0])
     workflow = fit(items + prices, TRAIN[["item", "price"]])
     with caplog.at_level(logging.WARNING, logger="merlin_torch_serving"):
         compiled = compile_workflow(workflow)
     assert compiled.fallbacks == [
-        ("FillMissing", "FillMissing has no compiled kernel"),
         ("Clip", "Clip has no compiled kernel"),
+        ("Bucketize", "Bucketize has no compiled kernel"),
     ]
     assert fast_path_messages(caplog) == [
-        "fast path: operator 'FillMissing' runs through NVTabular: FillMissing has no compiled kernel",
         "fast path: operator 'Clip' runs through NVTabular: Clip has no compiled kernel",
+        "fast path: operator 'Bucketize' runs through NVTabular: Bucketize has no compiled kernel",
     ]
     request = {"item": np.array([3, 7, 1]), "price": np.array([np.nan, -1.0, 2.5])}
     got = compiled.transform(request)
-    np.testing.assert_array_equal(got["price"], [0.5, 0.0, 2.5])
+    np.testing.assert_array_equal(got["price"], [0, 0, 1])  # filled 0.5, clipped 0.0, 2.5
     assert_wire_equal(got, oracle(workflow, request))
 
 

@@ -137,3 +137,28 @@ def test_groupby_with_an_aggregation_that_is_not_compiled_runs_through_nvtabular
         "f": np.array([1.0, 2.0, 4.0]),
     }
     assert_wire_equal(compiled.transform(request), oracle(workflow, request))
+
+
+@pytest.fixture(scope="module")
+def datetime_first_last():
+    """A datetime column aggregated like the end-to-end example's ``event_time_dt``."""
+    train = pd.DataFrame({"k": [1, 1, 2], "t": [3, 1, 2], "when": pd.to_datetime([30, 10, 20], unit="s")})
+    return fit(
+        ["k", "t", "when"]
+        >> nvt.ops.Groupby(groupby_cols=["k"], sort_cols=["t"], aggs={"when": ["first", "last", "list"]}, name_sep="-"),
+        train,
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 9), st.integers(-(10**9), 3 * 10**9)), min_size=1, max_size=30
+    )
+)
+def test_groupby_first_last_and_list_of_datetimes_equal_nvtabular(datetime_first_last, rows):
+    keys, times, seconds = map(np.array, zip(*rows))
+    request = {"k": keys, "t": times, "when": seconds.astype("datetime64[s]").astype("datetime64[ns]")}
+    compiled = compile_workflow(datetime_first_last)
+    assert compiled.fallbacks == []
+    assert_wire_equal(compiled.transform(request), oracle(datetime_first_last, request))

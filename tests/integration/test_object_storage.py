@@ -1,6 +1,7 @@
 """Export to s3:// on a local S3-compatible server (moto's), read it back, and serve it from there
 with the bundled tritonserver, which reads s3:// repositories itself."""
 
+import json
 import os
 
 import numpy as np
@@ -54,11 +55,15 @@ def test_export_to_s3_writes_the_repository_there_and_no_local_folder(local_s3, 
     root = f"{BUCKET}/plain"
     local_files = sorted(p.relative_to(tmp_path / "local").as_posix() for p in (tmp_path / "local").rglob("*") if p.is_file())
     assert remote_files(fs, root) == local_files
-    # files that two exports write alike (pickles and manifests differ run to run)
-    deterministic = [f for f in local_files if f.endswith(("config.pbtxt", "step.json", "model.py")) or "/warmup/" in f]
+    # files that two exports write alike (pickles, their hashes in step.json, and manifests differ run to run)
+    deterministic = [f for f in local_files if f.endswith(("config.pbtxt", "model.py")) or "/warmup/" in f]
     assert len(deterministic) >= 6
     for relative in deterministic:
         assert fs.cat_file(f"{root}/{relative}") == (tmp_path / "local" / relative).read_bytes(), relative
+    for relative in (f for f in local_files if f.endswith("step.json")):
+        uploaded, written = json.loads(fs.cat_file(f"{root}/{relative}")), json.loads((tmp_path / "local" / relative).read_bytes())
+        assert uploaded.keys() == written.keys() and uploaded["calls"] == written["calls"], relative
+        assert uploaded["artifacts"].keys() == written["artifacts"].keys(), relative
 
 
 def test_export_to_s3_adds_versions_and_overwrites_like_a_local_export(local_s3, toy_ensemble):

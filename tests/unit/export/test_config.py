@@ -113,7 +113,7 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
     [("all", "all", None), (3, "latest", 3), (None, None, None)],
 )
 def test_version_policy_forms(policy, field, value):
-    config = configs.ensemble_config("e", *_tiny_schemas(), [], ModelOptions(version_policy=policy))
+    config = configs.ensemble_config("e", *_tiny_schemas(), [], ["session_id"], ModelOptions(version_policy=policy))
     assert config.version_policy.WhichOneof("policy_choice") == field
     if field == "latest":
         assert config.version_policy.latest.num_versions == value

@@ -2,13 +2,17 @@
 catalog's scores are needed nowhere else."""
 
 import json
+from typing import Dict, Tuple
 
 import numpy as np
+import pytest
 import torch
 from merlin.dag import ColumnSelector
+from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow, frames, wire
 from tests import toy_session
+from tests.repository_runner import response_arrays, run_repository
 
 
 def test_fused_libtorch_model_returns_the_in_process_top_k_exactly(toy_workflow, toy_model, tmp_path):
@@ -80,3 +84,77 @@ def test_decoding_joins_the_fused_libtorch_model_and_returns_raw_ids(toy_workflo
     np.testing.assert_array_equal(ids.numpy(), expected["item_ids"].values)
     np.testing.assert_array_equal(scores.numpy(), expected["item_scores"].values)
     assert ids.min() >= 500  # raw ids of toy_session start at 500
+
+
+# ---- the blanking of filtered sessions -----------------------------------------------------------
+
+
+class ScoresAndIds(torch.nn.Module):
+    """A model that ranks by itself, like Transformers4Rec with top_k: (scores, ids) of the 3 best."""
+
+    def __init__(self, scorer: torch.nn.Module):
+        super().__init__()
+        self.scorer = scorer
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        best = torch.topk(self.scorer(inputs), 3)
+        return best.values, best.indices
+
+
+@pytest.fixture(scope="module")
+def filtered_workflow(tmp_path_factory):
+    return toy_session.fitted_workflow(tmp_path_factory.mktemp("filtered_toy"), minimum_clicks=2)
+
+
+def filtered_request(workflow):
+    """Shuffled rows of sessions of 1 to 9 clicks: the one-click ones are filtered out."""
+    rows = toy_session.interactions(12, seed=31, first_session=7200)
+    return frames.frame_to_table(rows.sample(frac=1.0, random_state=3)[workflow.input_schema.column_names])
+
+
+def exported_answer(ensemble, tmp_path, request):
+    """The repository's answer run step by step, and the in-process one, as response tensors; the
+    blanking must have joined the libtorch step."""
+    result = ensemble.export(tmp_path, "reco")
+    assert list(result.fused) == ["reco-0-transformworkflow", "reco-1-predictpytorch_blankfilteredrows"]
+    names = ensemble.input_schema.column_names
+    return run_repository(tmp_path, "reco", wire.to_wire(request)), response_arrays(ensemble.run(request), names)
+
+
+def assert_same_arrays(got: dict, expected: dict) -> None:
+    assert sorted(got) == sorted(expected)
+    for name, array in expected.items():
+        assert got[name].dtype == array.dtype, name
+        np.testing.assert_array_equal(got[name], array, err_msg=name)
+
+
+def test_blanking_joins_a_single_output_libtorch_model(filtered_workflow, tmp_path):
+    scripted, input_schema, output_schema = toy_session.scripted_model(filtered_workflow)
+    features = filtered_workflow.input_schema.column_names >> TransformWorkflow(filtered_workflow)
+    ensemble = Ensemble(features >> PredictPytorch(scripted, input_schema, output_schema), filtered_workflow.input_schema)
+    request = filtered_request(filtered_workflow)
+
+    served, expected = exported_answer(ensemble, tmp_path, request)
+
+    assert_same_arrays(served, expected)
+    filtered = expected["filtered_out"]
+    assert filtered.any() and not filtered.all()
+    assert np.isnan(expected["next-item"][filtered]).all() and not np.isnan(expected["next-item"][~filtered]).any()
+
+
+@pytest.mark.parametrize("order", ["model order", "reversed"])
+def test_blanking_joins_a_two_output_libtorch_model_in_either_output_order(filtered_workflow, tmp_path, order):
+    scripted, input_schema, _ = toy_session.scripted_model(filtered_workflow)
+    outputs = Schema([ColumnSchema("scores", dtype="float32"), ColumnSchema("ids", dtype="int64")])
+    model = torch.jit.script(ScoresAndIds(scripted))
+    features = filtered_workflow.input_schema.column_names >> TransformWorkflow(filtered_workflow)
+    predictions = features >> PredictPytorch(model, input_schema, outputs)
+    graph = predictions if order == "model order" else predictions["ids"] + predictions["scores"]
+    ensemble = Ensemble(graph, filtered_workflow.input_schema)
+    request = filtered_request(filtered_workflow)
+
+    served, expected = exported_answer(ensemble, tmp_path, request)
+
+    assert list(expected)[2:] == (["scores", "ids"] if order == "model order" else ["ids", "scores"])
+    assert_same_arrays(served, expected)
+    assert (expected["ids"][expected["filtered_out"]] == -1).all()

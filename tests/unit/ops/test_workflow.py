@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 
 from merlin_torch_serving import Ensemble, TransformWorkflow, frames
-from merlin_torch_serving.ops.workflow import take_rows
+from merlin_torch_serving.ops.session_rows import take_rows
 from merlin.table import TensorTable
 from tests import toy_session
 

@@ -1,0 +1,106 @@
+"""Warm-up inputs of every exported step: what each step receives when the ensemble answers a
+request that no filter drops, captured by running the plan in this process.
+
+Operators that read the request propose candidate requests (``ServingOperator.warmup_requests``);
+the first one whose rows all survive the filters wins. When none does, the steps still warm up
+(on the filtered rows) and the export says which filter it could not satisfy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from merlin.table import TensorTable
+
+from merlin_torch_serving import wire
+from merlin_torch_serving.plan import REQUEST, Plan, Ref, run_calls
+from merlin_torch_serving.samples import sample_table
+
+logger = logging.getLogger("merlin_torch_serving")
+
+
+@dataclass(frozen=True)
+class WarmupInputs:
+    """Per step model, its warm-up input arrays in the wire format; ``problem`` says why they are
+    not a request that passes every filter (None when they are)."""
+
+    arrays: dict[str, dict[str, np.ndarray]]
+    problem: str | None = None
+
+
+def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
+    candidates = [request for call in plan.calls if _reads_request(call) for request in call.op.warmup_requests()]
+    candidates = candidates or [TensorTable({}, _unsafe=True)]
+    failures = []
+    filtered = None
+    for candidate in candidates:
+        request = _complete(candidate, plan)
+        try:
+            env = _run(plan, request)
+        except Exception as error:  # a candidate the graph rejects: try the next one
+            failures.append(f"{type(error).__name__}: {error}")
+            continue
+        dropped = _dropped_by(plan, env, request)
+        if dropped is None:
+            return WarmupInputs(_step_arrays(steps, env))
+        filtered = filtered or (env, dropped)
+    if filtered is not None:
+        env, dropped = filtered
+        problem = (
+            f"no warm-up request passed {dropped} (tried sessions of several lengths, with values from "
+            "the vocabularies and constant numbers); the step models warm up on a filtered session"
+        )
+        logger.warning("export: %s", problem)
+        return WarmupInputs(_step_arrays(steps, env), problem)
+    problem = f"the ensemble failed on every warm-up request ({failures[-1]}); steps warm up on schema samples"
+    logger.warning("export: %s", problem)
+    return WarmupInputs({step.name: wire.to_wire(sample_table(step.input_schema)) for step in steps}, problem)
+
+
+def _reads_request(call) -> bool:
+    return any(ref.producer == REQUEST for ref in call.inputs.values())
+
+
+def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
+    """The candidate with the request columns it lacks sampled from the input schema, in order."""
+    rows = _row_count(candidate)
+    missing = plan.input_schema.remove_col([name for name in candidate.columns if name in plan.input_schema.column_names])
+    filler = sample_table(missing, rows=rows) if len(missing) else None
+    columns = {}
+    for name in plan.input_schema.column_names:
+        source = candidate if name in candidate.columns else filler
+        column = source[name]
+        columns[name] = (column.values, column.offsets) if column.offsets is not None else column.values
+    return TensorTable(columns, _unsafe=True)
+
+
+def _row_count(table: TensorTable) -> int:
+    for column in table.values():
+        return len(column.offsets) - 1 if column.offsets is not None else len(column.values)
+    return 1
+
+
+def _run(plan: Plan, request: TensorTable) -> dict:
+    env = {Ref(REQUEST, name): column for name, column in request.items()}
+    run_calls(plan.calls, env, plan.outputs)
+    return env
+
+
+def _dropped_by(plan: Plan, env: dict, request: TensorTable) -> str | None:
+    """What dropped a row of the request, when a workflow marked one as filtered out."""
+    for call in plan.calls:
+        flag = call.op.filtered_rows_column()
+        if flag and np.asarray(env[Ref(call.index, flag)].values).any():
+            inputs = TensorTable({name: request[ref.column] for name, ref in call.inputs.items()}, _unsafe=True)
+            return call.op.filtered_by(inputs) or f"the filters of {call.op.label}"
+    return None
+
+
+def _step_arrays(steps, env: dict) -> dict[str, dict[str, np.ndarray]]:
+    arrays = {}
+    for step in steps:
+        table = TensorTable({name: env[ref] for name, ref in step.inputs.items()}, _unsafe=True)
+        arrays[step.name] = wire.to_wire(table)
+    return arrays
