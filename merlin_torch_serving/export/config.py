@@ -22,6 +22,8 @@ INPUT_SCHEMA_PARAMETER = "merlin_torch_serving.input_schema"
 OUTPUT_SCHEMA_PARAMETER = "merlin_torch_serving.output_schema"
 #: python-backend step parameter: torch's intra-op threads in that model's process
 TORCH_THREADS_PARAMETER = "merlin_torch_serving.torch_threads"
+#: python-step parameter, written only as "false": the step publishes no metrics of its own
+METRICS_PARAMETER = "merlin_torch_serving.metrics"
 #: python-backend parameter: the Python environment (a folder or a .tar.gz) its stub runs in
 EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
 INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO", "KIND_MODEL")
@@ -80,6 +82,11 @@ class ModelOptions:
         ``EXECUTION_ENV_PATH`` of every python step: the Python environment (a folder or a
         ``.tar.gz``) its stub runs in; ``$$TRITON_MODEL_DIRECTORY`` stands for the model's
         folder. ``merlin-torch-serving bundle`` sets it, with the stub that fits the environment.
+    metrics
+        Whether python steps publish their own counters (``mts_*`` on the server's metrics
+        endpoint: sessions, filtered sessions, out-of-vocabulary ids, fast-path fallbacks, time
+        per operator; see ``export.step_metrics``). On by default: they cost a few microseconds
+        a request.
     """
 
     instance_count: int = 1
@@ -92,6 +99,7 @@ class ModelOptions:
     rate_limiter: Mapping | None = None
     parameters: Mapping[str, str] | None = None
     execution_env: str | None = None
+    metrics: bool = True
 
     def __post_init__(self):
         if self.instance_kind not in INSTANCE_KINDS:
@@ -99,12 +107,18 @@ class ModelOptions:
         _version_policy(self.version_policy)  # raises on nonsense
         if self.rate_limiter is not None:
             _parse({"instance_group": [{"rate_limiter": dict(self.rate_limiter)}]}, "rate_limiter")
-        own = {TORCH_THREADS_PARAMETER, MAX_REQUEST_ROWS_PARAMETER, EXECUTION_ENV_PARAMETER, "INTRA_OP_THREAD_COUNT"}
+        own = {
+            TORCH_THREADS_PARAMETER,
+            MAX_REQUEST_ROWS_PARAMETER,
+            EXECUTION_ENV_PARAMETER,
+            METRICS_PARAMETER,
+            "INTRA_OP_THREAD_COUNT",
+        }
         reserved = own & set(self.parameters or {})
         if reserved:
             raise ValueError(
                 f"parameters {sorted(reserved)} are set through ModelOptions' own fields "
-                "(torch_threads, max_request_rows, execution_env); pass them there"
+                "(torch_threads, max_request_rows, execution_env, metrics); pass them there"
             )
         if self.instance_count < 1:
             raise ValueError(f"instance_count must be at least 1, got {self.instance_count!r}")
@@ -144,6 +158,7 @@ def python_model_config(
                     TORCH_THREADS_PARAMETER: options.torch_threads,
                     MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
                     EXECUTION_ENV_PARAMETER: options.execution_env,
+                    METRICS_PARAMETER: None if options.metrics else "false",
                 }
             ),
             "model_warmup": _warmup(warmup_files, options),

@@ -89,6 +89,7 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
         rate_limiter={"resources": [{"name": "cpu_slot", "count": 1}], "priority": 2},
         parameters={"shm-default-byte-size": "1048576"},
         execution_env="$$TRITON_MODEL_DIRECTORY/python-env",
+        metrics=False,
     )
     graph = toy_session.session_graph(toy_workflow, toy_model, backend="pytorch")
     Ensemble(graph, toy_workflow.input_schema).export(tmp_path, "opts", options=options)
@@ -104,6 +105,7 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
         assert list(step.version_policy.specific.versions) == [1, 2]
     assert python_step.parameters["EXECUTION_ENV_PATH"].string_value == "$$TRITON_MODEL_DIRECTORY/python-env"
     assert "EXECUTION_ENV_PATH" not in libtorch_step.parameters  # a python-backend setting
+    assert python_step.parameters[configs.METRICS_PARAMETER].string_value == "false"
     assert ensemble.response_cache.enable and not python_step.response_cache.enable
     assert list(ensemble.version_policy.specific.versions) == [1, 2]
 
@@ -134,6 +136,7 @@ def _tiny_schemas():
         ({"version_policy": []}, "version_policy must be None"),
         ({"rate_limiter": {"slots": 1}}, r"rate_limiter is not valid in a Triton model config: .*no field named \"slots\""),
         ({"parameters": {"INTRA_OP_THREAD_COUNT": "2"}}, r"parameters \['INTRA_OP_THREAD_COUNT'\] are set through ModelOptions' own fields"),
+        ({"parameters": {"merlin_torch_serving.metrics": "no"}}, r"are set through ModelOptions' own fields .*metrics\)"),
     ],
 )
 def test_model_options_reject_nonsense_passthrough(options, message):
