@@ -5,6 +5,7 @@
     merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
     merlin-torch-serving models                what the server has loaded, and whether it answers
     merlin-torch-serving bundle REPOSITORY OUT  a copy that serves where the server's Python lacks this library
+    merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes manifests and a KServe InferenceService
     merlin-torch-serving build-backend pytorch [--sources PATH]
                                                build Triton's libtorch backend for this torch
 """
@@ -123,6 +124,17 @@ def bundle(args) -> int:
         f"bundled {len(result.python_steps)} python step(s) with Python {result.environment.python_version} and "
         f"{len(result.environment.distributions)} distributions into {result.path}"
     )
+    return 0
+
+
+def deploy_files(args) -> int:
+    from merlin_torch_serving import deployment
+
+    settings = deployment.DeploySettings(
+        **{field: value for field, value in vars(args).items() if field in _DEPLOY_FIELDS and value is not None}
+    )
+    for path in deployment.write(args.out, settings):
+        print(path)
     return 0
 
 
@@ -267,6 +279,20 @@ def _parser() -> argparse.ArgumentParser:
     bundle_parser.add_argument("--environment", metavar="FOLDER", help="reuse an environment packed by an earlier bundle")
     bundle_parser.set_defaults(run=bundle)
 
+    deploy_parser = commands.add_parser(
+        "deploy-files",
+        parents=[version],
+        help="write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a repository",
+        description="Render the deployment files (Dockerfile; k8s/ Deployment, Service, HorizontalPodAutoscaler, "
+        "PodDisruptionBudget, prometheus-adapter rule; kserve/ InferenceService) into OUT, from one set of "
+        "settings so that ports, repository, shared memory and cache agree. Unset options keep the defaults "
+        "of the repository's own deploy/ folder.",
+    )
+    deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
+    for field in _DEPLOY_FIELDS:
+        deploy_parser.add_argument(f"--{field.replace('_', '-')}", type=_DEPLOY_FIELDS[field], default=None)
+    deploy_parser.set_defaults(run=deploy_files)
+
     build_parser = commands.add_parser(
         "build-backend",
         parents=[version],
@@ -311,6 +337,23 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
+
+
+_DEPLOY_FIELDS = {
+    "name": str,
+    "namespace": str,
+    "image": str,
+    "repository": str,
+    "bundled_repository": str,
+    "secret": str,
+    "replicas": int,
+    "max_replicas": int,
+    "cpu": str,
+    "memory": str,
+    "shm_size": str,
+    "queue_target_us": int,
+    "triton_runtime_version": str,
+}
 
 
 def _default_url(args) -> None:
