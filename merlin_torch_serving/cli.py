@@ -131,7 +131,7 @@ def deploy_files(args) -> int:
     from merlin_torch_serving import deployment
 
     settings = deployment.DeploySettings(
-        **{field: value for field, value in vars(args).items() if field in _DEPLOY_FIELDS and value is not None}
+        **{field.name: getattr(args, field.name) for field in _deploy_fields() if getattr(args, field.name) is not None}
     )
     for path in deployment.write(args.out, settings):
         print(path)
@@ -289,8 +289,10 @@ def _parser() -> argparse.ArgumentParser:
         "of the repository's own deploy/ folder.",
     )
     deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
-    for field in _DEPLOY_FIELDS:
-        deploy_parser.add_argument(f"--{field.replace('_', '-')}", type=_DEPLOY_FIELDS[field], default=None)
+    for field in _deploy_fields():
+        deploy_parser.add_argument(
+            f"--{field.name.replace('_', '-')}", type=type(field.default), default=None, help=f"default: {field.default}"
+        )
     deploy_parser.set_defaults(run=deploy_files)
 
     build_parser = commands.add_parser(
@@ -339,21 +341,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-_DEPLOY_FIELDS = {
-    "name": str,
-    "namespace": str,
-    "image": str,
-    "repository": str,
-    "bundled_repository": str,
-    "secret": str,
-    "replicas": int,
-    "max_replicas": int,
-    "cpu": str,
-    "memory": str,
-    "shm_size": str,
-    "queue_target_us": int,
-    "triton_runtime_version": str,
-}
+
+
+def _deploy_fields():
+    import dataclasses
+
+    from merlin_torch_serving.deployment import DeploySettings
+
+    return dataclasses.fields(DeploySettings)
 
 
 def _default_url(args) -> None:

@@ -51,8 +51,9 @@ class DeploySettings:
     shm_size: str = "1Gi"
     #: scale out when requests wait longer than this in Triton's queue, on average
     queue_target_us: int = 20000
-    #: NVIDIA's tritonserver image KServe runs (its libtorch and python backends)
-    triton_runtime_version: str = "24.08-py3"
+    #: NVIDIA's tritonserver release KServe runs: 24.10 is tritonserver 2.51, whose python-backend stubs
+    #: nvidia-pytriton ships (bundles carry one of them)
+    triton_runtime_version: str = "24.10-py3"
 
 
 def render(settings: DeploySettings = DeploySettings()) -> dict[str, str]:
