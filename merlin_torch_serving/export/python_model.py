@@ -123,6 +123,11 @@ class TritonPythonModel:
                 responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
         return responses
 
+    def finalize(self):
+        step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early
+        if step_metrics is not None:
+            step_metrics.close()
+
     def _run(self, arrays: dict) -> dict:
         with torch_threads(self.torch_threads):
             if self.metrics is None:

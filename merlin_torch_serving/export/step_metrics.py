@@ -67,6 +67,11 @@ class StepMetrics:
             return True
         return False
 
+    def close(self) -> None:
+        """Drop the series before their families, the order the python backend requires."""
+        self._series.clear()
+        self._families.clear()
+
     def _add(self, name: str, value: float, labels: tuple) -> None:
         if not value:
             return
