@@ -12,13 +12,23 @@ Triton's own ``nv_inference_count`` counts them too.
     mts_fastpath_fallbacks_total{model,operator}  workflow operators run through NVTabular
     mts_operator_seconds_total{model,operator}    time inside each operator of the (fused) step
 
-A series appears with its first non-zero count. Each increment is a message to the server process, so one request costs one
-per series it touched.
+A series appears with its first non-zero count. Each increment is a message to the server process
+that waits for its answer (~12 us on an idle machine, a scheduler time slice or more on a busy
+one), so a request only adds its counts to a pending total, and a thread of the stub publishes
+that total once a second (``FLUSH_INTERVAL_S``), off the request path: a scrape sees a request
+within about a second.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+
 from merlin_torch_serving import metrics
+
+logger = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_S = 1.0
 
 PREFIX = "mts_"
 REQUESTS = "requests"
@@ -42,22 +52,32 @@ def warmup_runs(model_config: dict) -> int:
 
 
 class StepMetrics:
-    """The counters of one model instance; ``publish`` adds what one request collected."""
+    """The counters of one model instance: ``publish`` adds what one request collected to the
+    pending totals, which a thread sends to the server every ``flush_interval_s``."""
 
-    def __init__(self, pb_utils, model_name: str, warmup_requests: int):
+    def __init__(self, pb_utils, model_name: str, warmup_requests: int, flush_interval_s: float = FLUSH_INTERVAL_S):
         self._pb = pb_utils
         self._model = model_name
         self._warmup_left = warmup_requests
         self._families = {}
         self._series = {}
+        self._pending: dict[metrics.Key, float] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._flusher = threading.Thread(
+            target=self._flush_every, args=(flush_interval_s,), name=f"mts-metrics-{model_name}", daemon=True
+        )
+        self._flusher.start()
 
     def publish(self, collected: metrics.Collected) -> None:
         """Add one answered request's counts (nothing for a warm-up request)."""
         if self.skip_warmup():
             return
-        self._add(REQUESTS, 1, ())
-        for (name, labels), value in collected.totals.items():
-            self._add(name, value, labels)
+        with self._lock:
+            pending = self._pending
+            pending[(REQUESTS, ())] = pending.get((REQUESTS, ()), 0.0) + 1
+            for key, value in collected.totals.items():
+                pending[key] = pending.get(key, 0.0) + value
 
     def skip_warmup(self) -> bool:
         """True while the request at hand is one of the instance's warm-up requests (answered or
@@ -67,10 +87,28 @@ class StepMetrics:
             return True
         return False
 
+    def flush(self) -> None:
+        """Send the pending totals to the server."""
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for (name, labels), value in pending.items():
+            self._add(name, value, labels)
+
     def close(self) -> None:
-        """Drop the series before their families, the order the python backend requires."""
+        """Stop the thread, send what is pending, and drop the series before their families, the
+        order the python backend requires."""
+        self._stopped.set()
+        self._flusher.join(timeout=10)
+        self.flush()
         self._series.clear()
         self._families.clear()
+
+    def _flush_every(self, interval_s: float) -> None:
+        while not self._stopped.wait(interval_s):
+            try:
+                self.flush()
+            except Exception:  # a lost batch of counts must not stop the ones after it
+                logger.exception("publishing the metrics of model %r failed", self._model)
 
     def _add(self, name: str, value: float, labels: tuple) -> None:
         if not value:

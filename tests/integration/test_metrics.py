@@ -1,6 +1,7 @@
 """The python steps' own Prometheus counters, scraped from the server after known requests."""
 
 import re
+import time
 import urllib.request
 
 import numpy as np
@@ -49,6 +50,16 @@ def scrape(metrics_url):
         return answer.read().decode()
 
 
+def scrape_when_published(metrics_url, model, requests, timeout_s=15.0):
+    """The metrics once the step's thread has published ``requests`` requests (it does every second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = scrape(metrics_url)
+        if value(text, "mts_requests_total", model=model) == requests or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
 def value(text, name, **labels):
     """The value of series ``name`` whose labels include ``labels`` (None when absent)."""
     for line in text.splitlines():
@@ -78,7 +89,7 @@ def test_scraped_counters_count_sessions_filtered_sessions_oov_ids_and_fallbacks
     np.testing.assert_array_equal(answer["item_id-list"][2][1], 2)  # the out-of-vocabulary label
     pd.testing.assert_frame_equal(answer, quiet_answer)
 
-    text = scrape(triton_server.metrics_url)
+    text = scrape_when_published(triton_server.metrics_url, STEP, requests=2)
     assert value(text, "mts_requests_total", model=STEP) == 2
     assert value(text, "mts_sessions_total", model=STEP) == 6
     assert value(text, "mts_filtered_sessions_total", model=STEP) == 2
