@@ -11,7 +11,7 @@ ratios, and the CPU other processes took meanwhile. On a busy machine those diff
 noise, so the cost is also measured in its two parts: the step run in this process with and
 without collecting (interleaved, medians of the thread's CPU time, which other processes do not
 inflate), and one counter increment in a stub of the same server
-(a probe model that increments 2,000 times), times the increments one request makes.
+(a probe model that increments 2,000 times), with the number of series one request touches.
 """
 
 from __future__ import annotations
@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  in this process, the fused step: {in_process_us['off']:.0f} us without collecting, "
               f"{in_process_us['on']:.0f} us with ({in_process_us['on'] - in_process_us['off']:+.1f} us; medians of "
               f"the thread's CPU time over {IN_PROCESS_ROUNDS} interleaved runs)")
-        print(f"  one counter increment from a stub: {increment_us:.1f} us (median of 5 x {PROBE_INCREMENTS}); "
-              f"{increments:.1f} increments a request -> {increments * increment_us:.0f} us a request published")
+        print(f"  one counter increment from a stub: {increment_us:.1f} us (median of 5 x {PROBE_INCREMENTS}); a request "
+              f"touches {increments:.1f} series, published once a second by the step's thread, not per request "
+              f"(per request that would be {increments * increment_us:.0f} us)")
     return 0
 
 
