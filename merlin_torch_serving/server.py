@@ -44,6 +44,9 @@ _PORT_ATTEMPTS = 3
 class TritonServer:
     """A tritonserver process on ``repository``; use as a context manager or call start()/stop().
 
+    ``repository`` is a local folder or a URL tritonserver reads itself (``s3://``, ``gs://``,
+    ``as://``; credentials come from the usual environment variables, which the server inherits).
+
     The process runs in its own process group, is forked by a thread of its own (so it lives on
     when the thread that called start() ends) and is killed when this process dies.
 
@@ -83,7 +86,7 @@ class TritonServer:
         log_path: str | os.PathLike | None = None,
     ):
         self.config = ServerConfig(
-            repository=Path(repository),
+            repository=repository,
             binary=Path(binary) if binary is not None else None,
             backend_directory=Path(backend_directory) if backend_directory is not None else None,
             http_port=http_port,
@@ -116,7 +119,7 @@ class TritonServer:
             raise ServerError(
                 f"this TritonServer already runs (pid {self._pid}); call stop() before starting it again"
             )
-        if not self.repository.is_dir():
+        if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError(
                 f"model repository {str(self.repository)!r} is not a directory; create it or pass "
                 "the folder that holds the model folders"

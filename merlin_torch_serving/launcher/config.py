@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from merlin_torch_serving.locations import repository_argument, server_repository
+
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
 #: the python backend's option that names its shared-memory regions
 SHM_PREFIX_OPTION = "shm-region-prefix-name"
@@ -31,7 +33,8 @@ class ServerConfig:
     left as None are found then too (see ``launcher.locate``).
     """
 
-    repository: Path
+    #: a local folder, or an object-store URL tritonserver reads itself (see ``locations``)
+    repository: Path | str
     binary: Path | None = None
     backend_directory: Path | None = None
     http_port: int | None = None
@@ -66,7 +69,7 @@ class ServerConfig:
                 f"poll_interval_s must be a whole number of seconds, at least 1, got {self.poll_interval_s!r}"
             )
         normalized = {
-            "repository": Path(self.repository),
+            "repository": server_repository(self.repository),
             "binary": _optional_path(self.binary),
             "backend_directory": _optional_path(self.backend_directory),
             "load_models": tuple(self.load_models),
@@ -100,7 +103,7 @@ class ServerConfig:
         (None when ``extra_args`` name it)."""
         return [
             str(binary),
-            f"--model-repository={self.repository.resolve()}",
+            f"--model-repository={repository_argument(self.repository)}",
             f"--backend-directory={backend_directory}",
             f"--http-port={ports.http}",
             f"--grpc-port={ports.grpc}",

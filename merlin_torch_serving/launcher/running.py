@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from merlin_torch_serving.exceptions import ModelLoadError, ServerError, ServerStartTimeoutError
 from merlin_torch_serving.health import ModelStatus
@@ -155,6 +156,12 @@ class RunningServer:
     def reload(self, name: str, timeout_s: float) -> None:
         """Load ``name`` anew beside the running instance (see ``TritonServer.reload``)."""
         repository = self.config.repository
+        if not isinstance(repository, Path):
+            raise ServerError(
+                f"could not reload model {name!r}: tritonserver reloads a model whose files changed, and this "
+                f"server's repository {repository!r} is in object storage, where its folders cannot be "
+                "touched; upload a new version (export with add_version=True) or restart the server"
+            )
         served = [m.version for m in self.admin.models() if m.name == name and m.state == "READY" and m.version]
         folders = [repository / name / str(version) for version in served] or [
             folder for folder in (repository / name).glob("[0-9]*") if folder.name.isdigit()

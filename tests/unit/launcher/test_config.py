@@ -42,6 +42,10 @@ def test_a_relative_repository_is_given_to_the_server_as_an_absolute_path(tmp_pa
     assert option(command(ServerConfig("models")), "model-repository") == [str(tmp_path.resolve() / "models")]
 
 
+def test_an_object_store_repository_is_given_to_the_server_as_the_url_it_is():
+    assert option(command(ServerConfig("s3://bucket/models")), "model-repository") == ["s3://bucket/models"]
+
+
 @pytest.mark.parametrize(
     ("mode", "expected"),
     [
