@@ -7,9 +7,11 @@ imported on first use, so ``import merlin_torch_serving.server`` does not pay fo
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    AddressError,
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
@@ -17,6 +19,7 @@ from merlin_torch_serving.exceptions import (
     InferenceError,
     InputError,
     MerlinTorchServingError,
+    MissingColumnsError,
     ModelCheckError,
     ModelLoadError,
     ModelNotImportableError,
@@ -30,9 +33,16 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
     ServerUnavailableError,
+    UnknownModelError,
+    WorkflowNotFittedError,
+    WrongProtocolError,
 )
 
 __version__ = "0.1.0"
+
+# merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
+# so the warning only hides real ones (it was printed on every command).
+warnings.filterwarnings("ignore", message="Tensorflow dtype mappings did not load", category=UserWarning)
 
 _LAZY = {
     "CategoryVocabulary": "merlin_torch_serving.vocabulary",
@@ -56,6 +66,7 @@ _LAZY = {
 __all__ = sorted(
     [
         *_LAZY,
+        "AddressError",
         "ArtifactError",
         "BackendBuildError",
         "BackendNotAvailableError",
@@ -63,6 +74,7 @@ __all__ = sorted(
         "InferenceError",
         "InputError",
         "MerlinTorchServingError",
+        "MissingColumnsError",
         "ModelCheckError",
         "ModelLoadError",
         "ModelNotImportableError",
@@ -76,6 +88,9 @@ __all__ = sorted(
         "ServerNotFoundError",
         "ServerStartTimeoutError",
         "ServerUnavailableError",
+        "UnknownModelError",
+        "WorkflowNotFittedError",
+        "WrongProtocolError",
     ]
 )
 
