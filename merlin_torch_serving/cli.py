@@ -48,9 +48,10 @@ def serve(args) -> int:
 
     # the supervisor says here when a model failed and was reloaded
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    # Until it serves, Ctrl-C (KeyboardInterrupt) and SIGTERM end start-up at once: start() kills
+    # the half-started server and re-raises; once it serves, they stop it gracefully.
+    signal.signal(signal.SIGTERM, _interrupt)
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     server = TritonServer(
         args.repository,
         http_port=args.http_port or None,
@@ -62,7 +63,10 @@ def serve(args) -> int:
         restart_failed_models=args.restart_failed_models,
         start_timeout_s=args.start_timeout,
     )
+    print(f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...", flush=True)
     with server:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
         print(f"tritonserver is ready (pid {server.pid})")
         print(f"  gRPC    {server.grpc_url}")
         print(f"  HTTP    {server.http_url}")
@@ -76,6 +80,10 @@ def serve(args) -> int:
         print("stopping tritonserver ...", flush=True)
     print("stopped")
     return 0
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def infer(args) -> int:

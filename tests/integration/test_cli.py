@@ -2,12 +2,14 @@
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -296,6 +298,42 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
     expected = tables.concat([ensemble.run(part) for part in chunks.split(request, ["session_id"], ROW_LIMIT)])
     np.testing.assert_array_equal(np.stack(answer["item_ids"]), expected["item_ids"].values)
     np.testing.assert_array_equal(np.stack(answer["item_scores"]), expected["item_scores"].values)
+
+
+def test_ctrl_c_during_start_up_stops_at_once_without_a_traceback(served_repository, tmp_path):
+    served = re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1)
+    repository = shutil.copytree(served, tmp_path / "repository")  # its own, to find its server by
+    process = subprocess.Popen(
+        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        read_until(process, "starting tritonserver on")
+        deadline = time.monotonic() + 60
+        while not servers_of(repository) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert servers_of(repository), "tritonserver did not start"
+        process.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        out, err = process.communicate(timeout=30)
+        took_s = time.monotonic() - interrupted
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert (process.returncode, err.strip()) == (130, "interrupted"), err
+    assert "ready" not in out
+    assert took_s < 10, f"start-up took {took_s:.1f} s to stop"
+    assert servers_of(repository) == []
+
+
+def servers_of(repository) -> list[int]:
+    """Pids of running tritonservers serving ``repository``."""
+    flag = f"--model-repository={Path(repository).resolve()}"
+    pids = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if flag in (process.info["cmdline"] or []) and process.info["status"] != psutil.STATUS_ZOMBIE:
+            pids.append(process.pid)
+    return pids
 
 
 def test_ctrl_c_stops_the_server_cleanly(served_repository):

@@ -175,5 +175,11 @@ def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(prot
 def test_wait_until_ready_returns_once_the_model_answers_and_says_why_it_gave_up(triton_server, served):
     with Client(triton_server.grpc_url) as client:
         client.wait_until_ready("toy-client", timeout_s=30)
-        with pytest.raises(ServerUnavailableError, match=r"not ready after 0\.5 s: model 'never-loaded' is not ready"):
-            client.wait_until_ready("never-loaded", timeout_s=0.5)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
+    with Client(url) as client, pytest.raises(ServerUnavailableError) as gave_up:
+        client.wait_until_ready("toy-client", timeout_s=0.5)
+    first, second = str(gave_up.value).splitlines()[:2]
+    assert first.startswith("start a server (`merlin-torch-serving serve REPOSITORY`")
+    assert second.startswith(f"tritonserver at {url} is not available: not ready after 0.5 s: ")
