@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from merlin_torch_serving import column_names
-from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
+from merlin_torch_serving.exceptions import MerlinTorchServingError, PortInUseError, ServerError
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
@@ -64,7 +64,13 @@ def serve(args) -> int:
         start_timeout_s=args.start_timeout,
     )
     print(f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...", flush=True)
-    with server:
+    try:
+        server.start()
+    except PortInUseError as error:
+        flag = f"--{error.protocol.lower()}-port"
+        hint = f"pass {flag} 0 (the OS picks a free port, printed when ready) or another free port"
+        raise PortInUseError(error.port, error.protocol, error.log_tail, hint=hint) from None
+    try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
         print(f"tritonserver is ready (pid {server.pid})")
@@ -78,6 +84,8 @@ def serve(args) -> int:
                 print("error: tritonserver exited on its own; its log:\n" + server.logs()[-4000:], file=sys.stderr)
                 return 1
         print("stopping tritonserver ...", flush=True)
+    finally:
+        server.stop()
     print("stopped")
     return 0
 

@@ -185,3 +185,43 @@ def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(exe
     assert len(sessions) == 3
     for session in sessions:
         assert re.search(rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check)
+
+
+def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
+    """`./run notebook` (from any folder) serves the notebook, and the kernel it names is this
+    virtualenv's Python with the checkout on its path."""
+    import json
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [str(ROOT / "run"), "notebook", "--no-browser", f"--port={port}", "--IdentityProvider.token=t"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+
+    def get(path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?token=t", timeout=10) as answer:
+            return json.load(answer)
+
+    try:
+        deadline, specs = time.monotonic() + 600, None  # the first call installs JupyterLab
+        while specs is None and process.poll() is None and time.monotonic() < deadline:
+            try:
+                specs = get("/api/kernelspecs")
+            except OSError:
+                time.sleep(0.5)
+        assert specs is not None, process.stderr.read().decode() if process.poll() is not None else "no answer"
+        notebook = get("/api/contents/notebooks/session_based_recommendations.ipynb")
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(60)
+    kernel = notebook["content"]["metadata"]["kernelspec"]["name"]
+    spec = specs["kernelspecs"][kernel]["spec"]
+    assert Path(spec["argv"][0]) == Path(sys.executable)
+    assert spec["env"] == {"PYTHONPATH": str(ROOT)}

@@ -168,6 +168,29 @@ def test_an_unknown_model_lists_the_models_the_server_has(served_repository, tmp
     assert line.endswith("; it has no model 'recommendations'")
 
 
+def test_a_taken_port_is_found_before_any_model_loads_and_port_0_is_advised(served_repository):
+    served = re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("serve", served, "--grpc-port", str(port), "--http-port", "0", "--metrics-port", "0", "--verbose")
+    assert first_error_line(result) == (
+        f"error: pass --grpc-port 0 (the OS picks a free port, printed when ready) or another free port: "
+        f"the gRPC port {port} is already in use"
+    )
+    assert len(result.stderr.strip().splitlines()) == 1  # no tritonserver log: none was started
+
+
+def test_serve_given_the_folder_above_a_repository_names_the_repository(served_repository):
+    served = Path(re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1))
+    result = run_cli("serve", str(served.parent), "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0")
+    assert first_error_line(result) == (
+        f"error: serve the repository itself, {str(served)!r}: {str(served.parent)!r} holds a model "
+        f"repository, not model folders"
+    )
+
+
 def test_integer_ids_stored_as_whole_floats_are_accepted(served_repository, ensemble, tmp_path):
     _, urls, _ = served_repository
     rows = toy_session.interactions(3, seed=33)
