@@ -205,7 +205,7 @@ class Client:
                 if isinstance(mapped, WrongProtocolError):
                     raise mapped from error
                 reason = f"{type(error).__name__}: {error}"
-                hint = transport.NO_SERVER_HINT if transport.NO_SERVER_HINT in str(mapped) else ""
+                hint = mapped.hint if isinstance(mapped, ServerUnavailableError) else ""
             if time.monotonic() >= deadline:
                 raise ServerUnavailableError(self.url, f"not ready after {timeout_s:g} s: {reason}", hint)
             time.sleep(_READY_POLL_S)

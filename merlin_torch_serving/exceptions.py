@@ -253,6 +253,7 @@ class ServerUnavailableError(ServerError):
     def __init__(self, url: str, detail: str, hint: str = ""):
         self.url = url
         self.detail = detail
+        self.hint = hint
         message = f"tritonserver at {url} is not available: {detail}"
         super().__init__(f"{hint}\n{message}" if hint else message)
 

@@ -7,7 +7,6 @@ clicks, and whoever feeds a model pads them.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -94,11 +93,9 @@ def as_dataset(interactions: Dataset | pd.DataFrame | str | Path) -> Dataset:
     """A CPU ``merlin.io.Dataset`` from a DataFrame, an interactions file or a Dataset."""
     if isinstance(interactions, Dataset):
         return interactions
-    frame = validate_interactions(interactions) if isinstance(interactions, pd.DataFrame) else read_interactions(interactions)
-    with warnings.catch_warnings():
-        # NVTabular calls CPU mode experimental on every Dataset; CPU is this example's point
-        warnings.filterwarnings("ignore", message="Initializing an NVTabular Dataset in CPU mode")
-        return Dataset(frame, cpu=True)
+    if isinstance(interactions, pd.DataFrame):
+        return Dataset(validate_interactions(interactions), cpu=True)
+    return Dataset(read_interactions(interactions), cpu=True)
 
 
 def transform(workflow: nvt.Workflow, interactions: Dataset | pd.DataFrame | str | Path) -> pd.DataFrame:

@@ -103,7 +103,7 @@ def test_infer_reports_a_bad_request_as_an_error_naming_the_column(served_reposi
     toy_session.interactions(2).drop(columns=["category"]).to_parquet(tmp_path / "bad.parquet")
     result = run_cli("infer", "reco", str(tmp_path / "bad.parquet"), "--url", urls["gRPC"])
     assert result.returncode == 1
-    assert "input column 'category'" in result.stderr
+    assert "missing input columns: 'category' (int64 scalar)" in result.stderr
 
 
 def test_models_lists_versions_states_and_whether_stubs_answer(served_repository):
