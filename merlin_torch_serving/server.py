@@ -37,7 +37,7 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
 )
-from merlin_torch_serving import diagnostics
+from merlin_torch_serving import diagnostics, preflight
 from merlin_torch_serving.admin import Admin
 from merlin_torch_serving.health import ModelHealth, ModelStatus
 from merlin_torch_serving.process import (
@@ -184,9 +184,10 @@ class TritonServer:
             )
         if not self.repository.is_dir():
             raise ServerError(
-                f"model repository {str(self.repository)!r} is not a directory; create it or pass "
-                "the folder that holds the model folders"
+                "pass the folder that holds the model folders (the one Ensemble.export wrote into): "
+                f"model repository {str(self.repository)!r} is not a directory"
             )
+        preflight.check(self.repository, self._requested_ports)
         binary = find_tritonserver(self._binary)
         backend_directory = self._resolve_backend_directory(binary)
         self._resolved_backend_directory = backend_directory
