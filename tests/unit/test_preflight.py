@@ -28,6 +28,5 @@ def test_a_listening_port_is_taken_and_a_closed_one_is_not():
         port = listening.getsockname()[1]
         assert is_taken(port)
         with pytest.raises(PortInUseError, match=rf"the gRPC port {port} is already in use"):
-            check_ports = {"http": None, "grpc": port}
-            check(Path("/nonexistent"), check_ports)
+            check(Path("/nonexistent"), {"http": None, "grpc": port})
     assert not is_taken(port)
