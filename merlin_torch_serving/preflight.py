@@ -14,10 +14,11 @@ from merlin_torch_serving.exceptions import PortInUseError, ServerError
 PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC", "metrics": "metrics"}
 
 
-def check(repository: Path, ports: Mapping[str, int | None]) -> None:
-    """Raise if ``repository`` is the folder above a model repository, or if a port asked for
-    (``{"http": 8000, ...}``, None: the OS chooses) is taken."""
-    nested = nested_repository(repository)
+def check(repository: Path | str, ports: Mapping[str, int | None]) -> None:
+    """Raise if ``repository`` (a local folder; an object-store URL is tritonserver's to read) is
+    the folder above a model repository, or if a port asked for (``{"http": 8000, ...}``, None:
+    the OS chooses) is taken."""
+    nested = nested_repository(repository) if isinstance(repository, Path) else None
     if nested is not None:
         raise ServerError(
             f"serve the repository itself, {str(nested)!r}: {str(repository)!r} holds a model repository, "
