@@ -11,6 +11,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    AddressError,
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
@@ -19,6 +20,7 @@ from merlin_torch_serving.exceptions import (
     InferenceError,
     InputError,
     MerlinTorchServingError,
+    MissingColumnsError,
     ModelCheckError,
     ModelLoadError,
     ModelNotImportableError,
@@ -32,6 +34,9 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
     ServerUnavailableError,
+    UnknownModelError,
+    WorkflowNotFittedError,
+    WrongProtocolError,
 )
 
 __version__ = "0.1.0"
@@ -62,6 +67,7 @@ _LAZY = {
 __all__ = sorted(
     [
         *_LAZY,
+        "AddressError",
         "ArtifactError",
         "BackendBuildError",
         "BackendNotAvailableError",
@@ -70,6 +76,7 @@ __all__ = sorted(
         "InferenceError",
         "InputError",
         "MerlinTorchServingError",
+        "MissingColumnsError",
         "ModelCheckError",
         "ModelLoadError",
         "ModelNotImportableError",
@@ -83,6 +90,9 @@ __all__ = sorted(
         "ServerNotFoundError",
         "ServerStartTimeoutError",
         "ServerUnavailableError",
+        "UnknownModelError",
+        "WorkflowNotFittedError",
+        "WrongProtocolError",
     ]
 )
 

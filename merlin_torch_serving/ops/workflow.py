@@ -20,7 +20,7 @@ from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
 from merlin_torch_serving import metrics, wire
-from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.exceptions import SchemaError, WorkflowNotFittedError
 from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
@@ -59,6 +59,7 @@ class TransformWorkflow(ServingOperator):
         return_session_id: bool = True,
     ):
         super().__init__()
+        _check_fitted(workflow)
         self.workflow = workflow
         self.keep_request_order = keep_request_order
         self.fast_path = fast_path
@@ -164,6 +165,20 @@ class TransformWorkflow(ServingOperator):
         # compile while the model loads, not on the first request
         operator.compiled_workflow()
         return operator
+
+
+def _check_fitted(workflow) -> None:
+    """A WorkflowNotFittedError naming the operators without statistics (NVTabular itself fails
+    later, with a missing column or a None vocabulary)."""
+    from merlin.dag.ops.stat_operator import StatOperator
+
+    unfitted = [
+        node.op.label
+        for node in postorder_iter_nodes(workflow.output_node)
+        if isinstance(node.op, StatOperator) and not node.op.fitted
+    ]
+    if unfitted or workflow.output_schema is None:
+        raise WorkflowNotFittedError(list(dict.fromkeys(unfitted)))
 
 
 def _groupby_key(workflow) -> str | None:
