@@ -91,7 +91,7 @@ class TopK(ServingOperator):
         self.ids_column = ids_column
         self.scores_column = scores_column
         self.seen_node = seen_items
-        self.seen_column = _single_column(seen_items) if seen_items is not None else None
+        self.seen_column = single_column(seen_items) if seen_items is not None else None
 
     @property
     def label(self) -> str:
@@ -125,30 +125,17 @@ class TopK(ServingOperator):
                 "use a smaller k",
             )
         if self.seen_column is not None:
-            seen = input_schema[self.seen_column]
-            if seen.dtype.element_type.value != "int" or not seen.is_list:
-                raise SchemaError(self.label, seen.name, "an int list of item ids", describe_column(seen))
+            check_seen_items(self.label, input_schema[self.seen_column])
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         scores = input_schema[self._scores_column(input_schema)]
         catalog = scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
-        id_properties = {"domain": {"min": 0, "max": int(catalog) - 1}} if catalog else {}
-        return Schema(
-            [
-                ColumnSchema(self.ids_column, tags=[Tags.ITEM_ID], properties=id_properties, dtype="int64", dims=(None, self.k)),
-                ColumnSchema(self.scores_column, dtype=scores.dtype.without_shape, dims=(None, self.k)),
-            ]
-        )
+        return ranked_items_schema(self.k, catalog, scores.dtype.without_shape, self.ids_column, self.scores_column)
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         # the selector lists the expected input columns in order: scores first
         scores = transformable[self.scores_name or col_selector.names[0]].values
-        seen_values = seen_offsets = None
-        if self.seen_column is not None:
-            seen = transformable[self.seen_column]
-            seen_values = torch.from_numpy(np.asarray(seen.values).astype(np.int64, copy=False))
-            if seen.offsets is not None:
-                seen_offsets = torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+        seen_values, seen_offsets = seen_tensors(transformable, self.seen_column)
         ids, best = top_k_items(
             torch.from_numpy(np.asarray(scores)),
             self.k,
@@ -204,7 +191,8 @@ class TopK(ServingOperator):
         return candidates[0]
 
 
-def _single_column(source: Node | str) -> str:
+def single_column(source: Node | str) -> str:
+    """The one column name a ``seen_items`` argument selects (a node's single column, or a name)."""
     if isinstance(source, str):
         return source
     names = source.selector.names if isinstance(source, Node) and source.selector is not None else []
@@ -214,3 +202,30 @@ def _single_column(source: Node | str) -> str:
             f"got {source!r}"
         )
     return names[0]
+
+
+def check_seen_items(label: str, seen: ColumnSchema) -> None:
+    """A ``SchemaError`` unless ``seen`` is an int list of item ids."""
+    if seen.dtype.element_type.value != "int" or not seen.is_list:
+        raise SchemaError(label, seen.name, "an int list of item ids", describe_column(seen))
+
+
+def ranked_items_schema(k: int, catalog: int | None, scores_dtype, ids_column: str, scores_column: str) -> Schema:
+    """The two outputs of a top-k selection: item ids (in the catalog's domain) and their scores."""
+    id_properties = {"domain": {"min": 0, "max": int(catalog) - 1}} if catalog else {}
+    return Schema(
+        [
+            ColumnSchema(ids_column, tags=[Tags.ITEM_ID], properties=id_properties, dtype="int64", dims=(None, k)),
+            ColumnSchema(scores_column, dtype=scores_dtype, dims=(None, k)),
+        ]
+    )
+
+
+def seen_tensors(table: TensorTable, seen_column: str | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The seen items' values and offsets (``None`` for a dense list, or for no column) as int64."""
+    if seen_column is None:
+        return None, None
+    seen = table[seen_column]
+    values = torch.from_numpy(np.asarray(seen.values).astype(np.int64, copy=False))
+    offsets = None if seen.offsets is None else torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+    return values, offsets
