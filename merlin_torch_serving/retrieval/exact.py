@@ -35,9 +35,14 @@ def exact_top_k(
     row; offsets ``None`` for a dense ``[rows, L]`` list) name each row's own exclusions. Ids
     outside the catalog are ignored. Scores are divided by ``temperature`` when it is above 0.
     Rows with fewer than ``k`` items left get id -1 and score -inf in the remaining places.
+    Blocks are of even size (no last block of a few items) and at least 256 items: below that
+    torch may take another kernel (a matrix-vector product at one item) whose sums round
+    differently from those of the whole catalog's product.
     """
     rows = queries.shape[0]
     catalog = item_vectors.shape[0]
+    blocks = max(1, -(-catalog // max(block_items, 256)))
+    block_items = -(-catalog // blocks)
     best_scores = torch.full((rows, k), float("-inf"), dtype=queries.dtype)
     best_ids = torch.full((rows, k), -1, dtype=torch.int64)
     seen_rows, seen_ids = _seen_pairs(rows, seen_values, seen_offsets)

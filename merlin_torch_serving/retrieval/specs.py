@@ -74,11 +74,10 @@ def index_spec(value: IndexSpec | str | dict[str, Any]) -> IndexSpec:
     ``"ivf"``), or a ``to_config`` dict."""
     if isinstance(value, tuple(_KINDS.values())):
         return value
-    if isinstance(value, str):
-        value = {"kind": value}
-    if isinstance(value, dict) and value.get("kind") in _KINDS:
-        knobs = {name: item for name, item in value.items() if name != "kind"}
-        return _KINDS[value["kind"]](**knobs)
+    config = {"kind": value} if isinstance(value, str) else value
+    if isinstance(config, dict) and config.get("kind") in _KINDS:
+        knobs = {name: item for name, item in config.items() if name != "kind"}
+        return _KINDS[config["kind"]](**knobs)
     kinds = ", ".join(repr(kind) for kind in _KINDS)
     raise ValueError(f"index must be ExactIndex(), HNSWIndex(...), IVFIndex(...) or one of {kinds}, got {value!r}")
 
