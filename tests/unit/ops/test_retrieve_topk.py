@@ -6,37 +6,14 @@ import numpy as np
 import pytest
 import torch
 from merlin.schema import ColumnSchema, Schema
+from merlin.table import TensorTable
 
 from examples.session_based import model
 from merlin_torch_serving import (
-    DecodeItemIds, Ensemble, HNSWIndex, ModelPreparationError, PredictPytorch, RetrieveTopK, SchemaError, TopK,
-    TransformWorkflow,
+    Ensemble, HNSWIndex, ModelPreparationError, PredictPytorch, RetrieveTopK, SchemaError, TopK, TransformWorkflow,
 )
+from tests.retrieval_graphs import K, RECALL_FLOOR, recall_at_k, retrieval_graph, top_k_graph
 from tests.session_models import MAX_SEQUENCE_LENGTH, RESERVED_IDS, request_rows
-
-K = 10
-#: recall@10 of HNSWIndex() against exact that the approximate index must reach on held-out sessions
-RECALL_FLOOR = 0.95
-
-
-def top_k_graph(workflow, t4r_model):
-    features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
-    ranked = features >> PredictPytorch(t4r_model) >> TopK(K, seen_items=features["item_id-list"], exclude_ids=RESERVED_IDS)
-    return features["session_id"] + (ranked >> DecodeItemIds(workflow))
-
-
-def retrieval_graph(workflow, t4r_model, index=None):
-    features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
-    retrieved = (
-        features
-        >> PredictPytorch(t4r_model, output="session_embedding")
-        >> RetrieveTopK(K, t4r_model, index=index, seen_items=features["item_id-list"], exclude_ids=RESERVED_IDS)
-    )
-    return features["session_id"] + (retrieved >> DecodeItemIds(workflow))
-
-
-def recall_at_k(found, exact) -> float:
-    return float(np.mean([len(set(a) & set(b)) / K for a, b in zip(found, exact)]))
 
 
 @pytest.mark.parametrize("name", ["xlnet", "gpt2"])
@@ -86,8 +63,6 @@ def test_any_model_gives_its_query_vectors_and_the_item_vectors():
     queries = np.random.default_rng(1).standard_normal((20, 8)).astype(np.float32)
     seen = (np.array([3, 4, 5] * 20), np.arange(0, 61, 3, dtype=np.int32))
     request = schema + Schema([ColumnSchema("seen", dtype="int64", dims=(None, None))])
-    from merlin.table import TensorTable
-
     table = TensorTable({"query": queries, "seen": seen})
     scored = ["query"] >> PredictPytorch(Scores(), schema, Schema([ColumnSchema("scores")])) >> TopK(5, seen_items="seen", exclude_ids=[0])
     retrieved = ["query"] >> RetrieveTopK(5, item_vectors, seen_items="seen", exclude_ids=[0])
