@@ -16,6 +16,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.retrieval.exact import seen_pairs
 from merlin_torch_serving.schemas import describe_column
 
 
@@ -31,25 +32,29 @@ def top_k_items(
     ``excluded_ids`` are never returned (padding and reserved ids); ``seen_values`` /
     ``seen_offsets`` (a ragged list per row; offsets may be ``None`` for a dense ``[rows, L]``
     list) name items each row has already seen, which are left out of that row. Ids outside the
-    catalog are ignored. Ties keep torch.topk's order.
+    catalog are ignored. A row left with fewer than ``k`` items gets excluded ids scored -inf in
+    the remaining places.
+
+    The scores are read once and never copied: each row's ``k`` plus as many more best items as
+    it may have to leave out are selected, and the first ``k`` it may keep are returned (a copy
+    of the whole ``[rows, catalog]`` matrix to mask it cost as much as the selection itself).
     """
-    scores = scores.clone()
     rows, catalog = scores.shape[0], scores.shape[1]
-    if excluded_ids.numel() > 0:
-        scores[:, excluded_ids] = float("-inf")
-    if seen_values is not None:
-        if seen_offsets is None:
-            length = seen_values.shape[1] if seen_values.dim() > 1 else 1
-            row_of_value = torch.arange(rows).repeat_interleave(length)
-            ids = seen_values.reshape(-1)
-        else:
-            lengths = (seen_offsets[1:] - seen_offsets[:-1]).to(torch.int64)
-            row_of_value = torch.arange(rows).repeat_interleave(lengths)
-            ids = seen_values
-        inside = (ids >= 0) & (ids < catalog)
-        scores[row_of_value[inside], ids[inside]] = float("-inf")
-    best = torch.topk(scores, k, dim=1, largest=True, sorted=True)
-    return best.indices, best.values
+    seen_rows, seen_ids = seen_pairs(rows, seen_values, seen_offsets)
+    inside = (seen_ids >= 0) & (seen_ids < catalog)
+    seen_rows, seen_ids = seen_rows[inside], seen_ids[inside]
+    most_seen = int(torch.bincount(seen_rows, minlength=rows).max()) if seen_rows.numel() > 0 else 0
+    fetched = min(k + excluded_ids.numel() + most_seen, catalog)
+    best = torch.topk(scores, fetched, dim=1, largest=True, sorted=True)
+    refused = torch.isin(best.indices, excluded_ids)
+    if seen_rows.numel() > 0:
+        matches = (best.indices[seen_rows] == seen_ids.unsqueeze(1)).to(torch.int32)
+        seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(0, seen_rows, matches)
+        refused = refused | (seen_counts > 0)
+    order = torch.argsort(refused.to(torch.int32), dim=1, stable=True)[:, :k]
+    values = torch.gather(best.values, 1, order)
+    values = torch.where(torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values)
+    return torch.gather(best.indices, 1, order), values
 
 
 class TopK(ServingOperator):
