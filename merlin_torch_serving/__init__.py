@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
     ExportError,
@@ -22,11 +23,13 @@ from merlin_torch_serving.exceptions import (
     ModelPreparationError,
     PortInUseError,
     RepositoryExistsError,
+    RequestTimeoutError,
     SchemaError,
     ServerError,
     ServerExitedError,
     ServerNotFoundError,
     ServerStartTimeoutError,
+    ServerUnavailableError,
 )
 
 __version__ = "0.1.0"
@@ -42,8 +45,9 @@ _LAZY = {
     "HNSWIndex": "merlin_torch_serving.retrieval",
     "IVFIndex": "merlin_torch_serving.retrieval",
     "LocalExecutor": "merlin_torch_serving.executors",
+    "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
-    "ModelStatus": "merlin_torch_serving.server",
+    "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "ServingOperator": "merlin_torch_serving.ops",
@@ -56,6 +60,7 @@ _LAZY = {
 __all__ = sorted(
     [
         *_LAZY,
+        "ArtifactError",
         "BackendBuildError",
         "BackendNotAvailableError",
         "ExportError",
@@ -68,11 +73,13 @@ __all__ = sorted(
         "ModelPreparationError",
         "PortInUseError",
         "RepositoryExistsError",
+        "RequestTimeoutError",
         "SchemaError",
         "ServerError",
         "ServerExitedError",
         "ServerNotFoundError",
         "ServerStartTimeoutError",
+        "ServerUnavailableError",
     ]
 )
 
@@ -91,9 +98,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.executors import Executor, LocalExecutor, TritonExecutor
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
+    from merlin_torch_serving.health import ModelHealth, ModelStatus
     from merlin_torch_serving.ops import (
         DecodeItemIds, PredictPytorch, RetrieveTopK, ServingOperator, TopK, TransformWorkflow,
     )
     from merlin_torch_serving.retrieval import ExactIndex, HNSWIndex, IVFIndex
-    from merlin_torch_serving.server import ModelStatus, TritonServer
+    from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

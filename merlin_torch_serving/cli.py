@@ -2,7 +2,7 @@
 
     merlin-torch-serving serve REPOSITORY      run tritonserver in the foreground (Ctrl-C stops it)
     merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
-    merlin-torch-serving models                what the server has loaded
+    merlin-torch-serving models                what the server has loaded, and whether it answers
     merlin-torch-serving build-backend pytorch [--sources PATH]
                                                build Triton's libtorch backend for this torch
 """
@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 def serve(args) -> int:
     from merlin_torch_serving.server import TritonServer
 
+    # the supervisor says here when a model failed and was reloaded
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -44,6 +47,8 @@ def serve(args) -> int:
         metrics_port=args.metrics_port or None,
         model_control=args.model_control,
         load_models=args.load or (),
+        poll_interval_s=args.poll_interval,
+        restart_failed_models=args.restart_failed_models,
         start_timeout_s=args.start_timeout,
     )
     with server:
@@ -51,7 +56,7 @@ def serve(args) -> int:
         print(f"  gRPC    {server.grpc_url}")
         print(f"  HTTP    {server.http_url}")
         print(f"  metrics {server.metrics_url}")
-        _print_models(server.models())
+        _print_models(server.health())
         print("press Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):
             if not server.is_running:
@@ -71,7 +76,11 @@ def infer(args) -> int:
     if not path.is_file():
         raise SystemExit(f"error: no such file: {path}")
     rows = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
-    answer = Client(args.url, args.protocol).infer(args.model, rows)
+    with Client(
+        args.url, args.protocol, timeout_s=args.timeout, max_rows_per_request=args.max_rows, retries=args.retries
+    ) as client:
+        client.wait_until_ready(args.model, timeout_s=args.wait)
+        answer = client.infer(args.model, rows, progress=_progress_printer())
     if args.output:
         _write(answer, Path(args.output))
         print(f"wrote {len(answer)} rows to {args.output}")
@@ -84,8 +93,10 @@ def infer(args) -> int:
 def models(args) -> int:
     from merlin_torch_serving.client import Client
 
-    _print_models(Client(args.url, args.protocol).models())
-    return 0
+    with Client(args.url, args.protocol, timeout_s=args.timeout) as client:
+        report = client.health()
+    _print_models(report)
+    return 0 if all(model.healthy or model.state != "READY" for model in report) else 2
 
 
 def build_backend(args) -> int:
@@ -103,15 +114,31 @@ def build_backend(args) -> int:
     return 0
 
 
-def _print_models(statuses) -> None:
-    if not statuses:
+def _print_models(report) -> None:
+    """One line per model (``ModelHealth``): version, state, whether its stubs run, failed requests."""
+    if not report:
         print("no models")
         return
-    width = max(len(s.name) for s in statuses)
-    print(f"{'MODEL':<{width}}  VERSION  STATE")
-    for s in statuses:
-        extra = f"  ({s.reason})" if s.reason and s.state != "READY" else ""
-        print(f"{s.name:<{width}}  {str(s.version or '-'):<7}  {s.state or 'not loaded'}{extra}")
+    width = max(len(m.name) for m in report)
+    print(f"{'MODEL':<{width}}  VERSION  {'STATE':<11}  STUBS  FAILED")
+    for m in report:
+        stubs = {True: "alive", False: "DEAD", None: "-"}[m.stubs_alive]
+        failed = "-" if m.failed_requests is None else str(m.failed_requests)
+        line = f"{m.name:<{width}}  {str(m.version or '-'):<7}  {m.state or 'not loaded':<11}  {stubs:<5}  {failed:<6}"
+        print((line + (f"  ({m.last_error})" if m.last_error else "")).rstrip())
+
+
+def _progress_printer():
+    """Prints, on stderr, how far an input sent in several requests has got."""
+    split = False
+
+    def show(sent: int, total: int) -> None:
+        nonlocal split
+        split = split or sent < total
+        if split:
+            print(f"sent {sent:,} of {total:,} rows ({100 * sent // max(total, 1)} %)", file=sys.stderr, flush=True)
+
+    return show
 
 
 def _write(frame, path: Path) -> None:
@@ -136,8 +163,17 @@ def _parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose")
     serve_parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="0 lets the OS choose")
     serve_parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="0 lets the OS choose")
-    serve_parser.add_argument("--model-control", choices=("none", "explicit"), default="none")
+    serve_parser.add_argument("--model-control", choices=("none", "explicit", "poll"), default="none")
     serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
+    serve_parser.add_argument(
+        "--poll-interval", type=int, default=5, metavar="SECONDS", help="with poll control: how often the repository is read"
+    )
+    serve_parser.add_argument(
+        "--no-restart-failed-models",
+        dest="restart_failed_models",
+        action="store_false",
+        help="do not reload a model whose python-backend stub died (health is still reported)",
+    )
     serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
     serve_parser.set_defaults(run=serve)
 
@@ -170,6 +206,16 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("model", help="the ensemble's model name")
             sub.add_argument("file", help="a .parquet or .csv file of raw rows")
             sub.add_argument("--output", "-o", help="write the answer to .parquet, .csv or .json instead of printing")
+            sub.add_argument(
+                "--max-rows",
+                type=int,
+                default=None,
+                metavar="ROWS",
+                help="rows per request; bigger files go in requests of whole sessions (default: the model's limit)",
+            )
+            sub.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait for the model to be ready")
+            sub.add_argument("--retries", type=int, default=3, help="how often to retry errors that are safe to retry")
+        sub.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per request")
         sub.add_argument("--url", default=None, help="host:port (default: localhost and the protocol's default port)")
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)

@@ -3,12 +3,18 @@
 The client reads an ensemble's input and output schemas from the server (the exporter stores
 them in the ensemble config), builds the request in the wire format, and turns the answer back
 into named columns. gRPC and HTTP differ only in the tritonclient module used.
+
+It is built for real traffic: a big input is sent in requests of whole sessions that fit the
+server's row limit (see ``chunks``), every call has a timeout, every transport error is one of
+the library's exceptions, and errors that are safe to retry are retried with backoff (see
+``transport``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,23 +23,35 @@ import pandas as pd
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import frames, wire
-from merlin_torch_serving.exceptions import InferenceError, ServerError
-from merlin_torch_serving.export.config import INPUT_SCHEMA_PARAMETER, OUTPUT_SCHEMA_PARAMETER
+from merlin_torch_serving import chunks, frames, tables, transport, wire
+from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerUnavailableError
+from merlin_torch_serving.export.config import (
+    INPUT_SCHEMA_PARAMETER,
+    MAX_REQUEST_ROWS_PARAMETER,
+    OUTPUT_SCHEMA_PARAMETER,
+    REQUEST_GROUPS_PARAMETER,
+)
+from merlin_torch_serving.health import ModelHealth, ModelStatus, probe_request, stub_answered
 from merlin_torch_serving.schemas import schema_from_json
-from merlin_torch_serving.server import ModelStatus
 
 Protocol = Literal["grpc", "http"]
+#: (rows sent so far, rows in all) after each request of a split input
+Progress = Callable[[int, int], None]
+_READY_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
 class ModelSchemas:
     """What a served model takes and returns; ``response_names`` maps output columns to the
-    names they travel under (see ``wire.response_name``)."""
+    names they travel under (see ``wire.response_name``). ``request_groups`` are the request
+    columns a big request may be split by (``[]``: any rows; None: it must not be split) and
+    ``max_request_rows`` the most rows the server takes in one request (None: no limit known)."""
 
     input_schema: Schema
     output_schema: Schema
     response_names: dict[str, str]
+    request_groups: list[str] | None = None
+    max_request_rows: int | None = None
 
 
 class Client:
@@ -47,15 +65,41 @@ class Client:
     protocol
         ``"grpc"`` or ``"http"``.
     timeout_s
-        Network timeout of each call.
+        How long one request may take before ``RequestTimeoutError`` (the HTTP client also uses it
+        to connect).
+    max_rows_per_request
+        Split bigger inputs into requests of at most this many rows, by whole sessions (clicks
+        of one session always travel together). None: as many as the served ensemble accepts
+        (its ``ModelOptions.max_request_rows``).
+    retries, retry_backoff_s
+        Errors that are safe to retry (server unreachable, model reloading, stub restarting) are
+        tried again up to ``retries`` times, waiting ``retry_backoff_s``, then twice that, ...
+
+    The HTTP client is not safe to share between threads: give each thread a Client of its own
+    (the gRPC one may be shared).
     """
 
-    def __init__(self, url: str, protocol: Protocol = "grpc", *, timeout_s: float = 60.0):
+    def __init__(
+        self,
+        url: str,
+        protocol: Protocol = "grpc",
+        *,
+        timeout_s: float = 60.0,
+        max_rows_per_request: int | None = None,
+        retries: int = 3,
+        retry_backoff_s: float = 0.2,
+    ):
         if protocol not in ("grpc", "http"):
             raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        if max_rows_per_request is not None and max_rows_per_request < 1:
+            raise ValueError(f"max_rows_per_request must be at least 1 or None, got {max_rows_per_request!r}")
         self.url = url
         self.protocol = protocol
-        self.timeout_s = timeout_s
+        self.timeout_s = float(timeout_s)
+        self.max_rows_per_request = max_rows_per_request
+        self.retry_policy = transport.RetryPolicy(retries=retries, backoff_s=retry_backoff_s)
         if protocol == "grpc":
             import tritonclient.grpc as module
 
@@ -63,11 +107,19 @@ class Client:
         else:
             import tritonclient.http as module
 
-            self._client = module.InferenceServerClient(
-                url, connection_timeout=timeout_s, network_timeout=timeout_s
-            )
+            self._client = module.InferenceServerClient(url, connection_timeout=timeout_s, network_timeout=timeout_s)
         self._module = module
         self._schemas: dict[str, ModelSchemas] = {}
+
+    def close(self) -> None:
+        """Close the connection (tritonserver waits, when it stops, for open HTTP connections)."""
+        self._client.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     # ---- metadata ---------------------------------------------------------------------------
 
@@ -75,8 +127,7 @@ class Client:
         """The model's schemas: from the ensemble config's parameters when this library exported
         it, else derived from its config's tensors (``__values``/``__offsets`` pairs are ragged)."""
         if model not in self._schemas:
-            config = self._call(model, self._model_config, model)
-            self._schemas[model] = _schemas_from_config(config)
+            self._schemas[model] = _schemas_from_config(self._config(model))
         return self._schemas[model]
 
     def models(self) -> list[ModelStatus]:
@@ -93,18 +144,75 @@ class Client:
             for e in entries
         ]
 
+    def health(self) -> list[ModelHealth]:
+        """Each model the server knows, with whether its python-backend stubs answer.
+
+        A server in another process cannot be looked into, so each READY python model gets a
+        request of no rows: a running stub answers it (or refuses it), a dead one makes the
+        server say the stub "is not healthy". Ensembles and libtorch models have no stubs."""
+        try:
+            stats = self._call(None, self._client.get_inference_statistics, **self._json_flag())
+        except MerlinTorchServingError:
+            stats = {}
+        failures = {
+            (entry["name"], int(entry.get("version") or 0)): int(entry["inference_stats"].get("fail", {}).get("count", 0))
+            for entry in (stats or {}).get("model_stats", [])
+        }
+        report = []
+        for status in self.models():
+            alive, error = None, status.reason if status.state != "READY" else ""
+            if status.state == "READY":
+                alive, error = self._probe(status.name)
+            report.append(
+                ModelHealth(status.name, status.version, status.state, alive, failures.get((status.name, status.version or 0)), error)
+            )
+        return report
+
+    def wait_until_ready(self, model: str | None = None, timeout_s: float = 60.0) -> None:
+        """Return once the server (and ``model``, if given) is ready; ``ServerUnavailableError``
+        with the last reason after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        reason = "no answer yet"
+        while True:
+            try:
+                if not self._client.is_server_ready():
+                    reason = "the server is not ready (models still loading?)"
+                elif model is not None and not self._client.is_model_ready(model):
+                    reason = f"model {model!r} is not ready (not loaded, or loading)"
+                else:
+                    return
+            except Exception as error:  # connection refused while it starts, ...
+                reason = f"{type(error).__name__}: {error}"
+            if time.monotonic() >= deadline:
+                raise ServerUnavailableError(self.url, f"not ready after {timeout_s:g} s: {reason}")
+            time.sleep(_READY_POLL_S)
+
     # ---- inference --------------------------------------------------------------------------
 
-    def infer(self, model: str, data: pd.DataFrame | Mapping[str, object]) -> pd.DataFrame:
+    def infer(self, model: str, data: pd.DataFrame | Mapping[str, object], *, progress: Progress | None = None) -> pd.DataFrame:
         """Send raw rows (a DataFrame, or a dict of columns whose list cells are ragged lists)
         and get a DataFrame with one row per output row, columns in output-schema order."""
         schemas = self.schemas(model)
         request = frames.frame_to_table(data, schemas.input_schema)
-        return frames.table_to_frame(self.infer_table(model, request))
+        return frames.table_to_frame(self.infer_table(model, request, progress=progress))
 
-    def infer_table(self, model: str, request: TensorTable) -> TensorTable:
-        """Send a request table (columns of the input schema) and get the output table."""
+    def infer_table(self, model: str, request: TensorTable, *, progress: Progress | None = None) -> TensorTable:
+        """Send a request table (columns of the input schema) and get the output table; a table
+        bigger than the row limit goes in several requests of whole sessions."""
         schemas = self.schemas(model)
+        limits = [limit for limit in (self.max_rows_per_request, schemas.max_request_rows) if limit is not None]
+        parts = chunks.split(request, schemas.request_groups, min(limits) if limits else None)
+        answers, sent, total = [], 0, tables.num_rows(request)
+        for part in parts:
+            answers.append(self._infer_one(model, part, schemas))
+            sent += tables.num_rows(part)
+            if progress is not None:
+                progress(sent, total)
+        return tables.concat(answers)
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _infer_one(self, model: str, request: TensorTable, schemas: ModelSchemas) -> TensorTable:
         inputs = []
         for name, array in wire.to_wire(request).items():
             tensor = self._module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
@@ -112,7 +220,7 @@ class Client:
             inputs.append(tensor)
         specs = {
             column.name: [
-                (spec.name, schemas.response_names[column.name] + spec.name[len(column.name):])
+                (spec.name, schemas.response_names[column.name] + spec.name[len(column.name) :])
                 for spec in wire.column_specs(column)
             ]
             for column in schemas.output_schema
@@ -125,10 +233,35 @@ class Client:
                 arrays[name] = wire.bytes_to_text(result.as_numpy(sent))
         return wire.from_wire(arrays, schemas.output_schema)
 
-    # ---- helpers ----------------------------------------------------------------------------
+    def _probe(self, model: str) -> tuple[bool | None, str]:
+        """Whether ``model``'s stubs answer a request of no rows (None: it has none, or it cannot
+        be told), and the error that says they do not."""
+        try:
+            request = probe_request(self._config(model))
+        except MerlinTorchServingError:
+            return None, ""
+        if request is None:
+            return None, ""
+        inputs = []
+        for name, array in request.items():
+            tensor = self._module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        try:
+            transport.call(
+                lambda: self._client.infer(model, inputs, **self._timeout()),
+                url=self.url,
+                model=model,
+                timeout_s=self.timeout_s,
+                policy=transport.RetryPolicy(retries=0),
+            )
+        except MerlinTorchServingError as error:
+            answered = stub_answered(str(error))
+            return answered, "" if answered else str(error)
+        return True, ""
 
-    def _model_config(self, model: str) -> dict:
-        config = self._client.get_model_config(model, **self._json_flag())
+    def _config(self, model: str) -> dict:
+        config = self._call(model, self._client.get_model_config, model, **self._json_flag())
         return config.get("config", config)
 
     def _json_flag(self) -> dict:
@@ -138,26 +271,20 @@ class Client:
         return {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
 
     def _call(self, model: str | None, function, *args, **kwargs):
-        from tritonclient.utils import InferenceServerException
-
-        try:
-            return function(*args, **kwargs)
-        except InferenceServerException as exc:
-            message = exc.message() if callable(getattr(exc, "message", None)) else str(exc)
-            if model is None:
-                raise ServerError(f"tritonserver at {self.url} ({self.protocol}): {message}") from exc
-            raise InferenceError(model, message) from exc
-        except ConnectionError as exc:
-            raise ServerError(f"cannot reach tritonserver at {self.url} ({self.protocol}): {exc}") from exc
+        return transport.call(
+            lambda: function(*args, **kwargs), url=self.url, model=model, timeout_s=self.timeout_s, policy=self.retry_policy
+        )
 
 
 def _schemas_from_config(config: dict) -> ModelSchemas:
-    parameters = config.get("parameters", {})
+    parameters = {key: value.get("string_value") for key, value in config.get("parameters", {}).items()}
     if INPUT_SCHEMA_PARAMETER in parameters and OUTPUT_SCHEMA_PARAMETER in parameters:
-        input_schema = schema_from_json(parameters[INPUT_SCHEMA_PARAMETER]["string_value"])
-        output_schema = schema_from_json(parameters[OUTPUT_SCHEMA_PARAMETER]["string_value"])
+        input_schema = schema_from_json(parameters[INPUT_SCHEMA_PARAMETER])
+        output_schema = schema_from_json(parameters[OUTPUT_SCHEMA_PARAMETER])
         names = {c.name: wire.response_name(c.name, input_schema.column_names) for c in output_schema}
-        return ModelSchemas(input_schema, output_schema, names)
+        groups = json.loads(parameters[REQUEST_GROUPS_PARAMETER]) if REQUEST_GROUPS_PARAMETER in parameters else None
+        limit = parameters.get(MAX_REQUEST_ROWS_PARAMETER)
+        return ModelSchemas(input_schema, output_schema, names, groups, int(limit) if limit else None)
     input_schema = _schema_from_tensors(config.get("input", []))
     output_schema = _schema_from_tensors(config.get("output", []))
     return ModelSchemas(input_schema, output_schema, {c.name: c.name for c in output_schema})

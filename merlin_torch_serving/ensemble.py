@@ -10,10 +10,11 @@ from merlin.dag import Node
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import frames
+from merlin_torch_serving import frames, wire
 from merlin_torch_serving.executors import Executor, LocalExecutor
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.plan import build_plan
+from merlin_torch_serving.plan import REQUEST, Ref, build_plan
+from merlin_torch_serving.validation import EntryCheck
 
 
 class Ensemble:
@@ -34,9 +35,17 @@ class Ensemble:
         self.input_schema = input_schema
         self.plan = build_plan(graph, input_schema)
         self.output_schema = self.plan.output_schema
+        requests = {name: Ref(REQUEST, name) for name in input_schema.column_names}
+        self._entry_check = EntryCheck.for_entry(input_schema, requests, self.plan.calls)
 
     def run(self, request: TensorTable, executor: Executor | None = None) -> TensorTable:
-        """Run on a request table and return the output table (ragged lists as values/offsets)."""
+        """Run on a request table and return the output table (ragged lists as values/offsets).
+
+        The table must hold exactly the input schema's columns, with its dtypes, and valid ragged
+        offsets; anything else is an ``InputError`` naming the column (``transform`` converts
+        safe dtypes first).
+        """
+        self._entry_check.check(wire.to_wire(request))
         return (executor or LocalExecutor()).execute(self, request)
 
     def transform(

@@ -8,15 +8,18 @@
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
     │   ├── ModelCheckError         model.pt does not behave the way its config.pbtxt says
     │   └── ModelNotImportableError an eager model's class cannot be imported by the server's Python
+    ├── ArtifactError               an exported step's files are not the ones its manifest lists
     ├── ServerError                 starting or talking to tritonserver failed
     │   ├── ServerNotFoundError     no tritonserver binary could be found
     │   ├── PortInUseError          a requested port is taken
     │   ├── ServerStartTimeoutError the server did not become ready in time
     │   ├── ServerExitedError       the server process ended on its own
+    │   ├── ServerUnavailableError  the server cannot be reached, or is not ready
     │   └── ModelLoadError          one or more models failed to load
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
     ├── BackendBuildError           the pytorch backend could not be built
     └── InferenceError              the server answered a request with an error
+        └── RequestTimeoutError     no answer came within the client's timeout
 
 Each class builds its own message from structured fields, so messages stay consistent and the
 fields stay available to code that handles the error.
@@ -24,6 +27,7 @@ fields stay available to code that handles the error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 
@@ -51,16 +55,36 @@ class SchemaError(MerlinTorchServingError):
 
 
 class InputError(MerlinTorchServingError):
-    """Request data that does not fit the ensemble's input schema (client side, before sending)."""
+    """Request data that does not fit the input schema, found before sending or by the model that
+    refused it (``model`` names it then)."""
 
-    def __init__(self, column: str, expected: str, got: str, hint: str = ""):
+    # how the message reads, so that a refusal that crossed the wire can be read back (from_message)
+    _MESSAGE = re.compile(r"input column '(?P<column>[^']*)': expected (?P<expected>.+?), got (?P<got>.+)", re.S)
+
+    def __init__(self, column: str, expected: str, got: str, hint: str = "", *, model: str | None = None):
         self.column = column
         self.expected = expected
         self.got = got
+        self.hint = hint
+        self.model = model
         message = f"input column {column!r}: expected {expected}, got {got}"
         if hint:
             message += f"; {hint}"
+        if model:
+            message = f"model {model!r} refused the request: {message}"
         super().__init__(message)
+
+    @classmethod
+    def from_message(cls, text: str, model: str | None = None) -> "InputError | None":
+        """The InputError whose message ``text`` ends with (as a served step words its refusal), or
+        None; the model is the step the text names (``model 'x': input column ...``), else ``model``."""
+        # the last one: a TorchScript error quotes the source of the check before its message
+        match = next(reversed(list(cls._MESSAGE.finditer(text))), None)
+        if match is None:
+            return None
+        got, _, hint = match.group("got").partition("; ")
+        step = re.findall(r"model '([^']+)'", text[: match.start()])
+        return cls(match.group("column"), match.group("expected"), got, hint, model=step[-1] if step else model)
 
 
 class ModelPreparationError(MerlinTorchServingError):
@@ -105,6 +129,14 @@ class ModelCheckError(ExportError):
         super().__init__(message)
 
 
+class ArtifactError(MerlinTorchServingError):
+    """An exported step refuses to load: a file differs from the sha256 its manifest records, is
+    missing, or the step was written in a format this library version does not read."""
+
+    def __init__(self, step: str, problem: str, hint: str):
+        self.step = step
+        self.problem = problem
+        super().__init__(f"step {step!r} cannot be loaded: {problem}; {hint}")
 class ModelNotImportableError(ExportError):
     """An eager model runs on the python backend by unpickling it there, which imports its classes;
     one of them cannot be imported by the server's Python."""
@@ -168,6 +200,17 @@ class ServerExitedError(ServerError):
         super().__init__(f"tritonserver exited with code {returncode}", log_tail)
 
 
+class ServerUnavailableError(ServerError):
+    """The server could not be reached (connection refused or reset, gRPC UNAVAILABLE) or was not
+    ready. The request did not run, or running it again changes nothing (inference has no side
+    effect), so retrying it is safe."""
+
+    def __init__(self, url: str, detail: str, hint: str = ""):
+        self.url = url
+        message = f"tritonserver at {url} is not available: {detail}"
+        super().__init__(message + (f"; {hint}" if hint else ""))
+
+
 class ModelLoadError(ServerError):
     """One or more models failed to load; ``failures`` maps each model to its reason."""
 
@@ -219,3 +262,15 @@ class InferenceError(MerlinTorchServingError):
     def __init__(self, model: str, message: str):
         self.model = model
         super().__init__(f"inference on {model!r} failed: {message}")
+
+
+class RequestTimeoutError(InferenceError):
+    """No answer within the client's timeout; the server may still be computing it."""
+
+    def __init__(self, model: str, timeout_s: float, detail: str = ""):
+        self.timeout_s = timeout_s
+        super().__init__(
+            model,
+            f"no answer within timeout_s={timeout_s:g} s{f' ({detail})' if detail else ''}; send fewer rows "
+            "per request (Client(max_rows_per_request=...)) or pass a larger timeout_s",
+        )

@@ -1,9 +1,10 @@
 """Conversions between pandas DataFrames (one row per record, list cells for list columns) and
 ``TensorTable``s (values/offsets for ragged lists, 2-D arrays for fixed-length lists).
 
-With a schema, ``frame_to_table`` is strict: every column must be there, with its shape, and
-its dtype or one that converts to it without changing a value; anything else is an
-``InputError`` naming the column.
+With a schema, ``frame_to_table`` is strict: exactly the schema's columns must be there, with
+its shape, and its dtype or one that converts to it without changing a value (bools are not
+numbers, floats with a fraction are not ints); anything else is an ``InputError`` naming the
+column. A list column may hold empty lists, and a request may have no rows.
 """
 
 from __future__ import annotations
@@ -59,6 +60,14 @@ def frame_to_table(data: pd.DataFrame | Mapping[str, object], schema: Schema | N
             "no such column",
             f"the request has {', '.join(map(repr, columns)) or 'no columns'}",
         )
+    extra = [name for name in columns if name not in schema.column_names]
+    if extra:
+        raise InputError(
+            str(extra[0]),
+            f"no such column (the inputs are {', '.join(map(repr, schema.column_names))})",
+            "a column of that name",
+            "drop it, or select the inputs with data[input_schema.column_names]",
+        )
     converted = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
     row_counts = {name: len(value[1]) - 1 if isinstance(value, tuple) else len(value) for name, value in converted.items()}
     first = next(iter(row_counts), None)
@@ -76,10 +85,15 @@ def is_list_column(values) -> bool:
 
 
 def ragged_from_lists(rows) -> tuple[np.ndarray, np.ndarray]:
-    """``(values, offsets)`` from a sequence of per-row lists."""
+    """``(values, offsets)`` from a sequence of per-row lists.
+
+    Empty rows add no values, so they do not change the values' dtype (``np.asarray([])`` is
+    float64, which would turn a column of int lists into floats).
+    """
     arrays = [np.asarray(row) for row in rows]
     offsets = wire.offsets_from_lengths(np.array([len(a) for a in arrays], dtype=np.int64))
-    values = np.concatenate(arrays) if arrays else np.zeros(0)
+    filled = [a for a in arrays if len(a)]
+    values = np.concatenate(filled) if filled else np.zeros(0)
     return values, offsets
 
 
@@ -88,6 +102,8 @@ def _column_for_schema(column, schema: ColumnSchema):
     if not isinstance(values, np.ndarray):
         values = np.asarray(values, dtype=object) if is_list_column(values) else np.asarray(values)
     dims = schema.shape.dims
+    if len(values) == 0:
+        return _no_rows(schema)
     listed = is_list_column(values) or values.ndim > 1
     if dims is None or len(dims) <= 1:
         if listed:
@@ -115,6 +131,9 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
     if values.dtype == want or values.size == 0:
         return values.astype(want, copy=False)
     got = values.dtype
+    if (got.kind == "b") != (want.kind == "b"):
+        # numpy casts True to 1 safely, but a bool where an id is expected is a mistake
+        raise InputError(schema.name, describe_column(schema), f"{got} values", f"send {want} values")
     if want.kind in "iub" and got.kind in "fO" and pd.isna(values).any():
         raise InputError(schema.name, describe_column(schema), "missing (null) values", "fill or drop them first")
     if want == np.dtype(object):
@@ -131,9 +150,19 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
         return values.astype(want)  # e.g. int64 ids that fit the schema's int32
     elif got.kind == "f" and want.kind == "f":
         return values.astype(want)
-    raise InputError(
-        schema.name, describe_column(schema), f"{got} values", f"they do not convert to {want} without changing"
-    )
+    kind = "str" if got.kind in "US" else got
+    raise InputError(schema.name, describe_column(schema), f"{kind} values", f"they do not convert to {want} without changing")
+
+
+def _no_rows(schema: ColumnSchema):
+    """A column of the schema's dtype and shape with no rows."""
+    values = np.zeros(0, dtype=wire.column_numpy_dtype(schema))
+    if wire.is_ragged(schema):
+        return values, np.zeros(1, dtype=wire.OFFSETS_DTYPE)
+    dims = schema.shape.dims
+    if dims is not None and len(dims) > 1:
+        return values.reshape((0, *(int(d.max) for d in dims[1:])))
+    return values
 
 
 def _same_values(converted: np.ndarray, original: np.ndarray) -> bool:

@@ -16,7 +16,7 @@ from merlin.dag.ops import ConcatColumns, GroupingOp, SelectionOp, SubsetColumns
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving.exceptions import InferenceError, MerlinTorchServingError, SchemaError
+from merlin_torch_serving.exceptions import InferenceError, InputError, MerlinTorchServingError, SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.filtered import BlankFilteredRows
 
@@ -60,6 +60,24 @@ class Plan:
         env = {Ref(REQUEST, name): column for name, column in table.items()}
         return TensorTable(run_calls(calls or self.calls, env, self.outputs), _unsafe=True)
 
+    def request_groups(self) -> list[str] | None:
+        """Request columns whose equal values must travel in one request (the session id), ``[]``
+        when rows are independent, ``None`` when no split of a request is safe (see
+        ``ServingOperator.request_groups``)."""
+        found: list[str] = []
+        for call in self.calls:
+            keys = call.op.request_groups()
+            if keys is None:
+                return None
+            refs = [call.inputs.get(key) for key in keys]
+            if any(ref is None or ref.producer != REQUEST for ref in refs):
+                return None
+            names = [ref.column for ref in refs]
+            if names and found and names != found:
+                return None
+            found = names or found
+        return found
+
 
 def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
     """Run calls in order over ``env`` (Ref -> column) and return the requested output columns."""
@@ -67,8 +85,8 @@ def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
         inputs = TensorTable({name: env[ref] for name, ref in call.inputs.items()}, _unsafe=True)
         try:
             result = call.op.transform(ColumnSelector(list(call.inputs)), inputs)
-        except InferenceError:
-            raise
+        except (InferenceError, InputError):
+            raise  # an InputError names the column the caller must fix; the operator does not matter
         except MerlinTorchServingError as exc:
             # our own errors already say what is wrong; add which operator said it
             raise InferenceError(call.name, str(exc)) from exc

@@ -1,12 +1,13 @@
 """Schema helpers shared by graph building, export and the client: a JSON round trip that keeps
-tags and properties, and the short descriptions of a column's dtype and shape used in errors."""
+tags and properties, the short descriptions of a column's dtype and shape used in errors, and
+the catalog a model's id inputs index."""
 
 from __future__ import annotations
 
 import json
 
 from merlin.dtypes.base import ElementType
-from merlin.schema import ColumnSchema, Schema
+from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.schema.io.tensorflow_metadata import TensorflowMetadata
 
 
@@ -53,3 +54,14 @@ def describe_column(column: ColumnSchema) -> str:
             "-1" if i == 0 or not d.is_fixed else str(d.max) for i, d in enumerate(shape.dims)
         ) + "]"
     return f"{column.dtype.without_shape.name} {kind}"
+
+
+def catalog_limits(schema: Schema) -> dict[str, int]:
+    """``column -> largest id`` of the categorical int columns whose domain is known (the rows of
+    the embedding table a model looks them up in)."""
+    limits = {}
+    for column in schema:
+        domain = column.properties.get("domain") or {}
+        if Tags.CATEGORICAL in column.tags and column.dtype.element_type.value == "int" and domain.get("max") is not None:
+            limits[column.name] = int(domain["max"])
+    return limits

@@ -2,19 +2,16 @@
 
 By default it runs the tritonserver bundled with nvidia-pytriton, with the backend folder that
 ``backends.layout`` lays out for this interpreter (the python backend, and the pytorch one once built).
+The process itself is handled by ``process``, model health and self-repair by ``supervision`` and
+``health``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import dataclasses
-import functools
 import http.client
 import json
 import math
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -26,7 +23,7 @@ import tempfile
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from merlin_torch_serving.backends.bundle import pytriton_libraries, pytriton_server_root
@@ -40,49 +37,36 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
 )
+from merlin_torch_serving import diagnostics
+from merlin_torch_serving.admin import Admin
+from merlin_torch_serving.health import ModelHealth, ModelStatus
+from merlin_torch_serving.process import (
+    ProcessKeeper,
+    ports_listened_by,
+    signal_group,
+    wait_for_group_exit,
+)
+from merlin_torch_serving.supervision import Supervisor
 
-__all__ = ["BINARY_ENV_VAR", "ModelStatus", "TritonServer", "find_tritonserver", "python_backend_directory"]
+__all__ = [
+    "BINARY_ENV_VAR",
+    "ModelHealth",
+    "ModelStatus",
+    "TritonServer",
+    "find_tritonserver",
+    "python_backend_directory",
+]
 
 BINARY_ENV_VAR = "MTS_TRITONSERVER"
-MODEL_CONTROL_MODES = ("none", "explicit")
+MODEL_CONTROL_MODES = ("none", "explicit", "poll")
 
 _PORT_ATTEMPTS = 3
 _POLL_INTERVAL_S = 0.1
 _REQUEST_TIMEOUT_S = 10.0
 _GROUP_EXIT_TIMEOUT_S = 5.0
-_LOG_TAIL_LINES = 40
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _SHARED_MEMORY_DIR = Path("/dev/shm")
 _SHM_PREFIX_OPTION = "shm-region-prefix-name"
 
-# Printed by every start on a machine without a GPU; the server runs fine, so errors leave them out.
-_CPU_MACHINE_NOISE = (
-    "NVML",
-    "DCGM",
-    "CudaDriverHelper",
-    "CUDA driver version is insufficient",
-    "CUDA memory pool",
-)
-_PORT_IN_USE = re.compile(r"failed to start (\w+) service: .*?Socket '[^']*:(\d+)' already in use")
-_PROTOCOL_NAMES = {"HTTP": "HTTP", "GRPC": "gRPC", "METRICS": "metrics"}
-_MISSING_BACKEND = re.compile(r"unable to find backend library for backend '([^']+)'")
-# how an ensemble's load error quotes the error of a step it depends on
-_DEPENDENCY_FAILURE = re.compile(r"Model '([^']+)' loading failed with error: (.+?)(?=;\s*Model '|;?\s*$)")
-_TRITON_LOG_LINE = re.compile(r'^[IWE]\d{4} \S+ +\d+ \S+\] "?(.*?)"?$')
-_PROTOBUF_ERROR_LINE = re.compile(r"^\[libprotobuf ERROR [^\]]*\] (.*)$")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelStatus:
-    """One row of the server's repository index."""
-
-    name: str
-    #: None when the server has never tried to load the model
-    version: int | None
-    #: "READY", "LOADING", "UNLOADING" or "UNAVAILABLE"; None when never loaded
-    state: str | None
-    #: why the model is UNAVAILABLE, in the server's words ("unloaded" after unload)
-    reason: str = ""
 
 
 def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
@@ -114,9 +98,23 @@ def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
 class TritonServer:
     """A tritonserver process on ``repository``; use as a context manager or call start()/stop().
 
-    The process runs in its own process group and is killed when the thread that started it
-    dies (Linux's parent-death signal follows the starting thread), so start it from a thread
-    that lives as long as the server.
+    The process runs in its own process group, is forked by a thread of its own (so it lives on
+    when the thread that called start() ends) and is killed when this process dies.
+
+    ``model_control``: ``"none"`` loads every model of the repository at start and no other;
+    ``"explicit"`` loads ``load_models`` at start and then what ``load()`` asks for; ``"poll"``
+    loads every model and then follows the repository, checked every ``poll_interval_s`` seconds
+    (export an ensemble into it and it is served; exports are atomic, so a poll never sees half a
+    model). In "none" mode the server runs tritonserver's explicit mode with every model loaded at
+    start, which is what lets a failed model be reloaded on its own; ``load()`` and ``unload()``
+    stay refused.
+
+    ``restart_failed_models`` (default True): a python model whose stub process died fails every
+    request while Triton still calls it READY; a thread checks every second and reloads such a
+    model (beside the broken one, so nothing else is disturbed), logging it. The default is on
+    because the alternative is an outage nobody is told about, and a reload touches only a model
+    that already fails every request; failed reloads are retried with a growing wait, up to a
+    minute. ``health()`` reports each model either way.
     """
 
     def __init__(
@@ -130,6 +128,8 @@ class TritonServer:
         metrics_port: int | None = None,
         model_control: str = "none",
         load_models: Sequence[str] = (),
+        poll_interval_s: int = 5,
+        restart_failed_models: bool = True,
         start_timeout_s: float = 120.0,
         stop_timeout_s: float = 20.0,
         log_verbose: int = 0,
@@ -150,6 +150,8 @@ class TritonServer:
         for name, value in (("start_timeout_s", start_timeout_s), ("stop_timeout_s", stop_timeout_s)):
             if not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if int(poll_interval_s) != poll_interval_s or poll_interval_s < 1:
+            raise ValueError(f"poll_interval_s must be a whole number of seconds, at least 1, got {poll_interval_s!r}")
         self.repository = Path(repository)
         self._binary = binary
         self._backend_directory = Path(backend_directory) if backend_directory is not None else None
@@ -157,6 +159,10 @@ class TritonServer:
         self._ports: dict[str, int] = {}
         self._model_control = model_control
         self._load_models = list(load_models)
+        self._poll_interval_s = int(poll_interval_s)
+        self._restart_failed_models = bool(restart_failed_models)
+        self._keeper: ProcessKeeper | None = None
+        self._supervisor: Supervisor | None = None
         self._start_timeout_s = float(start_timeout_s)
         self._stop_timeout_s = float(stop_timeout_s)
         self._log_verbose = int(log_verbose)
@@ -191,6 +197,10 @@ class TritonServer:
             self._launch(binary, backend_directory)
             try:
                 self._wait_until_ready(deadline)
+                self._supervisor = Supervisor(
+                    self, Admin(self.http_url, _REQUEST_TIMEOUT_S), restart_failed_models=self._restart_failed_models
+                )
+                self._supervisor.start()
                 return self
             except PortInUseError as error:
                 self._shut_down(graceful=False)
@@ -215,16 +225,20 @@ class TritonServer:
         process = self._process
         if process is None:
             return
+        if self._supervisor is not None:
+            # before the server goes: its stubs ending now is no failure to repair
+            self._supervisor.stop(self._stop_timeout_s)
+            self._supervisor = None
         group = process.pid
         leftovers: list[int] = []
         try:
             # Until it is reaped, the server's pid (its group id) cannot be reused by another
             # process, so signalling the group cannot hit a stranger.
             if graceful and self._exit_code() is None:
-                _signal_group(group, signal.SIGINT)
+                signal_group(group, signal.SIGINT)
                 self._wait_for_exit(self._stop_timeout_s)
             if process.returncode is None:
-                _signal_group(group, signal.SIGKILL)
+                signal_group(group, signal.SIGKILL)
             try:
                 process.wait(timeout=_GROUP_EXIT_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -233,13 +247,16 @@ class TritonServer:
                     "it may be stuck in the kernel (check `ps -o pid,stat,wchan -p "
                     f"{group}`)"
                 ) from None
-            leftovers = _wait_for_group_exit(group, _GROUP_EXIT_TIMEOUT_S)
+            leftovers = wait_for_group_exit(group, _GROUP_EXIT_TIMEOUT_S)
             if not leftovers and self._shm_prefix:
                 # A killed server cannot remove the shared memory it gave its stubs; with no
                 # process of its group left, nothing uses regions under its prefix any more.
                 _remove_shared_memory(self._shm_prefix)
         finally:
             self._process = None
+            if self._keeper is not None and process.returncode is not None:
+                self._keeper.close()  # its thread forked the server, which is gone now
+                self._keeper = None
             if self._log_file is not None:
                 self._log_file.close()
                 self._log_file = None
@@ -309,7 +326,7 @@ class TritonServer:
             ) from None
         if status != 200:
             raise ServerError(
-                f"tritonserver refused the repository index request (HTTP {status}): {_error_text(body)}",
+                f"tritonserver refused the repository index request (HTTP {status}): {diagnostics.error_text(body)}",
                 self._log_tail(),
             )
         return [
@@ -328,6 +345,47 @@ class TritonServer:
         """Load (or reload) model ``name`` from the repository; needs model_control="explicit"."""
         self._require_explicit("load")
         self._require_running()
+        self._load_or_raise(name, timeout_s)
+
+    def reload(self, name: str, timeout_s: float = 120.0) -> None:
+        """Load model ``name`` anew from the repository, in any model control mode, without a
+        failed request: tritonserver loads the new instance (a new version, if one was exported
+        with ``add_version=True``) beside the running one, switches to it once it is ready and
+        then retires the old one; models that depend on it (its ensemble) follow. Returns once the
+        new one answers.
+
+        tritonserver reloads only a model whose version folder changed (a change to config.pbtxt
+        alone is applied in place), so the folders of the versions it serves are touched first
+        (their modification time, nothing else); in "poll" mode the next poll then reloads it."""
+        self._require_running()
+        served = [m.version for m in self.models() if m.name == name and m.state == "READY" and m.version]
+        folders = [self.repository / name / str(version) for version in served] or [
+            folder for folder in (self.repository / name).glob("[0-9]*") if folder.name.isdigit()
+        ]
+        offset = self._log_size()
+        try:
+            if not folders:
+                raise FileNotFoundError(f"no version folder in {str(self.repository / name)!r}")
+            for folder in folders:
+                os.utime(folder)
+        except OSError as error:
+            raise ServerError(
+                f"could not reload model {name!r}: tritonserver reloads a model whose files changed, and "
+                f"touching its version folder failed ({error}); check the name and that the repository is writable"
+            ) from error
+        if self._model_control == "poll":
+            self._wait_for_poll_reload(name, offset, timeout_s)
+        else:
+            self._load_or_raise(name, timeout_s)
+
+    def health(self) -> list[ModelHealth]:
+        """Each model of the repository index: its state, whether its python-backend stubs run
+        (Triton still calls a model READY after its stub died), how many of its requests failed,
+        the last error, and how often it was reloaded after a failure."""
+        self._require_running()
+        return self._supervisor.health()
+
+    def _load_or_raise(self, name: str, timeout_s: float) -> None:
         try:
             reason = self._load(name, timeout_s)
         except TimeoutError:
@@ -352,7 +410,7 @@ class TritonServer:
             status, body = None, ""
         if status is not None and status != 200:
             raise ServerError(
-                f"tritonserver refused to unload model {name!r} (HTTP {status}): {_error_text(body)}",
+                f"tritonserver refused to unload model {name!r} (HTTP {status}): {diagnostics.error_text(body)}",
                 self._log_tail(),
             )
         while True:
@@ -365,6 +423,22 @@ class TritonServer:
                     "a model whose finalize() hangs keeps it there (see the log), or pass a larger timeout_s",
                     self._log_tail(),
                 )
+            time.sleep(_POLL_INTERVAL_S)
+
+    def _wait_for_poll_reload(self, name: str, offset: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            loaded = diagnostics.load_outcome(self._log_since(offset), name)
+            if loaded:
+                return
+            if loaded is False:
+                raise self._load_error({name: self._reason_from_log(name, offset)})
+            if time.monotonic() >= deadline:
+                raise ModelLoadError(
+                    {name: f"not reloaded {timeout_s:g} s after its version folder was touched (poll every {self._poll_interval_s} s)"},
+                    self._log_tail(),
+                )
+            self._raise_if_exited()
             time.sleep(_POLL_INTERVAL_S)
 
     # -- starting -----------------------------------------------------------------------------
@@ -399,7 +473,7 @@ class TritonServer:
             f"--http-port={self._ports['http']}",
             f"--grpc-port={self._ports['grpc']}",
             f"--metrics-port={self._ports['metrics']}",
-            f"--model-control-mode={self._model_control}",
+            *self._model_control_args(),
             # One bad model must not take the others down; readiness is judged here instead.
             "--exit-on-error=false",
             # Let the server finish its own shutdown before stop() resorts to SIGKILL.
@@ -414,21 +488,31 @@ class TritonServer:
             raise ServerError(
                 f"could not open the server log {str(self._log_path)!r}: {error}; pass a writable log_path"
             ) from error
+        if self._keeper is None:
+            self._keeper = ProcessKeeper(f"tritonserver-keeper-{os.getpid()}")
         try:
-            self._process = subprocess.Popen(
+            self._process = self._keeper.popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
                 env=_server_environment(),
                 start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()),
             )
         except (OSError, subprocess.SubprocessError) as error:
             self._log_file.close()
             self._log_file = None
             raise ServerError(f"could not run {str(binary)!r}: {error}") from error
         self._pid = self._process.pid
+
+    def _model_control_args(self) -> list[str]:
+        if self._model_control == "poll":
+            return ["--model-control-mode=poll", f"--repository-poll-secs={self._poll_interval_s}"]
+        if self._model_control == "none":
+            # explicit with everything loaded at start: the same models as "none", and a failed
+            # one can be reloaded on its own (load()/unload() stay refused, see _require_explicit)
+            return ["--model-control-mode=explicit", "--load-model=*"]
+        return ["--model-control-mode=explicit"]
 
     def _shared_memory_args(self) -> list[str]:
         """Give this server's python-backend shared memory a prefix of its own, so stop() can find it."""
@@ -444,14 +528,14 @@ class TritonServer:
             self._raise_if_exited()
             # Listening sockets owned by our pid prove the ports are ours: the server logs
             # "Started ..." before it binds, and a stranger on the port could answer /health.
-            if ports <= _ports_listened_by(self._pid) and self._is_live():
+            if ports <= ports_listened_by(self._pid) and self._is_live():
                 break
             if time.monotonic() >= deadline:
                 raise ServerStartTimeoutError(
                     self._start_timeout_s, self._what_start_waits_for(ports), self._log_tail()
                 )
             time.sleep(_POLL_INTERVAL_S)
-        if self._model_control == "none":
+        if self._model_control in ("none", "poll"):
             failures = {
                 model.name: model.reason or self._reason_from_log(model.name)
                 for model in self._settled_models(deadline)
@@ -484,13 +568,10 @@ class TritonServer:
             time.sleep(_POLL_INTERVAL_S)
 
     def _what_start_waits_for(self, ports: set[int]) -> str:
-        log = self.logs()
-        started = re.findall(r'"loading: (.+?):\d+"', log)
-        finished = set(re.findall(r"(?:successfully loaded|failed to load) '([^']+)'", log))
-        loading = [name for name in dict.fromkeys(started) if name not in finished]
+        loading = diagnostics.still_loading(self.logs())
         if loading:
             return f"model(s) {_names(loading)} to finish loading; the endpoints open only after that"
-        missing = sorted(ports - _ports_listened_by(self._pid))
+        missing = sorted(ports - ports_listened_by(self._pid))
         if missing:
             return f"tritonserver to listen on port(s) {', '.join(map(str, missing))}"
         return f"GET /v2/health/live on {self.http_url} to answer 200"
@@ -503,7 +584,7 @@ class TritonServer:
         status, body = self._request("POST", f"/v2/repository/models/{_quote(name)}/load", timeout_s)
         if status == 200:
             return None
-        reason = _error_text(body)
+        reason = diagnostics.error_text(body)
         if "failed to poll" in reason:
             # The answer only says the folder could not be read; the log says why.
             details = self._reason_from_log(name, log_offset)
@@ -570,26 +651,22 @@ class TritonServer:
             raise ServerError(
                 f"{action}() needs a server started with model_control='explicit'; this one runs with "
                 f"model_control={self._model_control!r}, which loads every model of the repository at start"
+                + (" and follows its changes" if self._model_control == "poll" else "")
+                + "; reload() reloads one of them"
             )
 
     def _raise_if_exited(self) -> None:
         code = self._exit_code()
         if code is None:
             return
-        in_use = _PORT_IN_USE.search(self.logs())
+        in_use = diagnostics.port_in_use(self.logs())
         if in_use:
-            protocol = _PROTOCOL_NAMES.get(in_use.group(1).upper(), in_use.group(1))
-            raise PortInUseError(int(in_use.group(2)), protocol, self._log_tail())
+            raise PortInUseError(*in_use, self._log_tail())
         raise ServerExitedError(code, self._log_tail())
 
     def _load_error(self, failures: Mapping[str, str]) -> ModelLoadError:
-        failures = _with_dependency_failures(failures)
-        missing = {}
-        for name, reason in failures.items():
-            match = _MISSING_BACKEND.search(reason)
-            # an ensemble fails because a step failed; the step is the one missing the backend
-            if match and not _DEPENDENCY_FAILURE.search(reason):
-                missing[name] = match.group(1)
+        failures = diagnostics.with_dependency_failures(failures)
+        missing = diagnostics.missing_backends(failures)
         if missing:
             return BackendNotAvailableError(failures, missing, self.backends(), self._log_tail())
         return ModelLoadError(failures, self._log_tail())
@@ -603,48 +680,23 @@ class TritonServer:
             return 0
 
     def _log_tail(self) -> str:
-        lines = [
-            line
-            for line in self.logs().splitlines()
-            if line.strip() and not any(noise in line for noise in _CPU_MACHINE_NOISE)
-        ]
-        # A rejected argument is followed by a few hundred lines of usage that would push the
-        # one line that matters out of the tail.
-        usage = next((index for index, line in enumerate(lines) if line.startswith("Usage: tritonserver")), None)
-        if usage is not None:
-            lines = lines[:usage] + ["(usage text left out; run `tritonserver --help`)"]
-        return "\n".join(lines[-_LOG_TAIL_LINES:])
+        return diagnostics.log_tail(self.logs())
+
+    def _log_since(self, since_byte: int) -> str:
+        if self._log_path is None:
+            return ""
+        with open(self._log_path, "rb") as log:
+            log.seek(since_byte)
+            return log.read().decode("utf-8", errors="replace")
 
     def _reason_from_log(self, name: str, since_byte: int = 0) -> str:
         """The server's error lines about model ``name``, for failures its API words vaguely."""
         if self._log_path is None:
             return ""
-        with open(self._log_path, "rb") as log:
-            log.seek(since_byte)
-            lines = log.read().decode("utf-8", errors="replace").splitlines()
-        quoted = f"'{name}'"
-        messages = []
-        for index, line in enumerate(lines):
-            if quoted not in line or not re.match(r"E\d{4} ", line):
-                continue
-            # An unreadable config.pbtxt is explained by protobuf on the line before.
-            if index > 0 and _PROTOBUF_ERROR_LINE.match(lines[index - 1]):
-                messages.append(_PROTOBUF_ERROR_LINE.match(lines[index - 1]).group(1))
-            match = _TRITON_LOG_LINE.match(line)
-            messages.append(match.group(1) if match else line)
-        return "; ".join(dict.fromkeys(messages)) or "not loaded; tritonserver logged no reason (see the log below)"
+        return diagnostics.model_errors(self._log_since(since_byte), name)
 
 
 # -- helpers without state ------------------------------------------------------------------------
-
-
-def _with_dependency_failures(failures: Mapping[str, str]) -> dict[str, str]:
-    """The failures plus, for ensembles, each failed dependency under its own name."""
-    expanded = dict(failures)
-    for reason in failures.values():
-        for name, dependency_reason in _DEPENDENCY_FAILURE.findall(reason):
-            expanded.setdefault(name, dependency_reason)
-    return expanded
 
 
 def _checked_binary(path: Path, source: str) -> Path:
@@ -681,89 +733,6 @@ def _server_environment() -> dict[str, str]:
     return environment
 
 
-@functools.lru_cache(maxsize=1)
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A preexec_fn that makes the child receive SIGKILL when its parent dies (Linux)."""
-    libc = _libc()  # loaded before fork: the child should do as little as possible
-
-    def set_parent_death_signal() -> None:
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        # The parent may have died between fork and prctl; the signal would then never come.
-        if os.getppid() != parent_pid:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return set_parent_death_signal
-
-
-def _signal_group(group: int, signum: int) -> None:
-    try:
-        os.killpg(group, signum)
-    except ProcessLookupError:
-        pass
-
-
-def _wait_for_group_exit(group: int, timeout_s: float) -> list[int]:
-    """Wait until no live process is left in ``group``; return those still alive at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        members = _live_group_members(group)
-        if not members or time.monotonic() >= deadline:
-            return members
-        time.sleep(0.05)
-
-
-def _live_group_members(group: int) -> list[int]:
-    """Pids in process group ``group`` that are not zombies (zombies hold no resources)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path("/proc", entry, "stat").read_text()
-        except OSError:
-            continue
-        # The command name is in parentheses and may hold spaces; fixed fields follow it.
-        state, _parent, process_group = stat[stat.rindex(")") + 2 :].split()[:3]
-        if int(process_group) == group and state not in ("Z", "X"):
-            members.append(int(entry))
-    return members
-
-
-def _ports_listened_by(pid: int | None) -> set[int]:
-    """TCP ports on which process ``pid`` holds a listening socket (read from /proc)."""
-    if pid is None:
-        return set()
-    socket_inodes = set()
-    try:
-        descriptors = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return set()
-    for descriptor in descriptors:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            socket_inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            # local_address is HEXADDR:HEXPORT, state 0A is LISTEN, the inode is the 10th field
-            if len(fields) > 9 and fields[3] == "0A" and fields[9] in socket_inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
-
-
 def _remove_shared_memory(prefix: str) -> None:
     for region in _SHARED_MEMORY_DIR.glob(f"{prefix}*"):
         _remove_quietly(region)
@@ -781,13 +750,6 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for probe in sockets:
             probe.close()
-
-
-def _error_text(body: str) -> str:
-    try:
-        return str(json.loads(body)["error"]).strip().rstrip(";").strip()
-    except (ValueError, KeyError, TypeError):
-        return body.strip() or "(empty answer)"
 
 
 def _quote(name: str) -> str:

@@ -31,6 +31,9 @@ def triton_server(tmp_path_factory):
         tmp_path_factory.mktemp("triton_repository"),
         model_control="explicit",
         start_timeout_s=120.0,
+        # a test kills a stub here, and tritonserver never finishes unloading the instance it
+        # served: stop() waits out the exit timeout (0.75 of this), so keep it short
+        stop_timeout_s=6.0,
     )
     try:
         server.start()

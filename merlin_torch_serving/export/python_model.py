@@ -2,6 +2,8 @@
 
 Every python step's ``model.py`` imports ``TritonPythonModel`` from here. ``HostedStep`` holds
 the logic and does not need Triton, so an exported step can also be loaded and run in a test.
+Loading checks the step's files against the digests it was exported with; every request is checked
+at the step's entry (``validation``) before an operator sees it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from merlin.table import TensorTable
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import MerlinTorchServingError
 from merlin_torch_serving.executors import torch_threads
-from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER
+from merlin_torch_serving.export.config import MAX_REQUEST_ROWS_PARAMETER, TORCH_THREADS_PARAMETER
+from merlin_torch_serving.export.manifest import verify_step
 from merlin_torch_serving.ops.base import operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
+from merlin_torch_serving.validation import EntryCheck
 
 STEP_FILE = "step.json"
 
@@ -28,7 +32,7 @@ STEP_FILE = "step.json"
 class HostedStep:
     """The operators of one exported step, wired as they were in the ensemble's plan."""
 
-    def __init__(self, spec: dict, version_dir: str):
+    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
@@ -46,15 +50,21 @@ class HostedStep:
                 )
             )
         self.input_specs = wire.schema_specs(self.input_schema)
+        self.entry_check = EntryCheck.for_entry(self.input_schema, self.inputs, self.calls, max_rows)
 
     @classmethod
-    def load(cls, version_dir: str) -> "HostedStep":
+    def load(cls, version_dir: str, step: str | None = None, max_rows: int | None = None) -> "HostedStep":
+        """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
-            return cls(json.load(f), version_dir)
+            spec = json.load(f)
+        verify_step(step or os.path.basename(os.path.dirname(os.path.abspath(version_dir))), version_dir, spec)
+        return cls(spec, version_dir, max_rows)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
-        table = wire.from_wire({name: wire.bytes_to_text(array) for name, array in arrays.items()}, self.input_schema)
+        arrays = {name: wire.bytes_to_text(array) for name, array in arrays.items()}
+        self.entry_check.check(arrays)
+        table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
         results = run_calls(self.calls, env, self.outputs)
         return wire.to_wire(TensorTable(results, _unsafe=True))
@@ -74,10 +84,12 @@ class TritonPythonModel:
         library_logger.addHandler(_TritonLogHandler(pb_utils.Logger, self.model_name))
         library_logger.setLevel(logging.INFO)
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        self.step = HostedStep.load(version_dir)
         config = json.loads(args["model_config"])
+        parameters = config.get("parameters", {})
+        max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
+        self.step = HostedStep.load(version_dir, self.model_name, int(max_rows) if max_rows else None)
         self.output_names = [output["name"] for output in config["output"]]
-        threads = config.get("parameters", {}).get(TORCH_THREADS_PARAMETER, {}).get("string_value")
+        threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
 

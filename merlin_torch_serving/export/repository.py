@@ -8,9 +8,11 @@ Layout (``N`` is the version)::
       <name>-2-topk_decodeitemids/  ...
       <name>/                       config.pbtxt (platform "ensemble"), N/manifest.json
 
-Everything is written into a staging folder beside the repository and swapped in at the end; a
-failed export leaves the repository exactly as it was. Models of the repository that this
-ensemble does not own are kept.
+Everything is written into a staging folder beside the repository and swapped in at the end in
+one atomic step (see ``swap``): a failed or killed export leaves the repository exactly as it was,
+and a tritonserver polling it sees the old tree or the new one, never a part. Models of the
+repository that this ensemble does not own are kept. Every failure is an ``ExportError`` whose
+cause is chained.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import importlib.util
 import os
+import py_compile
 import re
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -34,6 +37,7 @@ from merlin.schema import Schema
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
+from merlin_torch_serving.export import manifest, swap
 from merlin_torch_serving.export.checks import (
     check_libtorch_model,
     check_libtorch_return_type,
@@ -41,6 +45,7 @@ from merlin_torch_serving.export.checks import (
     warn_about_differing_thread_counts,
 )
 from merlin_torch_serving.export.fusion import libtorch_module
+from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import Step, partition
 from merlin_torch_serving.export.warmup import warmup_inputs
 from merlin_torch_serving.export.python_model import STEP_FILE
@@ -48,7 +53,6 @@ from merlin_torch_serving.ops.pytorch import MODEL_FILE
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
 from merlin_torch_serving.schemas import schema_to_json
 
-MANIFEST_FILE = "manifest.json"
 WARMUP_DIR = "warmup"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PYTHON_MODEL_SOURCE = '''"""Triton python-backend entry point of a step exported by merlin_torch_serving."""
@@ -104,28 +108,40 @@ def export_ensemble(
     elif existing and not overwrite:
         raise RepositoryExistsError(str(repository), existing)
 
-    repository.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{repository.name}.export-", dir=repository.parent))
+    doing = "preparing the staging folder"
+    staging = None
     try:
-        staged = staging / "repository"
+        swap.recover(repository)
+        staging = swap.staging_folder(repository)
+        staged = staging / swap.STAGED_DIR
         if repository.exists():
-            _link_tree(repository, staged)
-            if not add_version:
-                for model in existing:
-                    shutil.rmtree(staged / model)
+            doing = "copying the current repository into the staging folder"
+            _copy_tree(repository, staged, skip=[] if add_version else existing)
         staged.mkdir(exist_ok=True)
         tensor_names = _tensor_names(plan, steps)
+        doing = "building the warm-up requests"
         warmup = warmup_inputs(plan, steps)
         for step in steps:
+            doing = f"writing step {step.name!r} ({', '.join(call.op.label for call in step.calls)})"
             _write_step(staged / step.name, step, version, options, warmup.arrays[step.name])
-        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version)
+        doing = f"writing the ensemble {name!r}"
+        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version, options)
         _write_manifest(
-            staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options, warmup.problem
+            staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options, warmup.problem, staged
         )
         warn_about_differing_thread_counts(staged)
-        _swap_in(staged, repository)
+        doing = "putting the new repository in place of the old one"
+        swap.replace_tree(staging, repository)
+    except ExportError:
+        raise
+    except Exception as error:
+        raise ExportError(
+            f"exporting ensemble {name!r} to {str(repository)!r} failed while {doing}: "
+            f"{type(error).__name__}: {error}; the repository was left as it was"
+        ) from error
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(
         path=str(repository),
         name=name,
@@ -176,8 +192,10 @@ def _write_step(
                     "output_schema": schema_to_json(call.output_schema),
                 }
             )
-        _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
         _write_text(version_dir / "model.py", _PYTHON_MODEL_SOURCE)
+        _compile(version_dir / "model.py")
+        spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
+        _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
         config = configs.python_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
@@ -224,7 +242,9 @@ def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
     return names
 
 
-def _write_ensemble(model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int) -> None:
+def _write_ensemble(
+    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options
+) -> None:
     (model_dir / str(version)).mkdir(parents=True)
     step_configs = []
     for step in steps:
@@ -238,7 +258,9 @@ def _write_ensemble(model_dir: Path, name: str, ensemble, plan: Plan, steps, ten
     response_schema = Schema(
         [c.with_name(wire.response_name(c.name, plan.input_schema.column_names)) for c in ensemble.output_schema]
     )
-    config = configs.ensemble_config(name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs)
+    config = configs.ensemble_config(
+        name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs, plan.request_groups(), options
+    )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
@@ -254,12 +276,21 @@ def _wire_map(schema, refs: dict[str, Ref], tensor_names: dict[Ref, str]) -> dic
 
 
 def _write_manifest(
-    path: Path, name: str, version: int, ensemble, steps: list[Step], options, warmup_problem: str | None
+    path: Path,
+    name: str,
+    version: int,
+    ensemble,
+    steps: list[Step],
+    options,
+    warmup_problem: str | None,
+    staged: Path,
 ) -> None:
-    manifest = {
+    record = {
         "ensemble": name,
         "version": version,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "format_version": manifest.STEP_FORMAT_VERSION,
+        "library_version": manifest.library_version(),
         "python": sys.version.split()[0],
         "libraries": {lib: _version(lib) for lib in _LIBRARIES},
         "model_options": dataclasses.asdict(options),
@@ -277,11 +308,12 @@ def _write_manifest(
                 ],
                 "inputs": [spec.name for spec in wire.schema_specs(step.input_schema)],
                 "outputs": [spec.name for spec in wire.schema_specs(step.output_schema)],
+                "artifacts": manifest.file_digests(staged / step.name / str(version)),
             }
             for step in steps
         ],
     }
-    _write_text(path, json.dumps(manifest, indent=1))
+    _write_text(path, json.dumps(record, indent=1))
 
 
 # ---- files ----------------------------------------------------------------------------------------
@@ -289,10 +321,10 @@ def _write_manifest(
 
 def _previous_steps(ensemble_dir: Path) -> list[str]:
     """The step models the newest export of the ensemble in ``ensemble_dir`` wrote, from its manifest."""
-    manifest = ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE if ensemble_dir.is_dir() else None
-    if manifest is None or not manifest.is_file():
+    record = ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE if ensemble_dir.is_dir() else None
+    if record is None or not record.is_file():
         return []
-    steps = json.loads(manifest.read_text()).get("steps", [])
+    steps = json.loads(record.read_text()).get("steps", [])
     return [step["model"] for step in steps if (ensemble_dir.parent / step["model"]).is_dir()]
 
 
@@ -308,34 +340,29 @@ def _version(distribution: str) -> str | None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    # never write through a hard link into the live repository
+    # a file copied from the live repository is replaced, not written into
     if path.exists():
         path.unlink()
     path.write_text(text)
 
 
-def _link_tree(source: Path, target: Path) -> None:
-    """Copy a repository cheaply: hard links where the filesystem allows, copies elsewhere."""
+def _compile(source: Path) -> None:
+    """Write the bytecode of ``source`` now: the stub would otherwise write it into the repository
+    when it loads the model, and a polling tritonserver takes that change for a new model to reload."""
+    py_compile.compile(
+        str(source),
+        cfile=importlib.util.cache_from_source(str(source)),
+        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        doraise=True,
+    )
 
-    def link_or_copy(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
 
-    shutil.copytree(source, target, copy_function=link_or_copy, symlinks=True)
+def _copy_tree(source: Path, target: Path, skip: list[str]) -> None:
+    """Copy the repository, but the top-level model folders in ``skip``.
 
-
-def _swap_in(staged: Path, repository: Path) -> None:
-    """Replace ``repository`` by ``staged`` with two renames; roll back if the second fails."""
-    if not repository.exists():
-        os.rename(staged, repository)
-        return
-    backup = staged.parent / "previous"
-    os.rename(repository, backup)
-    try:
-        os.rename(staged, repository)
-    except BaseException:
-        os.rename(backup, repository)
-        raise
-    shutil.rmtree(backup, ignore_errors=True)
+    Copies, not hard links: linking a file changes its change time, and a tritonserver polling
+    the live repository would take that for a new version of every model in it and reload them
+    all while the export is still being written (and again when the old tree is deleted). With
+    copies the live tree is left untouched, and the models are reloaded once, after the swap,
+    together with the new ones."""
+    shutil.copytree(source, target, symlinks=True, ignore=lambda folder, names: skip if Path(folder) == source else [])

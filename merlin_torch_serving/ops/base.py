@@ -88,6 +88,17 @@ class ServingOperator(BaseOperator):
         """The input columns this operator needs when it starts a graph."""
         return []
 
+    def request_groups(self) -> list[str] | None:
+        """Input columns whose rows must reach this operator in one request (a Groupby's keys: all
+        clicks of a session); ``[]`` when it transforms rows independently, ``None`` when no split
+        of a request is safe. Clients split big requests by these columns."""
+        return []
+
+    def non_null_inputs(self) -> list[str]:
+        """Input columns in which a null (NaN, None) is a broken request rather than a missing
+        value: ids, and keys that group rows. Requests holding one are refused at the step's entry."""
+        return []
+
     def returned_columns(self) -> list[str]:
         """Output columns that every answer of the ensemble carries, whether or not the graph
         selects them (the session id, the mark of filtered sessions)."""

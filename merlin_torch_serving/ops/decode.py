@@ -84,14 +84,21 @@ class DecodeItemIds(ServingOperator):
         return {"source_column": self.vocabulary.column, "columns": self.columns}
 
     def save_artifacts(self, artifact_path=None) -> None:
+        raw_values = self.vocabulary.raw_values
+        if raw_values.dtype == np.dtype(object):
+            # object arrays need pickle; strings are stored as fixed-width text, so loading needs none
+            raw_values = np.array(["" if value is None else str(value) for value in raw_values], dtype=str)
         np.savez(
             os.path.join(artifact_path, VOCABULARY_FILE),
-            raw_values=self.vocabulary.raw_values,
+            raw_values=raw_values,
             is_item=self.vocabulary.is_item,
         )
 
     @classmethod
     def load(cls, config: dict[str, Any], artifact_path: str) -> "DecodeItemIds":
-        with np.load(os.path.join(artifact_path, VOCABULARY_FILE), allow_pickle=True) as saved:
-            vocabulary = CategoryVocabulary(config["source_column"], saved["raw_values"], saved["is_item"])
+        with np.load(os.path.join(artifact_path, VOCABULARY_FILE), allow_pickle=False) as saved:
+            raw_values, is_item = saved["raw_values"], saved["is_item"]
+        if raw_values.dtype.kind == "U":
+            raw_values = np.where(is_item, raw_values.astype(object), None)
+        vocabulary = CategoryVocabulary(config["source_column"], raw_values, is_item)
         return cls(vocabulary, config["source_column"], config["columns"])

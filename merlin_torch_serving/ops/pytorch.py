@@ -17,7 +17,7 @@ from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.exceptions import InputError, SchemaError
 from merlin_torch_serving.model_prep.eager import EAGER_MODEL_FILE, load_eager_model, save_eager_model
 from merlin_torch_serving.model_prep.next_item import SESSION_EMBEDDING, next_item_scoring, session_encoder
 from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
@@ -28,7 +28,7 @@ from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.torch_module import WireModel
 from merlin_torch_serving.samples import list_length, sample_table
-from merlin_torch_serving.schemas import schema_from_json, schema_to_json
+from merlin_torch_serving.schemas import catalog_limits, schema_from_json, schema_to_json
 
 MODEL_FILE = "model.pt"
 Backend = Literal["pytorch", "python"]
@@ -139,6 +139,7 @@ class PredictPytorch(ServingOperator):
             dense_inputs=[c.name for c in self.model_input_schema if not wire.is_ragged(c)],
             pad_value=self.pad_value,
             pad_left=pad_side == "left",
+            id_limits=catalog_limits(self.model_input_schema),
         )
         self.module = torch.jit.script(wire_model) if prepared.execution == "torchscript" else wire_model
         self.model_output_schema = _observed_output_schema(self.module, self.model_input_schema, output_schema)
@@ -166,7 +167,15 @@ class PredictPytorch(ServingOperator):
         # TorchScript's optimizing executor re-specialises the graph for every new input shape, and
         # requests of varying sessions and lengths keep bringing new ones (~0.3 s each on 2 cores)
         with torch.inference_mode(), torch.jit.optimized_execution(False):
-            outputs = self.module(inputs)
+            try:
+                outputs = self.module(inputs)
+            except (torch.jit.Error, ValueError) as error:
+                # the wrapper (scripted, or eager) refuses bad offsets, row counts and ids outside
+                # the catalog; its message is the error's last line
+                refused = InputError.from_message(str(error).strip().splitlines()[-1])
+                if refused is None:
+                    raise
+                raise refused from None
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         return TensorTable(
             {column.name: tensor.numpy() for column, tensor in zip(self.model_output_schema, outputs)},

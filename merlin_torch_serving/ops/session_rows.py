@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.tables import take_rows
 
 FILTERED_COLUMN = "filtered_out"
 
@@ -50,24 +50,6 @@ def line_up_sessions(
     if filtered_column is None:
         return lined_up
     return TensorTable({**dict(lined_up.items()), filtered_column: missing}, _unsafe=True)
-
-
-def take_rows(table: TensorTable, rows: np.ndarray) -> TensorTable:
-    """The given rows of every column, in the given order (ragged columns included)."""
-    columns = {}
-    for name, column in table.items():
-        values = np.asarray(column.values)
-        if column.offsets is None:
-            columns[name] = values[rows]
-            continue
-        offsets = np.asarray(column.offsets).astype(np.int64)
-        starts, ends = offsets[:-1][rows], offsets[1:][rows]
-        lengths = ends - starts
-        new_offsets = wire.offsets_from_lengths(lengths)
-        # positions of each kept value in the old values array
-        within = np.arange(int(new_offsets[-1])) - np.repeat(new_offsets[:-1].astype(np.int64), lengths)
-        columns[name] = (values[np.repeat(starts, lengths) + within], new_offsets)
-    return TensorTable(columns, _unsafe=True)
 
 
 def _row_of_each_key(output_keys: np.ndarray, answer_keys: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ Because the padding lives inside the scripted module, libtorch receives the wire
 """
 
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -43,6 +43,32 @@ def pad_ragged(
     return torch.where(filled, values[source], dense)
 
 
+def check_ragged(name: str, values: torch.Tensor, offsets: torch.Tensor):
+    """Refuse offsets that would make padding read the wrong rows: they must start at 0, never
+    decrease and end at the number of values. Raised in TorchScript, the message reaches a libtorch
+    client as the last line of the error, naming the column as the library's InputError does."""
+    expected = "offsets from 0 up to len('" + name + "__values') = " + str(values.shape[0]) + ", never decreasing"
+    if offsets.dim() != 1 or offsets.shape[0] == 0:
+        raise ValueError("input column '" + name + "__offsets': expected " + expected + ", got no offsets")
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first != 0 or last != values.shape[0] or bool((offsets[1:] < offsets[:-1]).any()):
+        raise ValueError(
+            "input column '" + name + "__offsets': expected " + expected
+            + ", got offsets from " + str(first) + " to " + str(last) + " or going back"
+        )
+
+
+def check_ids(name: str, values: torch.Tensor, limit: int):
+    """Refuse ids outside ``[0, limit]``, the model's catalog (its embedding table's rows)."""
+    if values.numel() > 0:
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high > limit:
+            raise ValueError(
+                "input column '" + name + "': expected ids from 0 to " + str(limit)
+                + " (the model's catalog), got ids from " + str(low) + " to " + str(high)
+            )
+
+
 def pad_dense(values: torch.Tensor, max_length: int, pad_value: float, pad_left: bool) -> torch.Tensor:
     """A fixed-length ``[rows, n]`` list brought to ``[rows, max_length]`` by the same rules."""
     length = values.shape[1]
@@ -59,7 +85,9 @@ class WireModel(torch.nn.Module):
 
     ``ragged_inputs`` arrive as ``name__values`` / ``name__offsets`` (or, when an upstream step
     padded them already, as one dense ``name`` tensor) and are brought to the matching entry of
-    ``max_lengths``; ``dense_inputs`` are passed through unchanged. The
+    ``max_lengths``; ``dense_inputs`` are passed through unchanged. ``id_limits`` maps inputs
+    holding ids to the largest id the model knows: an id outside is refused, as are ragged
+    offsets that do not describe the values, before the model runs. The
     model's outputs are returned as the model returns them (one tensor or a tuple), which is
     what libtorch matches to the config's outputs by position.
     """
@@ -69,6 +97,7 @@ class WireModel(torch.nn.Module):
     dense_inputs: List[str]
     pad_value: float
     pad_left: bool
+    id_limits: Dict[str, int]
 
     def __init__(
         self,
@@ -78,6 +107,7 @@ class WireModel(torch.nn.Module):
         dense_inputs: List[str],
         pad_value: float = 0.0,
         pad_left: bool = False,
+        id_limits: Optional[Dict[str, int]] = None,
     ):
         super().__init__()
         self.model = model
@@ -86,22 +116,35 @@ class WireModel(torch.nn.Module):
         self.dense_inputs = dense_inputs
         self.pad_value = pad_value
         self.pad_left = pad_left
+        self.id_limits = dict(id_limits or {})
 
     def forward(self, inputs: Dict[str, torch.Tensor]):
         features: Dict[str, torch.Tensor] = {}
+        first, expected_rows = "", -1
+        for name in self.ragged_inputs + self.dense_inputs:
+            # rows of different counts would broadcast silently inside the model
+            if name in inputs or name + "__offsets" in inputs:
+                rows = inputs[name].shape[0] if name in inputs else inputs[name + "__offsets"].shape[0] - 1
+                if first == "":
+                    first, expected_rows = name, rows
+                elif rows != expected_rows:
+                    raise ValueError(
+                        "input column '" + name + "': expected " + str(expected_rows) + " rows, like '"
+                        + first + "', got " + str(rows) + " rows"
+                    )
         for i, name in enumerate(self.ragged_inputs):
             if name in inputs:
-                features[name] = pad_dense(
-                    inputs[name], self.max_lengths[i], self.pad_value, self.pad_left
-                )
+                values = inputs[name]
+                features[name] = pad_dense(values, self.max_lengths[i], self.pad_value, self.pad_left)
             else:
-                features[name] = pad_ragged(
-                    inputs[name + "__values"],
-                    inputs[name + "__offsets"],
-                    self.max_lengths[i],
-                    self.pad_value,
-                    self.pad_left,
-                )
+                values = inputs[name + "__values"]
+                offsets = inputs[name + "__offsets"]
+                check_ragged(name, values, offsets)
+                features[name] = pad_ragged(values, offsets, self.max_lengths[i], self.pad_value, self.pad_left)
+            if name in self.id_limits:
+                check_ids(name, values, self.id_limits[name])
         for name in self.dense_inputs:
             features[name] = inputs[name]
+            if name in self.id_limits:
+                check_ids(name, inputs[name], self.id_limits[name])
         return self.model(features)

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from merlin.dag import postorder_iter_nodes
-from merlin.schema import ColumnSchema, Schema
+from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
@@ -116,6 +116,20 @@ class TransformWorkflow(ServingOperator):
     def filtered_by(self, request: TensorTable) -> str | None:
         return self.compiled_workflow().emptying_step(wire.to_wire(request))
 
+    def request_groups(self) -> list[str] | None:
+        """The keys of the workflow's Groupby when they are request columns (the session id): the
+        other operators of a fitted workflow transform rows independently."""
+        return _groupby_columns(self.workflow)
+
+    def non_null_inputs(self) -> list[str]:
+        """The Groupby keys (a null key would drop its rows from the answer) and the raw columns of
+        outputs tagged as ids (a null item id is a broken click, not a category of its own)."""
+        ids = [c.name for c in self.workflow.output_schema if Tags.ID in c.tags]
+        sources = {name for column in ids for name in _input_sources(self.workflow.output_node, column)}
+        keys = _groupby_columns(self.workflow) or []
+        inputs = self.workflow.input_schema.column_names
+        return [name for name in inputs if name in sources or name in keys]
+
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         arrays = self.compiled_workflow().transform(wire.to_wire(transformable))
         table = wire.from_wire(arrays, self.workflow.output_schema)
@@ -159,6 +173,32 @@ def _groupby_key(workflow) -> str | None:
     if key in workflow.input_schema.column_names and key in workflow.output_schema.column_names:
         return key
     return None
+
+
+def _groupby_columns(workflow) -> list[str] | None:
+    """The key columns shared by every Groupby of the workflow ([] without one; None when the
+    Groupbys differ or group by a column the request does not carry)."""
+    from nvtabular.ops import Groupby
+
+    keys = {tuple(n.op.groupby_cols) for n in postorder_iter_nodes(workflow.output_node) if isinstance(n.op, Groupby)}
+    if not keys:
+        return []
+    if len(keys) > 1 or not set(next(iter(keys))) <= set(workflow.input_schema.column_names):
+        return None
+    return list(next(iter(keys)))
+
+
+def _input_sources(node, column: str) -> set[str]:
+    """The workflow input columns ``column`` of ``node`` is computed from."""
+    parents = node.parents_with_dependencies
+    if not parents:
+        return {column}
+    sources = set()
+    for name in node.column_mapping.get(column, [column]):
+        for parent in parents:
+            if name in parent.output_schema.column_names:
+                sources |= _input_sources(parent, name)
+    return sources
 
 
 def _may_drop_rows(workflow) -> bool:

@@ -7,10 +7,14 @@ import subprocess
 import sys
 import time
 
+import threading
+
+import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
-from merlin_torch_serving import Ensemble
+from merlin_torch_serving import Client, Ensemble, chunks, frames, tables
 from tests import toy_session
 
 pytestmark = pytest.mark.integration
@@ -36,9 +40,14 @@ def read_until(process, pattern, timeout_s=180):
 
 
 @pytest.fixture(scope="module")
-def served_repository(tmp_path_factory, toy_workflow, toy_model):
+def ensemble(toy_workflow, toy_model):
+    return Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+
+
+@pytest.fixture(scope="module")
+def served_repository(tmp_path_factory, ensemble):
     repository = tmp_path_factory.mktemp("cli") / "repository"
-    Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema).export(repository, "reco")
+    ensemble.export(repository, "reco")  # ModelOptions' default: at most 100,000 rows per request
     process = subprocess.Popen(
         [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
         stdout=subprocess.PIPE,
@@ -58,7 +67,7 @@ def served_repository(tmp_path_factory, toy_workflow, toy_model):
 def test_serve_prints_urls_and_the_loaded_models(served_repository):
     _, urls, output = served_repository
     assert set(urls) == {"gRPC", "HTTP"}
-    assert re.search(r"^reco\s+1\s+READY$", output, flags=re.M)
+    assert re.search(r"^reco\s+1\s+READY\s+-\s+0$", output, flags=re.M)  # an ensemble has no stub
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
@@ -95,11 +104,86 @@ def test_infer_reports_a_bad_request_as_an_error_naming_the_column(served_reposi
     assert "input column 'category'" in result.stderr
 
 
-def test_models_lists_versions_and_states(served_repository):
+def test_models_lists_versions_states_and_whether_stubs_answer(served_repository):
     _, urls, _ = served_repository
     result = run_cli("models", "--url", urls["gRPC"])
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^reco-0-\S+\s+1\s+READY$", result.stdout, flags=re.M)
+    assert re.search(r"^reco-0-\S+\s+1\s+READY\s+alive\s+\d+$", result.stdout, flags=re.M)
+
+
+class PeakMemory:
+    """The most resident memory tritonserver and its stubs held together, sampled every 50 ms."""
+
+    def __init__(self, server_pid: int):
+        self.server = psutil.Process(server_pid)
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def now_bytes(self) -> int:
+        processes = [self.server, *self.server.children(recursive=True)]
+        total = 0
+        for process in processes:
+            try:
+                total += process.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self):
+        while not self._stop.wait(0.05):
+            self.peak_bytes = max(self.peak_bytes, self.now_bytes())
+
+
+#: sessions x clicks of the big input; the served ensemble takes 100,000 clicks per request
+SESSIONS, CLICKS_PER_SESSION, ROW_LIMIT = 200_000, 5, 100_000
+#: server memory the whole input may add over what one request at the row limit already took.
+#: Measured on this machine: the 1M clicks sent as one request add 276 MB (stub and server); in
+#: requests of 100,000 clicks they add 39 MB. 150 MB is far below the first and leaves room for
+#: the allocator's noise.
+MEMORY_BOUND_BYTES = 150 * 2**20
+
+
+def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_server_memory_bounded(
+    served_repository, ensemble, tmp_path
+):
+    _, urls, output = served_repository
+    rng = np.random.default_rng(7)
+    rows = SESSIONS * CLICKS_PER_SESSION
+    clicks = pd.DataFrame(
+        {
+            "session_id": rng.permutation(np.repeat(np.arange(SESSIONS, dtype=np.int64), CLICKS_PER_SESSION)),
+            "item_id": rng.integers(500, 540, rows),
+            "category": rng.integers(0, 7, rows),
+            "timestamp": rng.integers(0, 10**6, rows),
+        }
+    )
+    clicks.to_parquet(tmp_path / "clicks.parquet")
+    with Client(urls["gRPC"]) as client:
+        client.infer("reco", clicks.iloc[:ROW_LIMIT])  # the memory of one full request, once
+    with PeakMemory(int(re.search(r"ready \(pid (\d+)\)", output).group(1))) as memory:
+        baseline = memory.now_bytes()
+        result = run_cli("infer", "reco", str(tmp_path / "clicks.parquet"), "--url", urls["gRPC"], "-o", str(tmp_path / "answer.parquet"), timeout_s=600)
+
+    assert result.returncode == 0, result.stderr
+    progress = re.findall(r"^sent ([\d,]+) of 1,000,000 rows", result.stderr, flags=re.M)
+    assert len(progress) == rows // ROW_LIMIT and progress[-1] == "1,000,000"
+    assert memory.peak_bytes - baseline < MEMORY_BOUND_BYTES, (memory.peak_bytes - baseline) / 2**20
+    answer = pd.read_parquet(tmp_path / "answer.parquet")
+    assert answer["session_id"].tolist() == list(pd.unique(clicks["session_id"]))
+    # in-process, the same requests: a batch of other sessions may round scores differently
+    request = frames.frame_to_table(clicks, ensemble.input_schema)
+    expected = tables.concat([ensemble.run(part) for part in chunks.split(request, ["session_id"], ROW_LIMIT)])
+    np.testing.assert_array_equal(np.stack(answer["item_ids"]), expected["item_ids"].values)
+    np.testing.assert_array_equal(np.stack(answer["item_scores"]), expected["item_scores"].values)
 
 
 def test_ctrl_c_stops_the_server_cleanly(served_repository):

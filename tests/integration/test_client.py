@@ -1,11 +1,23 @@
 """The schema-driven client and the Triton executor against the real tritonserver."""
 
+import socket
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from merlin_torch_serving import Client, Ensemble, InferenceError, InputError, TritonExecutor, frames
+from merlin_torch_serving import (
+    Client,
+    Ensemble,
+    InferenceError,
+    InputError,
+    RequestTimeoutError,
+    ServerUnavailableError,
+    TritonExecutor,
+    frames,
+)
 from tests import toy_session
+from tests.served import assert_frames_equal
 
 pytestmark = pytest.mark.integration
 
@@ -21,15 +33,8 @@ def served(triton_server, toy_workflow, toy_model):
 @pytest.fixture(params=["grpc", "http"])
 def client(request, triton_server):
     url = triton_server.grpc_url if request.param == "grpc" else triton_server.http_url
-    return Client(url, protocol=request.param)
-
-
-def assert_frames_equal(served: pd.DataFrame, local: pd.DataFrame):
-    assert list(served.columns) == list(local.columns)
-    for column in local.columns:
-        for got, want in zip(served[column], local[column]):
-            np.testing.assert_array_equal(got, want, err_msg=column)
-    assert len(served) == len(local)
+    with Client(url, protocol=request.param) as client:
+        yield client
 
 
 def test_client_reads_schemas_from_the_server(served, client):
@@ -84,14 +89,64 @@ def test_rows_of_unequal_length_are_refused_before_sending(served, client):
         client.infer("toy-client", request)
 
 
-def test_a_failing_step_is_named_in_the_error_the_client_sees(served, client):
+def test_a_step_that_refuses_a_request_is_named_with_the_column_in_the_error_the_client_sees(served, client):
     rows = toy_session.interactions(1, seed=26)
     request = frames.frame_to_table(rows[served.input_schema.column_names])
     request["item_id"] = frames.frame_to_table({"item_id": np.zeros(0, dtype=np.int64)})["item_id"]
-    with pytest.raises(InferenceError, match="model 'toy-client-0-transformworkflow_predictpytorch_topk'.*TransformWorkflow"):
+    with pytest.raises(
+        InputError,
+        match=rf"model 'toy-client-0-transformworkflow_predictpytorch_topk' refused the request: input column 'item_id': expected {len(rows)} rows",
+    ) as caught:
         client.infer_table("toy-client", request)
+    assert caught.value.column == "item_id"
 
 
 def test_an_unknown_model_is_an_inference_error_naming_it(client):
     with pytest.raises(InferenceError, match="'no-such-model'"):
         client.schemas("no-such-model")
+
+
+@pytest.fixture(scope="module")
+def slow_model(triton_server):
+    from tests.triton_models import write_python_model
+
+    write_python_model(
+        triton_server.repository,
+        "slow",
+        inputs={"x": ("TYPE_INT64", [-1])},
+        outputs={"y": ("TYPE_INT64", [-1])},
+        compute="time.sleep(3)\nreturn {'y': inputs['x']}",
+    )
+    triton_server.load("slow")
+    return "slow"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(triton_server, slow_model, protocol):
+    url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
+    with Client(url, protocol, timeout_s=0.5) as client:
+        client.schemas(slow_model)  # metadata answers at once
+        with pytest.raises(RequestTimeoutError, match=r"inference on 'slow' failed: no answer within timeout_s=0\.5 s"):
+            client.infer(slow_model, {"x": [1, 2]})
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(protocol, monkeypatch):
+    from merlin_torch_serving import transport
+
+    waits = []
+    monkeypatch.setattr(transport.time, "sleep", waits.append)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
+    with Client(url, protocol, retries=2) as client:
+        with pytest.raises(ServerUnavailableError, match=rf"tritonserver at {url} is not available"):
+            client.models()
+    assert len(waits) == 2
+
+
+def test_wait_until_ready_returns_once_the_model_answers_and_says_why_it_gave_up(triton_server, served):
+    with Client(triton_server.grpc_url) as client:
+        client.wait_until_ready("toy-client", timeout_s=30)
+        with pytest.raises(ServerUnavailableError, match=r"not ready after 0\.5 s: model 'never-loaded' is not ready"):
+            client.wait_until_ready("never-loaded", timeout_s=0.5)

@@ -9,22 +9,10 @@ import tritonclient.http as httpclient
 
 from merlin_torch_serving import Ensemble, ModelOptions, TritonServer, frames, wire
 from tests import toy_session
+from tests.served import raw_infer as infer
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 pytestmark = pytest.mark.integration
-
-
-def infer(module, url, model, arrays, output_names):
-    """A raw tritonclient request: one tensor per wire array."""
-    client = module.InferenceServerClient(url)
-    inputs = []
-    for name, array in arrays.items():
-        tensor = module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    outputs = [module.InferRequestedOutput(name) for name in output_names]
-    result = client.infer(model, inputs, outputs=outputs)
-    return {name: result.as_numpy(name) for name in output_names}
 
 
 @pytest.fixture(scope="module")

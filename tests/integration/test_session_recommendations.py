@@ -71,7 +71,8 @@ def test_served_answer_equals_in_process_answer_exactly(triton_server, ensemble,
     rows = request_rows(held_out, 32, seed=2)
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
 
-    served = Client(url, protocol=protocol).infer(MODEL_NAME, rows)
+    with Client(url, protocol=protocol) as client:
+        served = client.infer(MODEL_NAME, rows)
     with torch_threads(SERVED_TORCH_THREADS):
         in_process = ensemble.transform(rows)
 

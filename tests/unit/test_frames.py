@@ -40,8 +40,9 @@ def test_safe_casts_are_applied_silently():
     assert table["session_id"].values.dtype == np.int64
 
 
-def test_extra_columns_are_ignored_and_missing_ones_named():
-    assert frames.frame_to_table(request(extra=[0, 0]), SCHEMA).columns == SCHEMA.column_names
+def test_extra_columns_are_refused_and_missing_ones_named():
+    with pytest.raises(InputError, match="input column 'extra': expected no such column \\(the inputs are 'session_id', 'items'"):
+        frames.frame_to_table(request(extra=[0, 0]), SCHEMA)
     data = request()
     del data["items"]
     with pytest.raises(InputError, match="input column 'items': expected int64 ragged list, got no such column"):
@@ -66,3 +67,24 @@ def test_fixed_length_lists_must_have_that_length():
 def test_a_scalar_where_a_list_is_expected_is_named():
     with pytest.raises(InputError, match="'items': expected int64 ragged list, got one int64 value per row"):
         frames.frame_to_table(request(items=[1, 2]), SCHEMA)
+
+
+def test_empty_sessions_keep_the_column_dtype():
+    table = frames.frame_to_table(request(items=[[5, 6], []]), SCHEMA)
+    assert table["items"].values.dtype == np.int64
+    assert table["items"].offsets.tolist() == [0, 2, 2]
+    all_empty = frames.frame_to_table(request(items=[[], []]), SCHEMA)
+    assert all_empty["items"].values.dtype == np.int64
+    assert all_empty["items"].offsets.tolist() == [0, 0, 0]
+
+
+def test_a_request_without_rows_gives_empty_columns_of_every_shape():
+    table = frames.frame_to_table({"session_id": [], "items": [], "embedding": []}, SCHEMA)
+    assert table["session_id"].values.dtype == np.int64 and len(table["session_id"].values) == 0
+    assert table["items"].offsets.tolist() == [0]
+    assert table["embedding"].values.shape == (0, 2)
+
+
+def test_bools_are_not_taken_for_ids():
+    with pytest.raises(InputError, match="'session_id': expected int64 scalar, got bool values; send int64 values"):
+        frames.frame_to_table(request(session_id=[True, False]), SCHEMA)

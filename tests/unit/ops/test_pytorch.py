@@ -6,7 +6,7 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import Ensemble, PredictPytorch, SchemaError, frames
+from merlin_torch_serving import Ensemble, InputError, PredictPytorch, SchemaError, frames
 from tests import toy_session
 
 ITEMS = ColumnSchema("item_id-list", dtype="int64", dims=(None, (0, 4)), properties={"domain": {"min": 0, "max": 9}})
@@ -65,7 +65,7 @@ def test_predict_pytorch_compiles_an_eager_module_from_its_schemas(toy_workflow)
     op = PredictPytorch(eager, input_schema, output_schema, backend="python")
     features = toy_workflow.transform(toy_session.interactions(5, seed=3))
 
-    result = Ensemble(input_schema.column_names >> op, toy_workflow.output_schema).run(
+    result = Ensemble(input_schema.column_names >> op, input_schema).run(
         frames.frame_to_table(features[input_schema.column_names])
     )
 
@@ -97,3 +97,28 @@ def test_predict_pytorch_rejects_an_output_count_that_differs_from_the_schema():
 def test_predict_pytorch_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="backend must be one of None, .pytorch., .python., got .onnx."):
         PredictPytorch(torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([]), backend="onnx")
+
+
+@pytest.mark.parametrize("execution", ["torchscript", "eager"])
+def test_predict_pytorch_refuses_ids_outside_the_model_catalog_naming_the_column(toy_workflow, toy_model, execution):
+    _, input_schema, output_schema = toy_model
+    catalog_size = input_schema["item_id-list"].properties["domain"]["max"] + 1
+    categories = input_schema["category-list"].properties["domain"]["max"] + 1
+    eager = toy_session.PositionalSessionModel(catalog_size, categories, toy_session.MAX_SEQUENCE_LENGTH)
+    op = PredictPytorch(eager, input_schema, output_schema, backend="python", execution=execution)
+    ensemble = Ensemble(input_schema.column_names >> op, input_schema)
+    catalog = input_schema["item_id-list"].properties["domain"]["max"]
+    request = {"item_id-list": [[3, catalog + 1]], "category-list": [[1, 2]]}
+    with pytest.raises(InputError, match=rf"input column 'item_id-list': expected ids from 0 to {catalog} \(the model's catalog\), got ids from 3 to {catalog + 1}"):
+        ensemble.transform(request)
+
+
+def test_predict_pytorch_answers_empty_sessions_and_empty_requests(toy_model):
+    scripted, input_schema, output_schema = toy_model
+    ensemble = Ensemble(input_schema.column_names >> PredictPytorch(scripted, input_schema, output_schema, backend="python"), input_schema)
+    answer = ensemble.transform({"item_id-list": [[5, 6], []], "category-list": [[1, 2], []]})
+    assert len(answer) == 2
+    alone = ensemble.transform({"item_id-list": [[5, 6]], "category-list": [[1, 2]]})
+    # a batch of another shape may round the last bit differently (float32 matmul)
+    np.testing.assert_allclose(answer["next-item"][0], alone["next-item"][0], rtol=1e-5)
+    assert len(ensemble.transform({"item_id-list": [], "category-list": []})) == 0

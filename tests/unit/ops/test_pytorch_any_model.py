@@ -134,7 +134,7 @@ def test_a_transformers4rec_save_folder_is_served_from_its_path(toy_workflow, tm
     t4r.save(tmp_path / "saved")
     op = PredictPytorch(str(tmp_path / "saved"), backend="python")
     features = toy_workflow.transform(toy_session.interactions(6, seed=4))
-    result = Ensemble(op, toy_workflow.output_schema).run(frames.frame_to_table(features[op.root_columns()]))
+    result = Ensemble(op, toy_workflow.output_schema.select_by_name(op.root_columns())).run(frames.frame_to_table(features[op.root_columns()]))
 
     dense = model.padded_inputs(features, max_sequence_length=toy_session.MAX_SEQUENCE_LENGTH)
     with torch.no_grad():

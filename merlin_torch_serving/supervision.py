@@ -1,0 +1,136 @@
+"""Watching a running tritonserver: each model's health on demand, and a thread that looks every
+second, logs what failed and, when asked to, reloads a model whose stubs died.
+
+The thread never restarts a model that is loading, unloading or was unloaded: only a model the
+server still calls READY while its stubs are gone, which fails every request. A reload that
+fails is tried again later, waiting twice as long each time (up to a minute), so a model that
+cannot load does not keep the machine busy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
+from merlin_torch_serving.health import ModelHealth, StubRecord, assess, expected_stubs
+from merlin_torch_serving.process import children_of
+
+logger = logging.getLogger("merlin_torch_serving")
+
+FIRST_RETRY_S = 1.0
+LAST_RETRY_S = 60.0
+
+
+class Supervisor:
+    """Health and self-repair of the models of one running ``TritonServer``.
+
+    ``server`` is the facade: it gives ``pid``, ``is_running``, ``models()`` and ``reload(name)``;
+    ``admin`` reads the models' configs and statistics.
+    """
+
+    def __init__(self, server, admin, *, restart_failed_models: bool, interval_s: float = 1.0):
+        self._server = server
+        self._admin = admin
+        self._restart = restart_failed_models
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._stubs = StubRecord()
+        self._instances: dict[tuple[str, int], tuple[frozenset[int], int | None]] = {}
+        self._notes: dict[str, str] = {}
+        self._restarts: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+        self._retry_wait_s: dict[str, float] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self._reloading: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        # know the stubs from the start: one that dies before the first look is still named
+        with self._lock:
+            self._stubs.update(children_of(self._server.pid))
+        self._thread = threading.Thread(target=self._watch, name=f"tritonserver-{self._server.pid}-supervisor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def health(self) -> list[ModelHealth]:
+        """One ``ModelHealth`` per model of the repository index."""
+        with self._lock:
+            statuses = self._server.models()
+            live, deaths = self._stubs.update(children_of(self._server.pid))
+            try:
+                failures = self._admin.failed_requests()
+            except ServerError:
+                failures = {}
+            instances = {}
+            for status in statuses:
+                key = (status.name, status.version or 0)
+                if status.state == "READY":
+                    expected = self._expected_stubs(key, frozenset(live.get(key, ())))
+                    if expected is not None:
+                        instances[key] = expected
+            return assess(statuses, instances, live, deaths, failures, self._notes, self._restarts, self._reloading)
+
+    def _expected_stubs(self, key: tuple[str, int], pids: frozenset[int]) -> int | None:
+        """The stubs a model version's config asks for; read again whenever its stubs change, so a
+        reload with another instance count is seen."""
+        cached = self._instances.get(key)
+        if cached is None or cached[0] != pids:
+            try:
+                config = self._admin.model_config(*key)
+            except ServerError:
+                return cached[1] if cached else None
+            self._instances[key] = (pids, expected_stubs(config))
+        return self._instances[key][1]
+
+    # ---- the thread -------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            if not self._server.is_running:
+                logger.error("tritonserver (pid %s) exited on its own; its models no longer answer", self._server.pid)
+                return
+            try:
+                report = self.health()
+            except MerlinTorchServingError:
+                continue  # the server may be stopping; is_running says so next time
+            for model in report:
+                if model.state == "READY" and model.stubs_alive is False:
+                    self._handle_failure(model)
+
+    def _handle_failure(self, model: ModelHealth) -> None:
+        if (model.name, model.last_error) not in self._reported:
+            self._reported.add((model.name, model.last_error))
+            logger.warning(
+                "model %r (version %s) fails every request: %s%s",
+                model.name,
+                model.version,
+                model.last_error,
+                "; reloading it" if self._restart else "; reload it, or start the server with restart_failed_models=True",
+            )
+        if not self._restart or time.monotonic() < self._retry_at.get(model.name, 0.0) or self._stop.is_set():
+            return
+        self._notes[model.name] = f"being reloaded after: {model.last_error}"
+        self._reloading.add(model.name)
+        try:
+            self._server.reload(model.name)
+        except MerlinTorchServingError as error:
+            wait_s = min(self._retry_wait_s.get(model.name, FIRST_RETRY_S / 2) * 2, LAST_RETRY_S)
+            self._retry_wait_s[model.name] = wait_s
+            self._retry_at[model.name] = time.monotonic() + wait_s
+            self._notes[model.name] = f"reloading it after its failure failed: {error}"
+            logger.error("reloading model %r failed (next try in %g s): %s", model.name, wait_s, error)
+            return
+        finally:
+            self._reloading.discard(model.name)
+        self._retry_wait_s.pop(model.name, None)
+        self._retry_at.pop(model.name, None)
+        self._restarts[model.name] = self._restarts.get(model.name, 0) + 1
+        self._notes[model.name] = f"reloaded after: {model.last_error}"
+        logger.warning("model %r was reloaded and answers again (restart %d)", model.name, self._restarts[model.name])

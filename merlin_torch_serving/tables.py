@@ -1,0 +1,50 @@
+"""Row operations on ``TensorTable``s (ragged columns included), shared by operators and the client."""
+
+from __future__ import annotations
+
+import numpy as np
+from merlin.table import TensorTable
+
+from merlin_torch_serving import wire
+
+
+def num_rows(table: TensorTable) -> int:
+    """Rows of the table (of its first column; 0 for a table without columns)."""
+    for name in table.columns:
+        column = table[name]
+        return len(column.offsets) - 1 if column.offsets is not None else len(column.values)
+    return 0
+
+
+def take_rows(table: TensorTable, rows: np.ndarray) -> TensorTable:
+    """The given rows of every column, in the given order (ragged columns included)."""
+    columns = {}
+    for name, column in table.items():
+        values = np.asarray(column.values)
+        if column.offsets is None:
+            columns[name] = values[rows]
+            continue
+        offsets = np.asarray(column.offsets).astype(np.int64)
+        starts, ends = offsets[:-1][rows], offsets[1:][rows]
+        lengths = ends - starts
+        new_offsets = wire.offsets_from_lengths(lengths)
+        # positions of each kept value in the old values array
+        within = np.arange(int(new_offsets[-1])) - np.repeat(new_offsets[:-1].astype(np.int64), lengths)
+        columns[name] = (values[np.repeat(starts, lengths) + within], new_offsets)
+    return TensorTable(columns, _unsafe=True)
+
+
+def concat(tables: list[TensorTable]) -> TensorTable:
+    """The rows of ``tables`` one after the other (they share their columns)."""
+    if len(tables) == 1:
+        return tables[0]
+    columns = {}
+    for name in tables[0].columns:
+        parts = [table[name] for table in tables]
+        values = np.concatenate([np.asarray(part.values) for part in parts])
+        if parts[0].offsets is None:
+            columns[name] = values
+            continue
+        lengths = np.concatenate([np.diff(np.asarray(part.offsets)) for part in parts])
+        columns[name] = (values, wire.offsets_from_lengths(lengths))
+    return TensorTable(columns, _unsafe=True)

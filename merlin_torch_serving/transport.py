@@ -1,0 +1,97 @@
+"""What can go wrong between a client and tritonserver, in the library's exception tree, and
+which of it is safe to try again.
+
+tritonclient raises ``InferenceServerException`` (gRPC status codes, HTTP answers), and its HTTP
+client lets socket errors through as they are (``ConnectionRefusedError``, ``TimeoutError``).
+Every one of them becomes a ``MerlinTorchServingError`` here. An error is retried only when the
+request certainly did not run, or running it again changes nothing but load: the server could
+not be reached, or the model was (re)loading, or its stub had died (a supervised server reloads
+it). Timeouts are not retried: the server may still be computing the first attempt.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from merlin_torch_serving.exceptions import (
+    InferenceError,
+    InputError,
+    MerlinTorchServingError,
+    RequestTimeoutError,
+    ServerError,
+    ServerUnavailableError,
+)
+
+T = TypeVar("T")
+
+# how tritonserver words the answers of a model that is being (re)loaded or whose stub died
+_NOT_YET_SERVING = ("has no available versions", "is not at ready state", "is not ready", "is not healthy")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Up to ``retries`` more attempts, waiting ``backoff_s``, then twice that, ... (at most
+    ``max_wait_s``, with +-50 % jitter so that many clients do not retry in step)."""
+
+    retries: int = 3
+    backoff_s: float = 0.2
+    max_wait_s: float = 5.0
+
+    def __post_init__(self):
+        if self.retries < 0 or self.backoff_s < 0:
+            raise ValueError(f"retries and backoff_s must not be negative, got {self.retries!r}, {self.backoff_s!r}")
+
+    def wait_s(self, attempt: int) -> float:
+        return min(self.backoff_s * 2**attempt, self.max_wait_s) * random.uniform(0.5, 1.5)
+
+
+def call(function: Callable[[], T], *, url: str, model: str | None, timeout_s: float, policy: RetryPolicy) -> T:
+    """``function()``, its errors mapped (see ``mapped``) and the retryable ones retried."""
+    attempt = 0
+    while True:
+        try:
+            return function()
+        except Exception as error:
+            mapped_error, retryable = mapped(error, url=url, model=model, timeout_s=timeout_s)
+            if not retryable or attempt >= policy.retries:
+                raise mapped_error from error
+            time.sleep(policy.wait_s(attempt))
+            attempt += 1
+
+
+def mapped(error: Exception, *, url: str, model: str | None, timeout_s: float) -> tuple[MerlinTorchServingError, bool]:
+    """The library's error for what tritonclient raised, and whether retrying it is safe."""
+    from tritonclient.utils import InferenceServerException
+
+    if isinstance(error, MerlinTorchServingError):
+        return error, False
+    if isinstance(error, InferenceServerException):
+        return _from_server(error, url=url, model=model, timeout_s=timeout_s)
+    if isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout":  # gevent's
+        return RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"), False
+    if isinstance(error, ConnectionError):
+        # refused: nothing ran; reset/aborted: inference has no side effect, so running it again is harmless
+        return ServerUnavailableError(url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"), True
+    if isinstance(error, OSError):
+        return ServerUnavailableError(url, f"{type(error).__name__}: {error}"), False
+    raise error
+
+
+def _from_server(error, *, url: str, model: str | None, timeout_s: float) -> tuple[MerlinTorchServingError, bool]:
+    message = error.message() if callable(getattr(error, "message", None)) else str(error)
+    status = str(error.status() or "") if callable(getattr(error, "status", None)) else ""
+    if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
+        return RequestTimeoutError(model or url, timeout_s, "gRPC deadline exceeded"), False
+    if "UNAVAILABLE" in status:
+        return ServerUnavailableError(url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"), True
+    if model is None:
+        return ServerError(f"tritonserver at {url}: {message}"), False
+    refused = InputError.from_message(message, model=model)
+    if refused is not None:
+        return refused, False
+    return InferenceError(model, message), any(text in message for text in _NOT_YET_SERVING)

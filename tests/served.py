@@ -1,0 +1,121 @@
+"""Helpers for tests against a served ensemble: exact comparison of answers, raw tritonclient
+requests, and traffic from several threads over both protocols with every answer checked."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from merlin_torch_serving import Client, wire
+from merlin_torch_serving.process import children_of
+
+
+def assert_frames_equal(served: pd.DataFrame, local: pd.DataFrame):
+    """Same columns, same rows, every cell equal to the last bit."""
+    assert list(served.columns) == list(local.columns)
+    assert len(served) == len(local)
+    for column in local.columns:
+        for got, want in zip(served[column], local[column]):
+            np.testing.assert_array_equal(got, want, err_msg=column)
+
+
+def frames_equal(served: pd.DataFrame, local: pd.DataFrame) -> bool:
+    try:
+        assert_frames_equal(served, local)
+    except AssertionError:
+        return False
+    return True
+
+
+def raw_infer(module, url: str, model: str, arrays: dict, output_names) -> dict:
+    """A raw tritonclient request, one tensor per array exactly as given (no checks, no casts)."""
+    client = module.InferenceServerClient(url)
+    try:
+        inputs = []
+        for name, array in arrays.items():
+            tensor = module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        outputs = [module.InferRequestedOutput(name) for name in output_names]
+        result = client.infer(model, inputs, outputs=outputs)
+        return {name: result.as_numpy(name) for name in output_names}
+    finally:
+        client.close()
+
+
+def stubs_of(server, model: str) -> list[int]:
+    """Pids of the live python-backend stubs that run ``model`` on a running TritonServer."""
+    return [
+        p.pid
+        for p in children_of(server.pid)
+        if p.is_alive and len(p.argv) > 1 and p.argv[0].endswith("triton_python_backend_stub") and f"/{model}/" in p.argv[1]
+    ]
+
+
+@dataclass
+class Traffic:
+    """Threads sending ``requests`` (DataFrames) round-robin to ``model`` over gRPC and HTTP
+    until stopped, each answer compared with ``expected`` (the in-process answer to the same
+    request): errors and mismatches are counted, with the first few kept for the message."""
+
+    urls: dict  # protocol -> url
+    model: str
+    requests: list
+    expected: list
+    threads_per_protocol: int = 2
+    answered: Counter = field(default_factory=Counter)
+    errors: list = field(default_factory=list)
+    mismatches: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._send, args=(protocol, offset), daemon=True)
+            for protocol in self.urls
+            for offset in range(self.threads_per_protocol)
+        ]
+
+    def __enter__(self) -> "Traffic":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(120)
+
+    def wait_for(self, answers: int, timeout_s: float = 120.0) -> None:
+        """Block until ``answers`` more requests were answered (the traffic really flows)."""
+        target = sum(self.answered.values()) + answers
+        deadline = time.monotonic() + timeout_s
+        while sum(self.answered.values()) < target and time.monotonic() < deadline and not self.errors:
+            time.sleep(0.05)
+
+    @property
+    def total(self) -> int:
+        return sum(self.answered.values()) + len(self.errors)
+
+    def _send(self, protocol: str, offset: int) -> None:
+        # no retries: a request that needed one would be a failed request to the caller of the test
+        with Client(self.urls[protocol], protocol, retries=0) as client:
+            self._send_until_stopped(client, protocol, offset)
+
+    def _send_until_stopped(self, client: Client, protocol: str, offset: int) -> None:
+        index = offset
+        while not self._stop.is_set():
+            request, expected = self.requests[index % len(self.requests)], self.expected[index % len(self.expected)]
+            index += 1
+            try:
+                answer = client.infer(self.model, request)
+            except Exception as error:  # every failure counts, whatever its kind
+                self.errors.append(f"{protocol}: {type(error).__name__}: {error}"[:300])
+                continue
+            self.answered[protocol] += 1
+            if not frames_equal(answer, expected):
+                self.mismatches.append(f"{protocol}: request {index - 1}")
