@@ -104,3 +104,28 @@ def test_session_embedding_of_a_model_that_is_not_transformers4rec_says_what_to_
 def test_predict_pytorch_refuses_an_unknown_output():
     with pytest.raises(ValueError, match=r"output must be one of None, 'session_embedding', got 'hidden'"):
         PredictPytorch(torch.nn.Linear(4, 2), output="hidden")
+
+
+@pytest.mark.parametrize("index", ["exact", HNSWIndex(m=8)], ids=["exact", "hnsw"])
+def test_an_exported_index_loads_with_its_step_answers_the_same_and_is_integrity_checked(index, tmp_path):
+    from merlin_torch_serving import ArtifactError
+    from merlin_torch_serving.export.python_model import HostedStep
+
+    item_vectors = np.random.default_rng(2).standard_normal((3_000, 8)).astype(np.float32)
+    schema = Schema([ColumnSchema("query", dtype="float32", dims=(None, 8))])
+    ensemble = Ensemble(["query"] >> RetrieveTopK(5, item_vectors, index=index, exclude_ids=[0]), schema)
+    ensemble.export(tmp_path, "retrieve")
+    step_dir = tmp_path / "retrieve-0-retrievetopk" / "1"
+    queries = np.random.default_rng(3).standard_normal((7, 8)).astype(np.float32)
+
+    served = HostedStep.load(str(step_dir)).run({"query": queries})
+
+    want = ensemble.run(TensorTable({"query": queries}))
+    np.testing.assert_array_equal(served["item_ids"], want["item_ids"].values)
+    np.testing.assert_array_equal(served["item_scores"], want["item_scores"].values)
+    index_file = next((step_dir / "ops" / "0").iterdir())
+    with open(index_file, "r+b") as file:
+        file.seek(200)
+        file.write(b"\x00\x01\x02\x03")
+    with pytest.raises(ArtifactError, match=rf"step 'retrieve-0-retrievetopk' cannot be loaded: its file .*{index_file.name}' has sha256"):
+        HostedStep.load(str(step_dir))
