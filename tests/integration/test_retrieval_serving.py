@@ -2,7 +2,8 @@
 encoder on Triton's pytorch backend, retrieval on the python backend) answers TopK's ids and scores
 for the same model; the HNSW index, loaded from the exported artifact by the model instance,
 answers exactly as in-process, with its recall@10 against exact over held-out sessions reported
-and at least the stated floor."""
+and at least the stated floor. A model of the user's own making, giving its query output and its
+item table, is answered as TopK answers over its own scores."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from merlin_torch_serving import Client, Ensemble, HNSWIndex
-from tests.retrieval_graphs import RECALL_FLOOR, recall_at_k, retrieval_graph, top_k_graph
+from merlin_torch_serving import Client, Ensemble, HNSWIndex, TritonExecutor
+from tests import any_models
+from tests.retrieval_graphs import (
+    QUERY_REQUEST, RECALL_FLOOR, query_tower_graphs, query_tower_request, recall_at_k, retrieval_graph, top_k_graph,
+)
 from tests.session_models import request_rows
 
 pytestmark = pytest.mark.integration
@@ -66,3 +70,18 @@ def test_served_hnsw_retrieval_equals_in_process_and_reaches_the_recall_floor(tr
     record_property("served_hnsw_recall_at_10", recall)
     print(f"served HNSWIndex(m=8, ef_search=16) recall@10 against exact over {len(exact)} held-out sessions: {recall:.4f}")
     assert recall >= RECALL_FLOOR, f"recall@10 {recall:.4f} is below {RECALL_FLOOR}"
+
+
+def test_served_retrieval_for_any_model_given_its_query_output_and_item_table_returns_topks_answer(triton_server, pytorch_backend):
+    tower = any_models.QueryTower(seed=7)
+    ranked, retrieved = query_tower_graphs(tower, backend="pytorch")
+    ensemble = Ensemble(retrieved, QUERY_REQUEST)
+    ensemble.export(triton_server.repository, "retrieval_query_tower")
+    triton_server.load("retrieval_query_tower")
+    request = query_tower_request(tower, 25, seed=8)
+
+    served = ensemble.run(request, executor=TritonExecutor(triton_server.grpc_url, "retrieval_query_tower"))
+
+    want = Ensemble(ranked, QUERY_REQUEST).run(request)
+    np.testing.assert_array_equal(served["item_ids"].values, want["item_ids"].values)
+    np.testing.assert_array_equal(served["item_scores"].values, want["item_scores"].values)

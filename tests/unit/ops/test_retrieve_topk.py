@@ -10,9 +10,12 @@ from merlin.table import TensorTable
 
 from examples.session_based import model
 from merlin_torch_serving import (
-    Ensemble, HNSWIndex, ModelPreparationError, PredictPytorch, RetrieveTopK, SchemaError, TopK, TransformWorkflow,
+    Ensemble, HNSWIndex, ModelPreparationError, PredictPytorch, RetrieveTopK, SchemaError, TransformWorkflow,
 )
-from tests.retrieval_graphs import K, RECALL_FLOOR, recall_at_k, retrieval_graph, top_k_graph
+from tests import any_models
+from tests.retrieval_graphs import (
+    K, QUERY_REQUEST, RECALL_FLOOR, query_tower_graphs, query_tower_request, recall_at_k, retrieval_graph, top_k_graph,
+)
 from tests.session_models import MAX_SEQUENCE_LENGTH, RESERVED_IDS, request_rows
 
 
@@ -27,6 +30,9 @@ def test_exact_retrieval_returns_topks_ids_and_scores_for_the_same_model(request
     assert got["session_id"].tolist() == want["session_id"].tolist()
     np.testing.assert_array_equal(np.stack(got["item_ids"]), np.stack(want["item_ids"]))
     np.testing.assert_array_equal(np.stack(got["item_scores"]), np.stack(want["item_scores"]))
+    unfiltered = Ensemble(top_k_graph(session_workflow, t4r_model, exclusions=False), session_workflow.input_schema).transform(rows)
+    changed = [row for row, (a, b) in enumerate(zip(unfiltered["item_ids"], want["item_ids"])) if list(a) != list(b)]
+    assert changed, "no session's answer is changed by leaving out its items and the reserved ids: the exclusions go untested"
 
 
 def test_hnsw_recall_at_10_against_exact_over_held_out_sessions(session_workflow, session_split, record_property):
@@ -48,28 +54,18 @@ def test_hnsw_recall_at_10_against_exact_over_held_out_sessions(session_workflow
     assert recall >= RECALL_FLOOR, f"recall@10 {recall:.4f} over {len(want)} held-out sessions is below {RECALL_FLOOR}"
 
 
-def test_any_model_gives_its_query_vectors_and_the_item_vectors():
-    item_vectors = np.random.default_rng(0).standard_normal((500, 8)).astype(np.float32)
+def test_any_model_names_its_query_output_and_gives_its_item_table_and_answers_as_topk():
+    tower = any_models.QueryTower()
+    ranked, retrieved = query_tower_graphs(tower)
+    request = query_tower_request(tower, 40, seed=1)
 
-    class Scores(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("items", torch.from_numpy(item_vectors))
+    want = Ensemble(ranked, QUERY_REQUEST).run(request)
+    got = Ensemble(retrieved, QUERY_REQUEST).run(request)
 
-        def forward(self, query: torch.Tensor) -> torch.Tensor:
-            return query @ self.items.t()
-
-    schema = Schema([ColumnSchema("query", dtype="float32", dims=(None, 8))])
-    queries = np.random.default_rng(1).standard_normal((20, 8)).astype(np.float32)
-    seen = (np.array([3, 4, 5] * 20), np.arange(0, 61, 3, dtype=np.int32))
-    request = schema + Schema([ColumnSchema("seen", dtype="int64", dims=(None, None))])
-    table = TensorTable({"query": queries, "seen": seen})
-    scored = ["query"] >> PredictPytorch(Scores(), schema, Schema([ColumnSchema("scores")])) >> TopK(5, seen_items="seen", exclude_ids=[0])
-    retrieved = ["query"] >> RetrieveTopK(5, item_vectors, seen_items="seen", exclude_ids=[0])
-
-    want = Ensemble(scored, request).run(table)
-    got = Ensemble(retrieved, request).run(table)
     np.testing.assert_array_equal(got["item_ids"].values, want["item_ids"].values)
+    np.testing.assert_array_equal(got["item_scores"].values, want["item_scores"].values)
+    seen = request["seen"].values.reshape(-1, 3)
+    assert not (got["item_ids"].values[:, :, None] == seen[:, None, :]).any()
 
 
 def test_query_vectors_of_another_dimension_are_refused():
