@@ -236,7 +236,7 @@ def _model_module(
     """The model alone, or with its fused TopK (and decoding) in the order of ``step_outputs``."""
     predict = calls[0].op
     if len(calls) == 1:
-        return _read_outputs(calls[0], [ref.column for ref in step_outputs.values()])
+        return _read_outputs(calls[0], [ref.column for ref in step_outputs.values() if ref.producer == calls[0].index])
     top_k: TopK = calls[1].op
     seen_name, seen_ragged = "", False
     if top_k.seen_column is not None:
@@ -253,10 +253,11 @@ def _model_module(
 
 
 def _read_outputs(call: OpCall, read: List[str]) -> torch.nn.Module:
-    """The model's module returning only the outputs the ensemble reads, in the model's order."""
+    """The model's module returning only the outputs the ensemble reads, in the model's order; all
+    of them when none is read from the model itself (a blanking step fused after it reads them all)."""
     predict: PredictPytorch = call.op
     returned = call.output_schema.column_names
-    if read == returned:
+    if not read or read == returned:
         return predict.module
     indexes = [returned.index(name) for name in read]
     if len(indexes) == 1:
