@@ -51,12 +51,16 @@ _LAZY = {
     "DecodeItemIds": "merlin_torch_serving.ops",
     "Ensemble": "merlin_torch_serving.ensemble",
     "Executor": "merlin_torch_serving.executors",
+    "ExactIndex": "merlin_torch_serving.retrieval",
     "ExportResult": "merlin_torch_serving.export.repository",
+    "HNSWIndex": "merlin_torch_serving.retrieval",
+    "IVFIndex": "merlin_torch_serving.retrieval",
     "LocalExecutor": "merlin_torch_serving.executors",
     "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
     "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "RetrieveTopK": "merlin_torch_serving.ops",
     "ServingOperator": "merlin_torch_serving.ops",
     "TopK": "merlin_torch_serving.ops",
     "TransformWorkflow": "merlin_torch_serving.ops",
@@ -111,7 +115,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.executors import Executor, LocalExecutor, TritonExecutor
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
-    from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
     from merlin_torch_serving.health import ModelHealth, ModelStatus
+    from merlin_torch_serving.ops import (
+        DecodeItemIds, PredictPytorch, RetrieveTopK, ServingOperator, TopK, TransformWorkflow,
+    )
+    from merlin_torch_serving.retrieval import ExactIndex, HNSWIndex, IVFIndex
     from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

@@ -5,17 +5,19 @@ The libtorch step then answers with ``[-1, k]`` (raw) ids and scores instead of 
 ``[-1, catalog]`` scores, and the request crosses one or two python stubs fewer. The selection is
 the same scripted ``top_k_items`` that runs in-process, the decoding the same lookup, and the
 blanking the same ``blank_rows``, so both give the same answer; the workflow's ``filtered_out``
-column comes in as one more input, so answering filtered sessions costs no python hop.
+column comes in as one more input, so answering filtered sessions costs no python hop. A model
+alone on libtorch returns only the outputs later steps read (``ReadOneOutput``, ``ReadTwoOutputs``).
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Final, List, Optional, Tuple
 
 import torch
 
 import numpy as np
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import ModelCheckError
 from merlin_torch_serving.ops.decode import DecodeItemIds
 from merlin_torch_serving.ops.filtered import BlankFilteredRows, blank_rows
 from merlin_torch_serving.ops.pytorch import PredictPytorch
@@ -113,6 +115,39 @@ class BlankPair(torch.nn.Module):
         return first, second
 
 
+class ReadOneOutput(torch.nn.Module):
+    """The one output the ensemble reads of a model that returns several (such as a query vector
+    beside the scores computed from it): libtorch matches the returned tensors to the config's
+    outputs by position, and the config lists only the outputs something reads."""
+
+    index: Final[int]
+
+    def __init__(self, inner: torch.nn.Module, index: int):
+        super().__init__()
+        self.inner = inner
+        self.index = index
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.inner(inputs)[self.index]
+
+
+class ReadTwoOutputs(torch.nn.Module):
+    """``ReadOneOutput`` for the two outputs the ensemble reads, in the model's order."""
+
+    first: Final[int]
+    second: Final[int]
+
+    def __init__(self, inner: torch.nn.Module, first: int, second: int):
+        super().__init__()
+        self.inner = inner
+        self.first = first
+        self.second = second
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        outputs = self.inner(inputs)
+        return outputs[self.first], outputs[self.second]
+
+
 def fusable_top_k(
     call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], consumers: dict[Ref, int]
 ) -> bool:
@@ -201,7 +236,7 @@ def _model_module(
     """The model alone, or with its fused TopK (and decoding) in the order of ``step_outputs``."""
     predict = calls[0].op
     if len(calls) == 1:
-        return predict.module
+        return _read_outputs(calls[0], [ref.column for ref in step_outputs.values() if ref.producer == calls[0].index])
     top_k: TopK = calls[1].op
     seen_name, seen_ragged = "", False
     if top_k.seen_column is not None:
@@ -215,3 +250,25 @@ def _model_module(
     ids_first = [ref.column for ref in step_outputs.values()] == [top_k.ids_column, top_k.scores_column]
     module = ScoresToTopK(predict.module, top_k.k, top_k.exclude_ids, seen_name, seen_ragged, raw_ids, ids_first)
     return torch.jit.script(module)
+
+
+def _read_outputs(call: OpCall, read: List[str]) -> torch.nn.Module:
+    """The model's module returning only the outputs the ensemble reads, in the model's order; all
+    of them when none is read from the model itself (a blanking step fused after it reads them all)."""
+    predict: PredictPytorch = call.op
+    returned = call.output_schema.column_names
+    if not read or read == returned:
+        return predict.module
+    indexes = [returned.index(name) for name in read]
+    if len(indexes) == 1:
+        return torch.jit.script(ReadOneOutput(predict.module, indexes[0]))
+    if len(indexes) == 2:
+        return torch.jit.script(ReadTwoOutputs(predict.module, indexes[0], indexes[1]))
+    raise ModelCheckError(
+        predict.label,
+        None,
+        "every output read by a later step, or at most two of them, on Triton's pytorch backend",
+        f"{len(indexes)} of its {len(returned)} outputs read ({', '.join(map(repr, read))})",
+        "return only the outputs the graph uses, or run the model on the python backend with "
+        "PredictPytorch(..., backend='python')",
+    )
