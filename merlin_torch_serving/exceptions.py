@@ -4,6 +4,7 @@
     ├── SchemaError                 a graph edge whose columns, dtypes or shapes do not fit
     ├── InputError                  request data that does not match the ensemble's input schema
     ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as TorchScript)
+    ├── WorkflowError               an NVTabular workflow cannot be compiled or run on a request
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
     │   ├── ModelCheckError         model.pt does not behave the way its config.pbtxt says
@@ -98,6 +99,14 @@ class ModelPreparationError(MerlinTorchServingError):
         if hint:
             message += f"; {hint}"
         super().__init__(message)
+
+
+class WorkflowError(MerlinTorchServingError, ValueError):
+    """An NVTabular workflow cannot be compiled for serving, or cannot transform a request the way
+    its schemas say (an output column of the wrong kind, nulls where its dtype has none, ...).
+
+    Also a ``ValueError``, which is what callers caught before the fast path had errors of its own.
+    """
 
 
 class ExportError(MerlinTorchServingError):

@@ -82,7 +82,7 @@ def check_libtorch_model(
         if not isinstance(tensor, torch.Tensor):
             raise ModelCheckError(model_name, f"output {spec.name!r}", "a tensor", type(tensor).__name__)
         want_dtype = wire.numpy_dtype(model_config_pb2.DataType.Name(spec.data_type))
-        got_dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        got_dtype = wire.tensor_numpy_dtype(tensor.dtype)
         if got_dtype != want_dtype:
             raise ModelCheckError(model_name, f"output {spec.name!r}", f"dtype {want_dtype}", f"{got_dtype}")
         dims = list(spec.dims)

@@ -77,7 +77,7 @@ class ModelOptions:
 def tensor_configs(schema: Schema) -> list[dict]:
     """``input``/``output`` entries for a schema, in wire format."""
     return [
-        {"name": spec.name, "data_type": "TYPE_" + _config_dtype(spec), "dims": list(spec.dims)}
+        {"name": spec.name, "data_type": spec.config_dtype, "dims": list(spec.dims)}
         for spec in wire.schema_specs(schema)
     ]
 
@@ -180,21 +180,16 @@ def _parameters(values: dict) -> dict:
 
 
 def _warmup(warmup_files: dict, options: ModelOptions) -> list[dict]:
-    """One warm-up sample; ``warmup_files`` maps input name -> (file name, dtype, dims)."""
+    """One warm-up sample; ``warmup_files`` maps input name -> (file name, config dtype, dims)."""
     if options.warmup_count == 0 or not warmup_files:
         return []
     inputs = {
-        name: {"data_type": "TYPE_" + dtype, "dims": list(dims), "input_data_file": file_name}
+        name: {"data_type": dtype, "dims": list(dims), "input_data_file": file_name}
         for name, (file_name, dtype, dims) in warmup_files.items()
     }
     # batch_size 1: Triton skips samples of batch size 0, and with max_batch_size 0 the dims are
     # the whole request shape
     return [{"name": "sample", "batch_size": 1, "count": options.warmup_count, "inputs": inputs}]
-
-
-def _config_dtype(spec: wire.TensorSpec) -> str:
-    # model configs call Triton's BYTES type STRING
-    return "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
 
 
 def _parse(config: dict) -> model_config_pb2.ModelConfig:

@@ -211,8 +211,7 @@ def _write_warmup(warmup_dir: Path, step: Step, arrays: dict) -> dict:
         array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
         file_name = f"input_{i}"
         (warmup_dir / file_name).write_bytes(_raw_bytes(array))
-        dtype = "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
-        files[spec.name] = (file_name, dtype, array.shape)
+        files[spec.name] = (file_name, spec.config_dtype, array.shape)
     return files
 
 

@@ -13,7 +13,7 @@ from merlin.dag import ColumnSelector
 from nvtabular.ops import Categorify
 
 from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column, null_mask
-from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
+from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 from merlin_torch_serving.vocabulary import is_single_file, read_labels
 
 NULL_LABEL = 1

@@ -16,7 +16,8 @@ import numpy as np
 from merlin.schema import Schema
 
 from merlin_torch_serving.fastpath.batch import Batch, Column
-from merlin_torch_serving.fastpath.kernel import Delegate, Kernel
+from merlin_torch_serving.fastpath.errors import Delegate, FastPathError, library_errors
+from merlin_torch_serving.fastpath.kernel import Kernel
 from merlin_torch_serving.fastpath.wire_io import (
     empty_wire_arrays,
     output_layout,
@@ -70,20 +71,24 @@ class CompiledWorkflow:
         """The workflow's output for one request, in the wire format of its output schema.
 
         An empty request gives empty outputs (NVTabular itself fails on empty frames in Categorify).
+        A request the fast path cannot run is a ``WorkflowError`` (``InputError`` for a request
+        that does not fit the input schema); what NVTabular raises for a step it runs stays as is.
         """
         request = request_batch(columns, self._input_schema)
         if request.num_rows == 0:
             return empty_wire_arrays(self._output_layout)
-        outputs = self._outputs(request)
-        if outputs[-1].num_rows == 0:  # e.g. a Filter kept none of the request's rows
-            return empty_wire_arrays(self._output_layout)
-        return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
+        with library_errors():
+            outputs = self._outputs(request)
+            if outputs[-1].num_rows == 0:  # e.g. a Filter kept none of the request's rows
+                return empty_wire_arrays(self._output_layout)
+            return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
 
     def emptying_step(self, columns: Mapping[str, np.ndarray]) -> str | None:
         """The first step that returns no rows for this request although its inputs had some
         (which filter drops it), or None when rows reach the output."""
         request = request_batch(columns, self._input_schema)
-        outputs = self._outputs(request)
+        with library_errors():
+            outputs = self._outputs(request)
         for step, output in zip(self._steps, outputs):
             fed = any(outputs[parent].num_rows > 0 for parent in step.parents) or not step.parents
             if output.num_rows == 0 and fed:
@@ -107,14 +112,14 @@ class CompiledWorkflow:
                 # columns; the rows were filtered away, so this step has none either
                 return _NO_ROWS
             if absent:
-                raise ValueError(
+                raise FastPathError(
                     f"step {step.label!r} needs column(s) {absent!r}, which no upstream step produced for "
                     "this request (NVTabular drops upstream results with no rows) and the request does not "
                     "hold; NVTabular's own transform fails on this request too"
                 )
             upstream.append(request.select(from_request))
         if not upstream:
-            raise ValueError(f"step {step.label!r} has no input for this request")
+            raise FastPathError(f"step {step.label!r} has no input for this request")
         batch = _merge(step.label, upstream)
         try:
             return step.kernel(batch)
@@ -164,7 +169,7 @@ def _concat(label: str, parts: list[Batch]) -> Batch:
 
 def _pad_with_nulls(label: str, name: str, column: Column, num_rows: int) -> Column:
     if column.is_list:
-        raise ValueError(
+        raise FastPathError(
             f"step {label!r} combines inputs with different row counts; NVTabular would fill the list "
             f"column {name!r} with nulls, which the fast path cannot hold. Make the branches keep the "
             "same rows"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from merlin_torch_serving.fastpath.batch import null_mask
-from merlin_torch_serving.fastpath.kernel import Delegate
+from merlin_torch_serving.fastpath.errors import Delegate
 
 
 def sort_order(keys: list[np.ndarray], ascending: bool) -> np.ndarray:

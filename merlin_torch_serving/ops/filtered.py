@@ -16,6 +16,7 @@ import torch
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.ops.base import ServingOperator
 
 
@@ -86,6 +87,4 @@ def _emptied(values: np.ndarray, offsets: np.ndarray, filtered: np.ndarray) -> t
         return values, offsets
     lengths = np.diff(offsets.astype(np.int64))
     kept = np.repeat(~filtered, lengths)
-    new_offsets = np.zeros_like(offsets)
-    np.cumsum(np.where(filtered, 0, lengths), out=new_offsets[1:])
-    return values[kept], new_offsets
+    return values[kept], wire.offsets_from_lengths(np.where(filtered, 0, lengths), offsets.dtype)

@@ -235,7 +235,7 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
     columns = []
     for column, tensor in zip(declared, outputs):
         dims = (None,) + tuple(int(d) for d in tensor.shape[1:])
-        dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        dtype = wire.tensor_numpy_dtype(tensor.dtype)
         columns.append(
             ColumnSchema(column.name, tags=column.tags, properties=_without_value_count(column.properties), dtype=dtype, dims=dims)
         )
