@@ -7,6 +7,7 @@ imported on first use, so ``import merlin_torch_serving.server`` does not pay fo
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
@@ -32,7 +33,7 @@ from merlin_torch_serving.exceptions import (
     ServerUnavailableError,
 )
 
-__version__ = "0.1.0"
+__version__ = metadata.version("merlin-torch-serving")  # pyproject.toml's
 
 _LAZY = {
     "CategoryVocabulary": "merlin_torch_serving.vocabulary",

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
+from importlib import metadata
 from pathlib import Path
 
 from merlin_torch_serving.exceptions import ArtifactError
@@ -25,9 +26,7 @@ _CHUNK_BYTES = 1 << 20
 
 
 def library_version() -> str:
-    from merlin_torch_serving import __version__
-
-    return __version__
+    return metadata.version("merlin-torch-serving")
 
 
 def sha256_of(path: Path) -> str:
