@@ -24,7 +24,7 @@ from nvtabular import ops as nvt_ops
 
 from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
-from merlin_torch_serving.fastpath.compiled import CompiledWorkflow, Step
+from merlin_torch_serving.fastpath.compiled import CompiledNode, CompiledWorkflow
 from merlin_torch_serving.fastpath.continuous import FillMissingKernel, LogKernel, NormalizeKernel, NormalizeMinMaxKernel
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
@@ -86,14 +86,14 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
             f"operator(s) {unfitted!r} are not fitted; call workflow.fit(dataset) before compiling"
         )
     index = {id(node): position for position, node in enumerate(nodes)}
-    steps, fallbacks = [], []
+    compiled, fallbacks = [], []
     for node in nodes:
         kernel, fallback, reason = _kernel_for(node) if kernels else _nvtabular_step(node)
         if reason is not None:
             fallbacks.append((node.op.label, reason))
             logger.warning("fast path: operator %r runs through NVTabular: %s", node.op.label, reason)
-        steps.append(
-            Step(
+        compiled.append(
+            CompiledNode(
                 label=node.op.label if node.op else "input",
                 description=_describe(node.op),
                 parents=tuple(index[id(parent)] for parent in node.parents_with_dependencies),
@@ -105,7 +105,7 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
                 fallback=fallback,
             )
         )
-    return CompiledWorkflow(steps, workflow.input_schema, workflow.output_schema, fallbacks)
+    return CompiledWorkflow(compiled, workflow.input_schema, workflow.output_schema, fallbacks)
 
 
 def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:

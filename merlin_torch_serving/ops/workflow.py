@@ -114,7 +114,7 @@ class TransformWorkflow(ServingOperator):
         return warmup_sessions.session_requests(self.workflow, self.session_key)
 
     def filtered_by(self, request: TensorTable) -> str | None:
-        return self.compiled_workflow().emptying_step(wire.to_wire(request))
+        return self.compiled_workflow().emptying_node(wire.to_wire(request))
 
     def request_groups(self) -> list[str] | None:
         """The keys of the workflow's Groupby when they are request columns (the session id): the
