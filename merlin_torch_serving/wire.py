@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-import merlin.dtypes
 import numpy as np
 from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema
@@ -81,8 +80,12 @@ def numpy_dtype(triton: str) -> np.dtype:
 
 
 def tensor_numpy_dtype(dtype) -> np.dtype:
-    """The numpy dtype of a framework's tensor dtype (``torch.float32`` -> ``float32``)."""
-    return np.dtype(merlin.dtypes.dtype(dtype).to_numpy)
+    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``), by torch's own conversion
+    (merlin-core's map lacks torch's unsigned types above 8 bits); ``TypeError`` for a dtype numpy
+    has not, such as bfloat16."""
+    import torch  # only callers that hold tensors pay for it
+
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def column_numpy_dtype(column: ColumnSchema) -> np.dtype:
