@@ -4,12 +4,11 @@ Those sessions reach the model as placeholder rows (see ``session_rows``); their
 mean nothing, so every result downstream of the workflow is blanked on them: -1 for integers (the
 missing raw id of ``DecodeItemIds``), NaN for floats, False for booleans, empty strings, and
 empty lists. The ensemble adds this operator itself, at the end of the graph; ``blank_rows`` is
-TorchScript, so a libtorch step blanks its own outputs the same way (see ``export.fusion``).
+TorchScript, so a libtorch step blanks its own outputs the same way (``BlankFilteredRows.torchscript``).
 """
 
-from __future__ import annotations
-
-from typing import Any, Sequence
+# no `from __future__ import annotations`: TorchScript reads the class annotations below as types
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -46,6 +45,25 @@ def blank_value(dtype: np.dtype):
     return ""  # strings: None would travel as the text "None" in a BYTES tensor
 
 
+class BlankRows(torch.nn.Module):
+    """``blank_rows`` of each of ``columns`` on the rows where the ``filtered`` input is True."""
+
+    filtered: str
+    columns: List[str]
+
+    def __init__(self, filtered: str, columns: List[str]):
+        super().__init__()
+        self.filtered = filtered
+        self.columns = columns
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        mark = inputs[self.filtered]
+        outputs: Dict[str, torch.Tensor] = {}
+        for name in self.columns:
+            outputs[name] = blank_rows(inputs[name], mark)
+        return outputs
+
+
 class BlankFilteredRows(ServingOperator):
     """Blanks ``columns`` on the rows where ``filtered_column`` is True; returns only ``columns``."""
 
@@ -79,6 +97,14 @@ class BlankFilteredRows(ServingOperator):
 
     def config(self) -> dict[str, Any]:
         return {"filtered_column": self.filtered_column, "columns": self.columns}
+
+    def torchscript(self, input_schema: Schema) -> Optional[BlankRows]:
+        """Blanking in TorchScript, for numbers and booleans that are not ragged lists (emptied
+        lists and strings are left to ``transform``)."""
+        columns = [input_schema[name] for name in self.columns]
+        if any(wire.is_ragged(c) or wire.column_numpy_dtype(c).kind not in "biuf" for c in columns):
+            return None
+        return BlankRows(self.filtered_column, self.columns)
 
 
 def _emptied(values: np.ndarray, offsets: np.ndarray, filtered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
