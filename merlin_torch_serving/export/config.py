@@ -29,6 +29,8 @@ MAX_REQUEST_ROWS_PARAMETER = "merlin_torch_serving.max_request_rows"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
+#: the TorchScript file of a libtorch step
+LIBTORCH_MODEL_FILE = "model.pt"
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,8 @@ def pytorch_model_config(
             "input": tensor_configs(input_schema),
             "output": tensor_configs(output_schema),
             "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
-            "default_model_filename": "model.pt",
-            # as PredictPytorch runs it in-process: no per-shape re-optimisation (see ops/pytorch.py)
+            "default_model_filename": LIBTORCH_MODEL_FILE,
+            # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
             "parameters": _parameters(
                 {
                     "INFERENCE_MODE": "true",
