@@ -142,10 +142,10 @@ class ArtifactError(MerlinTorchServingError):
     """An exported step refuses to load: a file differs from the sha256 its manifest records, is
     missing, or the step was written in a format this library version does not read."""
 
-    def __init__(self, step: str, problem: str, hint: str):
+    def __init__(self, step: str, problem: str, hint: str, kind: str = "step"):
         self.step = step
         self.problem = problem
-        super().__init__(f"step {step!r} cannot be loaded: {problem}; {hint}")
+        super().__init__(f"{kind} {step!r} cannot be loaded: {problem}; {hint}")
 class ModelNotImportableError(ExportError):
     """An eager model runs on the python backend by unpickling it there, which imports its classes;
     one of them cannot be imported by the server's Python."""

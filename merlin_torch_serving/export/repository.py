@@ -187,6 +187,7 @@ def _write_step(
                     "index": call.index,
                     "label": call.op.label,
                     "class": call.op.class_path,
+                    "format_version": call.op.format_version,
                     "config": call.op.config(),
                     "artifacts": str(artifacts),
                     "inputs": {name: [ref.producer, ref.column] for name, ref in call.inputs.items()},
@@ -304,7 +305,12 @@ def _write_manifest(
                 "backend": step.backend,
                 "fused_operators": [call.op.label for call in step.calls],
                 "operators": [
-                    {"label": call.op.label, "class": call.op.class_path, "parameters": call.op.config()}
+                    {
+                        "label": call.op.label,
+                        "class": call.op.class_path,
+                        "format_version": call.op.format_version,
+                        "parameters": call.op.config(),
+                    }
                     for call in step.calls
                 ],
                 "inputs": [spec.name for spec in wire.schema_specs(step.input_schema)],
