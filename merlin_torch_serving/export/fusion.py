@@ -8,10 +8,15 @@ picks, the blanking of filtered sessions). Here each operator's module reads its
 step's input tensors and from the outputs of the operators before it, and the step returns its
 outputs as the config lists them: one Tensor, or a tuple in that order. Every operator's module is
 the one its ``transform`` runs in-process, so both answer alike.
+
+The step's ``forward`` is written out as straight-line TorchScript (one call per operator, every
+tensor looked up where it is known at export), so the chain costs no more per request than a
+hand-written module would.
 """
 
-# no `from __future__ import annotations`: TorchScript reads the class annotations below as types
-from typing import Dict, List, Tuple
+from __future__ import annotations
+
+import json
 
 import torch
 
@@ -21,86 +26,22 @@ from merlin_torch_serving.export.partition import TritonStep
 from merlin_torch_serving.plan import OpCall, Ref
 
 
-class NamedOutputs(torch.nn.Module):
-    """An operator's module with its outputs keyed by output column: it may return one Tensor, a
-    tuple (or list) of them in output-schema order, or a ``Dict[str, Tensor]`` already."""
+def operator_chain(stages: list[torch.jit.ScriptModule], source: str) -> torch.jit.ScriptModule:
+    """The scripted modules of a step's operators (``stage_0``, ``stage_1``, ...), called in turn by
+    the ``forward`` of ``source``.
 
-    names: List[str]
-
-    def __init__(self, module: torch.nn.Module, names: List[str]):
-        super().__init__()
-        self.module = module
-        self.names = names
-
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        produced = self.module(inputs)
-        named: Dict[str, torch.Tensor] = {}
-        # each test is decided when the module is scripted, by the type the operator's module returns
-        if torch.jit.isinstance(produced, Dict[str, torch.Tensor]):
-            named = produced
-        elif isinstance(produced, torch.Tensor):
-            named[self.names[0]] = produced
-        else:
-            position = 0
-            for tensor in produced:
-                named[self.names[position]] = tensor
-                position += 1
-        return named
-
-
-class OperatorChain(torch.nn.Module):
-    """Runs ``stages`` (``NamedOutputs``) in order and returns the tensors of ``returns``.
-
-    ``reads[i]`` lists what stage ``i`` receives as ``(from_step_inputs, key, name)``: the step
-    input tensor ``key``, or the output an earlier stage wrote under ``key``, passed as ``name``.
-    ``writes[i]`` lists ``(output column, key)`` for the outputs of stage ``i``.
+    Each step gets a class of its own: TorchScript keeps the methods a ScriptModule defines on its
+    class, so two chains of one class (two exports in one process) would share the first's forward.
     """
 
-    reads: List[List[Tuple[bool, str, str]]]
-    writes: List[List[Tuple[str, str]]]
-    returns: List[str]
+    class OperatorChain(torch.jit.ScriptModule):
+        def __init__(self):
+            super().__init__()
+            for position, stage in enumerate(stages):
+                setattr(self, f"stage_{position}", stage)
+            self.define(source)
 
-    def __init__(
-        self,
-        stages: List[torch.nn.Module],
-        reads: List[List[Tuple[bool, str, str]]],
-        writes: List[List[Tuple[str, str]]],
-        returns: List[str],
-    ):
-        super().__init__()
-        self.stages = torch.nn.ModuleList(stages)
-        self.reads = reads
-        self.writes = writes
-        self.returns = returns
-
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> List[torch.Tensor]:
-        produced: Dict[str, torch.Tensor] = {}
-        for index, stage in enumerate(self.stages):
-            arguments: Dict[str, torch.Tensor] = {}
-            for from_step_inputs, key, name in self.reads[index]:
-                arguments[name] = inputs[key] if from_step_inputs else produced[key]
-            outputs = stage(arguments)
-            for name, key in self.writes[index]:
-                produced[key] = outputs[name]
-        return [produced[key] for key in self.returns]
-
-
-class TupleOutputs(torch.jit.ScriptModule):
-    """The chain's list of outputs as libtorch takes them: one Tensor, or a tuple of ``count``.
-
-    TorchScript types a tuple by its length, so ``forward`` is defined for the count at hand (Triton's
-    pytorch backend crashes on a returned list)."""
-
-    def __init__(self, chain: torch.jit.ScriptModule, count: int):
-        super().__init__()
-        self.chain = chain
-        returns = "Tensor" if count == 1 else "Tuple[" + ", ".join(["Tensor"] * count) + "]"
-        values = ", ".join(f"outputs[{position}]" for position in range(count))
-        self.define(
-            f"def forward(self, inputs: Dict[str, Tensor]) -> {returns}:\n"
-            f"    outputs = self.chain(inputs)\n"
-            f"    return {values}\n"
-        )
+    return OperatorChain()
 
 
 def libtorch_module(step: TritonStep) -> torch.jit.ScriptModule:
@@ -108,13 +49,24 @@ def libtorch_module(step: TritonStep) -> torch.jit.ScriptModule:
     modules = [_scripted(call, step.torchscript[call.index]) for call in step.calls]
     if len(step.calls) == 1 and _returns_in_order(modules[0], step):
         return modules[0]  # the operator's own module, as it is
-    reads, writes = [], []
-    for call in step.calls:
-        reads.append(_reads(call, step))
-        writes.append([(name, _key(Ref(call.index, name))) for name in call.output_schema.column_names])
-    stages = [NamedOutputs(module, call.output_schema.column_names) for module, call in zip(modules, step.calls)]
-    chain = OperatorChain(stages, reads, writes, [_key(ref) for ref in step.outputs.values()])
-    return TupleOutputs(torch.jit.script(chain), len(step.outputs))
+    return operator_chain(modules, chain_source(step, modules))
+
+
+def chain_source(step: TritonStep, modules: list[torch.jit.ScriptModule]) -> str:
+    """The TorchScript ``forward`` of ``step``: each operator called on a dict of its inputs (step
+    inputs, or outputs of the operators before it), then the step's outputs returned in order.
+    (A tuple, not a list: Triton's pytorch backend crashes on a returned list.)"""
+    known: dict[Ref, str] = {}  # the TorchScript expression of every tensor produced so far
+    lines = []
+    for position, (call, module) in enumerate(zip(step.calls, modules)):
+        arguments = ", ".join(f"{_text(name)}: {source}" for name, source in _reads(call, step, known))
+        lines.append(f"    out_{position} = self.stage_{position}({{{arguments}}})")
+        for name, expression in _outputs(call, module, f"out_{position}"):
+            known[Ref(call.index, name)] = expression
+    returned = [known[ref] for ref in step.outputs.values()]
+    returns = "Tensor" if len(returned) == 1 else _tuple_type(len(returned))
+    header = f"def forward(self, inputs: Dict[str, Tensor]) -> {returns}:"
+    return "\n".join([header, *lines, f"    return {', '.join(returned)}", ""])
 
 
 def _scripted(call: OpCall, module: torch.nn.Module) -> torch.jit.ScriptModule:
@@ -128,23 +80,48 @@ def _scripted(call: OpCall, module: torch.nn.Module) -> torch.jit.ScriptModule:
         ) from error
 
 
-def _reads(call: OpCall, step: TritonStep) -> List[Tuple[bool, str, str]]:
-    """Where each input tensor of ``call`` comes from inside ``step``."""
-    own = step.call_indices
+def _reads(call: OpCall, step: TritonStep, known: dict[Ref, str]) -> list[tuple[str, str]]:
+    """``(name, expression)`` of each wire tensor ``call`` receives: an output of an operator before
+    it in the step, or a step input (a ragged column as its values and offsets)."""
     reads = []
     for name, ref in call.inputs.items():
-        if ref.producer in own:
-            reads.append((False, _key(ref), name))
+        if ref in known:
+            reads.append((name, known[ref]))
             continue
         step_name = next(step_name for step_name, step_ref in step.inputs.items() if step_ref == ref)
         column = step.input_schema[step_name]
         for sent, received in zip(wire.column_specs(column), wire.column_specs(column.with_name(name))):
-            reads.append((True, sent.name, received.name))
+            reads.append((received.name, f"inputs[{_text(sent.name)}]"))
     return reads
 
 
-def _key(ref: Ref) -> str:
-    return f"{ref.producer}:{ref.column}"
+def _outputs(call: OpCall, module: torch.jit.ScriptModule, result: str) -> list[tuple[str, str]]:
+    """``(output column, expression)`` for what ``call``'s module returns as ``result``: one Tensor,
+    a tuple (or list) of Tensors in output-schema order, or a ``Dict[str, Tensor]`` keyed by output
+    column."""
+    names = call.output_schema.column_names
+    returns = module.forward.schema.returns
+    kind = str(returns[0].type) if len(returns) == 1 else "nothing"
+    if kind == "Tensor" and len(names) == 1:
+        return [(names[0], result)]
+    if kind in (_tuple_type(len(names)), "List[Tensor]"):
+        return [(name, f"{result}[{position}]") for position, name in enumerate(names)]
+    if kind == "Dict[str, Tensor]":
+        return [(name, f"{result}[{_text(name)}]") for name in names]
+    raise ExportError(
+        f"the TorchScript form of operator {call.op.label} returns {kind}; it must return its {len(names)} "
+        f"output(s) {names} as a Tensor (one output), a tuple of {len(names)} Tensors in that order, or a "
+        "Dict[str, Tensor] keyed by output column"
+    )
+
+
+def _tuple_type(count: int) -> str:
+    return "Tuple[" + ", ".join(["Tensor"] * count) + "]"
+
+
+def _text(name: str) -> str:
+    """A TorchScript string literal."""
+    return json.dumps(name, ensure_ascii=False)
 
 
 def _returns_in_order(module: torch.jit.ScriptModule, step: TritonStep) -> bool:

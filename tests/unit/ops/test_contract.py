@@ -102,6 +102,20 @@ def test_a_new_pytorch_operator_starts_a_libtorch_step_that_later_torchscript_op
     assert served["item_ids"].tolist() == [[1, 4], [0, 1]]
 
 
+def test_chains_exported_in_one_process_keep_their_own_forward(tmp_path):
+    request = {"scores": np.array([[0.5, 0.1, 0.9, 0.3, 0.2, 0.7]], dtype=np.float32)}
+    top = ["scores"] >> Negate() >> TopK(2)
+    # (TorchScript's cache of module types would hand the third chain the second one's forward)
+    for name, graph in (("both", top), ("ids_only", top["item_ids"]), ("both_again", top)):
+        ensemble = Ensemble(graph, SCORES)
+        ensemble.export(tmp_path / name, name)
+        served = run_repository(tmp_path / name, name, request)
+        expected = ensemble.run(TensorTable(request, _unsafe=True))
+        assert list(served) == list(expected.columns)
+        for column in expected.columns:
+            np.testing.assert_array_equal(served[column], expected[column].values)
+
+
 class Unknown(Negate):
     backend = "tensorflow"
 
