@@ -7,6 +7,7 @@ imported on first use, so ``import merlin_torch_serving.server`` does not pay fo
 from __future__ import annotations
 
 import importlib
+import warnings
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from merlin_torch_serving.exceptions import (
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
+    BundleError,
     ExportError,
     InferenceError,
     InputError,
@@ -34,6 +36,10 @@ from merlin_torch_serving.exceptions import (
 )
 
 __version__ = metadata.version("merlin-torch-serving")  # pyproject.toml's
+
+# merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
+# so the warning only hides real ones (it was printed on every command).
+warnings.filterwarnings("ignore", message="Tensorflow dtype mappings did not load", category=UserWarning)
 
 _LAZY = {
     "CategoryVocabulary": "merlin_torch_serving.vocabulary",
@@ -60,6 +66,7 @@ __all__ = sorted(
         "ArtifactError",
         "BackendBuildError",
         "BackendNotAvailableError",
+        "BundleError",
         "ExportError",
         "InferenceError",
         "InputError",

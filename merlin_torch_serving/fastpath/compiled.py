@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 from merlin.schema import Schema
 
+from merlin_torch_serving import metrics
 from merlin_torch_serving.fastpath.batch import Batch, Column
 from merlin_torch_serving.fastpath.errors import Delegate, FastPathError, library_errors
 from merlin_torch_serving.fastpath.kernel import Kernel
@@ -121,6 +122,8 @@ class CompiledWorkflow:
         if not upstream:
             raise FastPathError(f"step {node.label!r} has no input for this request")
         batch = _merge(node.label, upstream)
+        if node.kernel is node.fallback:  # no compiled kernel: NVTabular on every request
+            metrics.count(metrics.FASTPATH_FALLBACKS, operator=node.label)
         try:
             return node.kernel(batch)
         except Delegate as delegated:
@@ -129,6 +132,7 @@ class CompiledWorkflow:
             logger.debug(
                 "fast path: %s runs through NVTabular for this request: %s", node.label, delegated.reason
             )
+            metrics.count(metrics.FASTPATH_FALLBACKS, operator=node.label)
             return node.fallback(batch)
 
 
