@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
@@ -39,7 +40,7 @@ from merlin_torch_serving.exceptions import (
     WrongProtocolError,
 )
 
-__version__ = "0.1.0"
+__version__ = metadata.version("merlin-torch-serving")  # pyproject.toml's
 
 # merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
 # so the warning only hides real ones (it was printed on every command).

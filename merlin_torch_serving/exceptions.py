@@ -7,6 +7,7 @@
     ├── WorkflowNotFittedError      an NVTabular workflow handed over before it was fitted
     ├── AddressError                a server address that cannot be used as given
     ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as TorchScript)
+    ├── WorkflowError               an NVTabular workflow cannot be compiled or run on a request
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
     │   ├── ModelCheckError         model.pt does not behave the way its config.pbtxt says
@@ -146,6 +147,14 @@ class ModelPreparationError(MerlinTorchServingError):
         super().__init__(message)
 
 
+class WorkflowError(MerlinTorchServingError, ValueError):
+    """An NVTabular workflow cannot be compiled for serving, or cannot transform a request the way
+    its schemas say (an output column of the wrong kind, nulls where its dtype has none, ...).
+
+    Also a ``ValueError``, which is what callers caught before the fast path had errors of its own.
+    """
+
+
 class ExportError(MerlinTorchServingError):
     """A model repository could not be written; the previous repository is left as it was."""
 
@@ -179,10 +188,10 @@ class ArtifactError(MerlinTorchServingError):
     """An exported step refuses to load: a file differs from the sha256 its manifest records, is
     missing, or the step was written in a format this library version does not read."""
 
-    def __init__(self, step: str, problem: str, hint: str):
+    def __init__(self, step: str, problem: str, hint: str, kind: str = "step"):
         self.step = step
         self.problem = problem
-        super().__init__(f"step {step!r} cannot be loaded: {problem}; {hint}")
+        super().__init__(f"{kind} {step!r} cannot be loaded: {problem}; {hint}")
 class ModelNotImportableError(ExportError):
     """An eager model runs on the python backend by unpickling it there, which imports its classes;
     one of them cannot be imported by the server's Python."""

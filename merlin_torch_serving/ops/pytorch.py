@@ -201,20 +201,21 @@ class PredictPytorch(ServingOperator):
             torch.jit.save(self.model, os.path.join(artifact_path, MODEL_FILE))
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> "PredictPytorch":
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
         if config["execution"] == "eager":
             model = load_eager_model(os.path.join(artifact_path, EAGER_MODEL_FILE))
         else:
             model = torch.jit.load(os.path.join(artifact_path, MODEL_FILE), map_location="cpu")
-        return cls(
-            model,
-            schema_from_json(config["input_schema"]),
-            schema_from_json(config["output_schema"]),
-            config["backend"],
-            execution=config["execution"],
-            pad_value=config["pad_value"],
-            pad_side=config["pad_side"],
-        )
+        return {
+            **config,
+            "model": model,
+            "input_schema": schema_from_json(config["input_schema"]),
+            "output_schema": schema_from_json(config["output_schema"]),
+        }
+
+    def torchscript(self, input_schema: Schema) -> torch.jit.ScriptModule | None:
+        """The wrapped model, when it runs on libtorch (a python-backend model stays there)."""
+        return self.module if self.backend_choice == "pytorch" else None
 
 
 def _check_choice(name: str, value, choices: tuple) -> None:
@@ -251,7 +252,7 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
     columns = []
     for column, tensor in zip(declared, outputs):
         dims = (None,) + tuple(int(d) for d in tensor.shape[1:])
-        dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        dtype = wire.tensor_numpy_dtype(tensor.dtype)
         columns.append(
             ColumnSchema(column.name, tags=column.tags, properties=_without_value_count(column.properties), dtype=dtype, dims=dims)
         )

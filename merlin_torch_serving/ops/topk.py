@@ -1,12 +1,11 @@
 """TopK: the k best items per row over the whole catalog's scores, with exclusions.
 
-The selection is a TorchScript-compatible function, so the same kernel can run in-process, in the
-python backend, or fused into a libtorch model.
+The selection is a TorchScript function, so the same kernel runs in-process, in the python backend,
+and compiled into the libtorch model whose scores it ranks (``TopK.torchscript``).
 """
 
-from __future__ import annotations
-
-from typing import Any, Optional, Sequence, Tuple
+# no `from __future__ import annotations`: TorchScript reads the class annotations below as types
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -14,6 +13,7 @@ from merlin.dag import Node
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.retrieval.exact import seen_pairs
@@ -55,6 +55,36 @@ def top_k_items(
     values = torch.gather(best.values, 1, order)
     values = torch.where(torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values)
     return torch.gather(best.indices, 1, order), values
+
+
+class TopKSelection(torch.nn.Module):
+    """``top_k_items`` over wire tensors: the ``scores`` input ranked, leaving out ``excluded_ids``
+    and the items of the ``seen`` input (``""`` for none; a ragged one arrives as values and
+    offsets). Returns ids and scores, TopK's outputs in order."""
+
+    k: int
+    scores: str
+    seen: str
+    seen_ragged: bool
+
+    def __init__(self, k: int, excluded_ids: Sequence[int], scores: str, seen: str, seen_ragged: bool):
+        super().__init__()
+        self.k = k
+        self.scores = scores
+        self.seen = seen
+        self.seen_ragged = seen_ragged
+        self.register_buffer("excluded_ids", torch.tensor(list(excluded_ids), dtype=torch.int64))
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        seen_values: Optional[torch.Tensor] = None
+        seen_offsets: Optional[torch.Tensor] = None
+        if self.seen != "":
+            if self.seen_ragged:
+                seen_values = inputs[self.seen + wire.VALUES_SUFFIX].to(torch.int64)
+                seen_offsets = inputs[self.seen + wire.OFFSETS_SUFFIX].to(torch.int64)
+            else:
+                seen_values = inputs[self.seen].to(torch.int64)
+        return top_k_items(inputs[self.scores], self.k, self.excluded_ids, seen_values, seen_offsets)
 
 
 class TopK(ServingOperator):
@@ -154,19 +184,17 @@ class TopK(ServingOperator):
         return {
             "k": self.k,
             "scores": self.scores_name,
-            "seen_column": self.seen_column,
+            # loaded on its own, the operator takes the seen items as an input column of that name
+            "seen_items": self.seen_column,
             "exclude_ids": self.exclude_ids,
             "ids_column": self.ids_column,
             "scores_column": self.scores_column,
         }
 
-    @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> "TopK":
-        config = dict(config)
-        seen_column = config.pop("seen_column")
-        op = cls(**config)
-        op.seen_column = seen_column
-        return op
+    def torchscript(self, input_schema: Schema) -> TopKSelection:
+        seen = self.seen_column or ""
+        ragged = bool(seen) and wire.is_ragged(input_schema[seen])
+        return TopKSelection(self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged)
 
     # ---- helpers --------------------------------------------------------------------------------
 
