@@ -179,10 +179,12 @@ class RetrieveTopK(ServingOperator):
         self.item_index.save(artifact_path)
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> "RetrieveTopK":
-        config = dict(config)
-        index = load_index(index_spec(config.pop("index")), artifact_path, config.pop("catalog_size"))
-        return cls(config.pop("k"), index, **config)
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
+        """The saved index stands in for the item vectors (``__init__`` takes either)."""
+        arguments = dict(config)
+        spec = index_spec(arguments.pop("index"))
+        arguments["item_vectors"] = load_index(spec, artifact_path, arguments.pop("catalog_size"))
+        return arguments
 
     # ---- helpers -----------------------------------------------------------------------------
 
