@@ -11,7 +11,7 @@ from merlin.dag import ColumnSelector
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import DecodeItemIds, Ensemble, ModelCheckError, PredictPytorch, TopK, TransformWorkflow, frames, wire
+from merlin_torch_serving import DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow, frames, wire
 from tests import toy_session
 from tests.repository_runner import response_arrays, run_repository
 
