@@ -7,16 +7,21 @@ imported on first use, so ``import merlin_torch_serving.server`` does not pay fo
 from __future__ import annotations
 
 import importlib
+import warnings
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    AddressError,
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
+    BundleError,
     ExportError,
     InferenceError,
     InputError,
     MerlinTorchServingError,
+    MissingColumnsError,
     ModelCheckError,
     ModelLoadError,
     ModelNotImportableError,
@@ -30,9 +35,16 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
     ServerUnavailableError,
+    UnknownModelError,
+    WorkflowNotFittedError,
+    WrongProtocolError,
 )
 
-__version__ = "0.1.0"
+__version__ = metadata.version("merlin-torch-serving")  # pyproject.toml's
+
+# merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
+# so the warning only hides real ones (it was printed on every command).
+warnings.filterwarnings("ignore", message="Tensorflow dtype mappings did not load", category=UserWarning)
 
 _LAZY = {
     "CategoryVocabulary": "merlin_torch_serving.vocabulary",
@@ -40,12 +52,16 @@ _LAZY = {
     "DecodeItemIds": "merlin_torch_serving.ops",
     "Ensemble": "merlin_torch_serving.ensemble",
     "Executor": "merlin_torch_serving.executors",
+    "ExactIndex": "merlin_torch_serving.retrieval",
     "ExportResult": "merlin_torch_serving.export.repository",
+    "HNSWIndex": "merlin_torch_serving.retrieval",
+    "IVFIndex": "merlin_torch_serving.retrieval",
     "LocalExecutor": "merlin_torch_serving.executors",
     "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
     "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "RetrieveTopK": "merlin_torch_serving.ops",
     "ServingOperator": "merlin_torch_serving.ops",
     "TopK": "merlin_torch_serving.ops",
     "TransformWorkflow": "merlin_torch_serving.ops",
@@ -56,13 +72,16 @@ _LAZY = {
 __all__ = sorted(
     [
         *_LAZY,
+        "AddressError",
         "ArtifactError",
         "BackendBuildError",
         "BackendNotAvailableError",
+        "BundleError",
         "ExportError",
         "InferenceError",
         "InputError",
         "MerlinTorchServingError",
+        "MissingColumnsError",
         "ModelCheckError",
         "ModelLoadError",
         "ModelNotImportableError",
@@ -76,6 +95,9 @@ __all__ = sorted(
         "ServerNotFoundError",
         "ServerStartTimeoutError",
         "ServerUnavailableError",
+        "UnknownModelError",
+        "WorkflowNotFittedError",
+        "WrongProtocolError",
     ]
 )
 
@@ -94,7 +116,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.executors import Executor, LocalExecutor, TritonExecutor
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
-    from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
     from merlin_torch_serving.health import ModelHealth, ModelStatus
+    from merlin_torch_serving.ops import (
+        DecodeItemIds, PredictPytorch, RetrieveTopK, ServingOperator, TopK, TransformWorkflow,
+    )
+    from merlin_torch_serving.retrieval import ExactIndex, HNSWIndex, IVFIndex
     from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

@@ -1,8 +1,11 @@
 """The ``merlin-torch-serving`` command: thin wrappers over TritonServer and Client.
 
-    merlin-torch-serving serve REPOSITORY      run tritonserver in the foreground (Ctrl-C stops it)
+    merlin-torch-serving serve REPOSITORY [-- TRITONSERVER ARGS]
+                                               run tritonserver in the foreground (Ctrl-C stops it)
     merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
     merlin-torch-serving models                what the server has loaded, and whether it answers
+    merlin-torch-serving bundle REPOSITORY OUT  a copy that serves where the server's Python lacks this library
+    merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes manifests and a KServe InferenceService
     merlin-torch-serving build-backend pytorch [--sources PATH]
                                                build Triton's libtorch backend for this torch
 """
@@ -16,20 +19,37 @@ import sys
 import threading
 from pathlib import Path
 
-from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving import column_names
+from merlin_torch_serving.exceptions import MerlinTorchServingError, PortInUseError, ServerError
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" goes to tritonserver unchanged
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(extra) - 1] if "--" in argv else argv)
+    if extra and args.command != "serve":
+        parser.error(f"only `serve` passes arguments after '--' on (to tritonserver); got {extra!r}")
+    args.tritonserver_args = extra
     _default_url(args)
     try:
         return args.run(args)
     except MerlinTorchServingError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_without_log(error, args.verbose)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _without_log(error: MerlinTorchServingError, verbose: bool) -> str:
+    """The error's message; tritonserver's log tail only with --verbose (its first line says what to do)."""
+    if isinstance(error, ServerError) and error.log_tail and not verbose:
+        return f"{error.summary}\n(--verbose shows the last lines of tritonserver's log)"
+    return str(error)
 
 
 def serve(args) -> int:
@@ -37,9 +57,10 @@ def serve(args) -> int:
 
     # the supervisor says here when a model failed and was reloaded
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    # Until it serves, Ctrl-C (KeyboardInterrupt) and SIGTERM end start-up at once: start() kills
+    # the half-started server and re-raises; once it serves, they stop it gracefully.
+    signal.signal(signal.SIGTERM, _interrupt)
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     server = TritonServer(
         args.repository,
         http_port=args.http_port or None,
@@ -50,8 +71,18 @@ def serve(args) -> int:
         poll_interval_s=args.poll_interval,
         restart_failed_models=args.restart_failed_models,
         start_timeout_s=args.start_timeout,
+        extra_args=args.tritonserver_args,
     )
-    with server:
+    print(f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...", flush=True)
+    try:
+        server.start()
+    except PortInUseError as error:
+        flag = f"--{error.protocol.lower()}-port"
+        hint = f"pass {flag} 0 (the OS picks a free port, printed when ready) or another free port"
+        raise PortInUseError(error.port, error.protocol, error.log_tail, hint=hint) from None
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
         print(f"tritonserver is ready (pid {server.pid})")
         print(f"  gRPC    {server.grpc_url}")
         print(f"  HTTP    {server.http_url}")
@@ -63,8 +94,14 @@ def serve(args) -> int:
                 print("error: tritonserver exited on its own; its log:\n" + server.logs()[-4000:], file=sys.stderr)
                 return 1
         print("stopping tritonserver ...", flush=True)
+    finally:
+        server.stop()
     print("stopped")
     return 0
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def infer(args) -> int:
@@ -80,13 +117,16 @@ def infer(args) -> int:
         args.url, args.protocol, timeout_s=args.timeout, max_rows_per_request=args.max_rows, retries=args.retries
     ) as client:
         client.wait_until_ready(args.model, timeout_s=args.wait)
-        answer = client.infer(args.model, rows, progress=_progress_printer())
+        answer = client.infer(args.model, rows, columns=args.columns, progress=_progress_printer())
     if args.output:
         _write(answer, Path(args.output))
         print(f"wrote {len(answer)} rows to {args.output}")
     else:
+        shown = answer if args.head is None else answer.head(args.head)
         with pd.option_context("display.max_colwidth", 120, "display.width", 200):
-            print(answer.to_string(index=False))
+            print(shown.to_string(index=False))
+        if len(shown) < len(answer):
+            print(f"({len(shown)} of {len(answer)} rows; -o FILE writes them all)")
     return 0
 
 
@@ -97,6 +137,35 @@ def models(args) -> int:
         report = client.health()
     _print_models(report)
     return 0 if all(model.healthy or model.state != "READY" for model in report) else 2
+
+
+def bundle(args) -> int:
+    from merlin_torch_serving.bundling import bundle_repository
+
+    result = bundle_repository(
+        args.repository,
+        args.out,
+        environment=args.environment,
+        extra_distributions=args.with_distributions or (),
+        archive=args.archive,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(
+        f"bundled {len(result.python_steps)} python step(s) with Python {result.environment.python_version} and "
+        f"{len(result.environment.distributions)} distributions into {result.path}"
+    )
+    return 0
+
+
+def deploy_files(args) -> int:
+    from merlin_torch_serving import deployment
+
+    settings = deployment.DeploySettings(
+        **{field.name: getattr(args, field.name) for field in _deploy_fields() if getattr(args, field.name) is not None}
+    )
+    for path in deployment.write(args.out, settings):
+        print(path)
+    return 0
 
 
 def build_backend(args) -> int:
@@ -112,6 +181,33 @@ def build_backend(args) -> int:
     state = "built now" if built.built_now else "already built"
     print(f"pytorch backend for torch {built.torch_version} and tritonserver {built.tritonserver_version} ({state}): {built.library}")
     return 0
+
+
+def version_report() -> str:
+    """This library's version, the Python it runs on, and the tritonserver that `serve` would start."""
+    import platform
+
+    from merlin_torch_serving import __version__
+    from merlin_torch_serving.backends.bundle import tritonserver_version
+    from merlin_torch_serving.server import find_tritonserver
+
+    try:
+        binary = find_tritonserver()
+        server = f"tritonserver {tritonserver_version(binary) or '(version unknown)'} at {binary}"
+    except MerlinTorchServingError:
+        server = "no tritonserver found (pip install 'merlin-torch-serving[server]' bundles one)"
+    return f"merlin-torch-serving {__version__} (Python {platform.python_version()}; {server})"
+
+
+class _VersionAction(argparse.Action):
+    """--version, worked out only when asked for (finding the server's version runs it once)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_report())
+        parser.exit()
 
 
 def _print_models(report) -> None:
@@ -156,13 +252,29 @@ def _parser() -> argparse.ArgumentParser:
         prog="merlin-torch-serving",
         description="Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.",
     )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--version", action=_VersionAction, help="show the versions of this library and tritonserver")
+    common.add_argument("--verbose", "-v", action="store_true", help="show tritonserver's log tail with server errors")
+    parser._add_action(common._actions[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve_parser = commands.add_parser("serve", help="run tritonserver on a model repository (foreground)")
-    serve_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
-    serve_parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose")
-    serve_parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="0 lets the OS choose")
-    serve_parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="0 lets the OS choose")
+    serve_parser = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="run tritonserver on a model repository (foreground)",
+        usage="%(prog)s REPOSITORY [options] [-- TRITONSERVER ARGS ...]",
+        epilog="Arguments after '--' go to tritonserver as they are, e.g. "
+        "`-- --cache-config=local,size=104857600 --log-info=true`.",
+    )
+    serve_parser.add_argument(
+        "repository",
+        help="the model repository: a folder (e.g. what Ensemble.export wrote) or an s3://, gs:// or as:// URL "
+        "(an S3-compatible store at an endpoint of its own: s3://http://HOST:PORT/BUCKET/PATH)",
+    )
+    for protocol, default in (("http", DEFAULT_HTTP_PORT), ("grpc", DEFAULT_GRPC_PORT), ("metrics", DEFAULT_METRICS_PORT)):
+        serve_parser.add_argument(
+            f"--{protocol}-port", type=int, default=default, metavar="PORT", help="default %(default)s; 0 lets the OS choose a free one"
+        )
     serve_parser.add_argument("--model-control", choices=("none", "explicit", "poll"), default="none")
     serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
     serve_parser.add_argument(
@@ -177,8 +289,47 @@ def _parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
     serve_parser.set_defaults(run=serve)
 
+    bundle_parser = commands.add_parser(
+        "bundle",
+        parents=[common],
+        help="copy a model repository so that it serves on a tritonserver whose Python lacks this library",
+        description="Copy REPOSITORY to OUT, giving every python step a packed Python environment (this Python, "
+        "its standard library, and the installed distributions this library needs to serve), the python-backend "
+        "stub for that Python, and EXECUTION_ENV_PATH pointing at it. NVIDIA's tritonserver containers then "
+        "serve OUT without installing anything.",
+    )
+    bundle_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
+    bundle_parser.add_argument("out", help="the folder to write (must not exist)")
+    bundle_parser.add_argument(
+        "--with", dest="with_distributions", action="append", metavar="DIST",
+        help="also pack this installed distribution and its requirements (e.g. transformers4rec for an eager model)",
+    )
+    bundle_parser.add_argument(
+        "--archive", action="store_true",
+        help="ship the environment as python-env.tar.gz (one file, extracted by the server at load) instead of a folder",
+    )
+    bundle_parser.add_argument("--environment", metavar="FOLDER", help="reuse an environment packed by an earlier bundle")
+    bundle_parser.set_defaults(run=bundle)
+
+    deploy_parser = commands.add_parser(
+        "deploy-files",
+        parents=[common],
+        help="write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a repository",
+        description="Render the deployment files (Dockerfile; k8s/ Deployment, Service, HorizontalPodAutoscaler, "
+        "PodDisruptionBudget, prometheus-adapter rule; kserve/ InferenceService) into OUT, from one set of "
+        "settings so that ports, repository, shared memory and cache agree. Unset options keep the defaults "
+        "of the repository's own deploy/ folder.",
+    )
+    deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
+    for field in _deploy_fields():
+        deploy_parser.add_argument(
+            f"--{field.name.replace('_', '-')}", type=type(field.default), default=None, help=f"default: {field.default}"
+        )
+    deploy_parser.set_defaults(run=deploy_files)
+
     build_parser = commands.add_parser(
         "build-backend",
+        parents=[common],
         help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
         description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
         "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
@@ -201,11 +352,19 @@ def _parser() -> argparse.ArgumentParser:
         ("infer", infer, "send the rows of a parquet or CSV file to a served model and show the answer"),
         ("models", models, "list the models the server knows, with version and state"),
     ):
-        sub = commands.add_parser(name, help=help_text)
+        sub = commands.add_parser(name, parents=[common], help=help_text)
         if name == "infer":
             sub.add_argument("model", help="the ensemble's model name")
             sub.add_argument("file", help="a .parquet or .csv file of raw rows")
             sub.add_argument("--output", "-o", help="write the answer to .parquet, .csv or .json instead of printing")
+            sub.add_argument("--head", type=int, default=None, metavar="N", help="print only the first N rows of the answer")
+            sub.add_argument(
+                "--columns",
+                type=column_names.argument,
+                default=None,
+                metavar="YOURS=INPUT,...",
+                help="the file's column names for the model's inputs, e.g. user_session=session_id,product=item_id",
+            )
             sub.add_argument(
                 "--max-rows",
                 type=int,
@@ -216,10 +375,24 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait for the model to be ready")
             sub.add_argument("--retries", type=int, default=3, help="how often to retry errors that are safe to retry")
         sub.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per request")
-        sub.add_argument("--url", default=None, help="host:port (default: localhost and the protocol's default port)")
+        sub.add_argument(
+            "--url",
+            default=None,
+            help=f"host:port, no scheme (default: localhost:{DEFAULT_GRPC_PORT} for grpc, localhost:{DEFAULT_HTTP_PORT} for http)",
+        )
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
+
+
+
+
+def _deploy_fields():
+    import dataclasses
+
+    from merlin_torch_serving.deployment import DeploySettings
+
+    return dataclasses.fields(DeploySettings)
 
 
 def _default_url(args) -> None:

@@ -7,6 +7,7 @@ Configs are built as dicts, parsed into tritonclient's ``ModelConfig`` protobuf 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from google.protobuf import json_format, text_format
@@ -21,6 +22,11 @@ INPUT_SCHEMA_PARAMETER = "merlin_torch_serving.input_schema"
 OUTPUT_SCHEMA_PARAMETER = "merlin_torch_serving.output_schema"
 #: python-backend step parameter: torch's intra-op threads in that model's process
 TORCH_THREADS_PARAMETER = "merlin_torch_serving.torch_threads"
+#: python-step parameter, written only as "false": the step publishes no metrics of its own
+METRICS_PARAMETER = "merlin_torch_serving.metrics"
+#: python-backend parameter: the Python environment (a folder or a .tar.gz) its stub runs in
+EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
+INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO", "KIND_MODEL")
 #: rows per request a python step accepts unless ModelOptions says otherwise: the example's XLNet
 #: needs ~9 KB of server memory per click (measured: +1.9 GB for 200,000 clicks), so ~1 GB here
 DEFAULT_MAX_REQUEST_ROWS = 100_000
@@ -38,6 +44,8 @@ WARMUP_PARAMETER = "merlin_torch_serving.warmup"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
+#: the TorchScript file of a libtorch step
+LIBTORCH_MODEL_FILE = "model.pt"
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,31 @@ class ModelOptions:
         How long Triton may hold a request waiting for others to batch with. 0 (the default) adds
         no latency: requests batch only while the step is busy with earlier ones, which is when
         batching pays (see the benchmark's concurrency sweep).
+    instance_kind
+        Where each instance runs: ``"KIND_CPU"`` (default), ``"KIND_GPU"``, ``"KIND_AUTO"`` or
+        ``"KIND_MODEL"`` (Triton's ``instance_group.kind``).
+    version_policy
+        Which versions of every model (ensemble included) the server loads: None (Triton's default,
+        the newest one), ``"all"``, an int N (the newest N), or a sequence of version numbers.
+    response_cache
+        Cache the ensemble's answers in Triton's response cache (the server must be started with
+        a cache, e.g. ``serve REPOSITORY -- --cache-config=local,size=104857600``).
+    rate_limiter
+        Triton's ``instance_group.rate_limiter`` of every step model, in its config form:
+        ``{"resources": [{"name": "R", "count": 1}], "priority": 1}`` (the server runs it with
+        ``--rate-limit=execution_count``).
+    parameters
+        Extra ``parameters`` (name -> string) of every step model, for backend settings this
+        class does not name.
+    execution_env
+        ``EXECUTION_ENV_PATH`` of every python step: the Python environment (a folder or a
+        ``.tar.gz``) its stub runs in; ``$$TRITON_MODEL_DIRECTORY`` stands for the model's
+        folder. ``merlin-torch-serving bundle`` sets it, with the stub that fits the environment.
+    metrics
+        Whether python steps publish their own counters (``mts_*`` on the server's metrics
+        endpoint: sessions, filtered sessions, out-of-vocabulary ids, fast-path fallbacks, time
+        per operator; see ``export.step_metrics``). On by default: they cost a few microseconds
+        a request.
     """
 
     instance_count: int = 1
@@ -91,8 +124,35 @@ class ModelOptions:
     batching: bool = False
     max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
     max_queue_delay_us: int = 0
+    instance_kind: str = "KIND_CPU"
+    version_policy: str | int | Sequence[int] | None = None
+    response_cache: bool = False
+    rate_limiter: Mapping | None = None
+    parameters: Mapping[str, str] | None = None
+    execution_env: str | None = None
+    metrics: bool = True
 
     def __post_init__(self):
+        if self.instance_kind not in INSTANCE_KINDS:
+            raise ValueError(f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}")
+        _version_policy(self.version_policy)  # raises on nonsense
+        if self.rate_limiter is not None:
+            _parse({"instance_group": [{"rate_limiter": dict(self.rate_limiter)}]}, "rate_limiter")
+        own = {
+            TORCH_THREADS_PARAMETER,
+            MAX_REQUEST_ROWS_PARAMETER,
+            EXECUTION_ENV_PARAMETER,
+            METRICS_PARAMETER,
+            MAX_BATCH_ROWS_PARAMETER,
+            WARMUP_PARAMETER,
+            "INTRA_OP_THREAD_COUNT",
+        }
+        reserved = own & set(self.parameters or {})
+        if reserved:
+            raise ValueError(
+                f"parameters {sorted(reserved)} are set through ModelOptions' own fields "
+                "(torch_threads, max_request_rows, max_batch_rows, warmup_count, execution_env, metrics); pass them there"
+            )
         if self.instance_count < 1:
             raise ValueError(f"instance_count must be at least 1, got {self.instance_count!r}")
         if self.warmup_count < 0:
@@ -113,7 +173,7 @@ def tensor_configs(schema: Schema, request_dim: bool = False, ragged_batch: bool
     ``ragged_batch`` lets Triton batch requests of different lengths (inputs of batched models)."""
     configs = []
     for spec in wire.schema_specs(schema):
-        entry = {"name": spec.name, "data_type": "TYPE_" + _config_dtype(spec), "dims": list(spec.dims)}
+        entry = {"name": spec.name, "data_type": spec.config_dtype, "dims": list(spec.dims)}
         if request_dim:
             entry["dims"] = [1, *entry["dims"]]
         if ragged_batch:
@@ -135,15 +195,22 @@ def python_model_config(
     covers the merged path, and the bundled tritonserver 2.51 was seen to crash (SIGSEGV) loading
     such a model with a ``model_warmup`` of its own.
     """
-    parameters = {TORCH_THREADS_PARAMETER: options.torch_threads, MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows}
+    parameters = {
+        **(options.parameters or {}),
+        TORCH_THREADS_PARAMETER: options.torch_threads,
+        MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
+        EXECUTION_ENV_PARAMETER: options.execution_env,
+        METRICS_PARAMETER: None if options.metrics else "false",
+    }
     config = {
         "name": name,
         "backend": "python",
         "max_batch_size": 0,
         "input": tensor_configs(input_schema),
         "output": tensor_configs(output_schema),
-        "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
+        "instance_group": _instance_group(options),
         "model_warmup": _warmup(warmup_files, options),
+        **_version_policy(options.version_policy),
     }
     if options.batching:
         config["max_batch_size"] = options.max_batch_rows
@@ -171,17 +238,19 @@ def pytorch_model_config(
             "max_batch_size": 0,
             "input": tensor_configs(input_schema, request_dim=options.batching),
             "output": tensor_configs(output_schema, request_dim=options.batching),
-            "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
-            "default_model_filename": "model.pt",
-            # as PredictPytorch runs it in-process: no per-shape re-optimisation (see ops/pytorch.py)
+            "instance_group": _instance_group(options),
+            "default_model_filename": LIBTORCH_MODEL_FILE,
+            # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
             "parameters": _parameters(
                 {
+                    **(options.parameters or {}),
                     "INFERENCE_MODE": "true",
                     "DISABLE_OPTIMIZED_EXECUTION": "true",
                     "INTRA_OP_THREAD_COUNT": options.torch_threads,
                 }
             ),
             "model_warmup": _warmup(warmup_files, options, request_dim=options.batching),
+            **_version_policy(options.version_policy),
         }
     )
 
@@ -218,6 +287,8 @@ def ensemble_config(
                     REQUEST_DIM_PARAMETER: "true" if options.batching else None,
                 }
             ),
+            **({"response_cache": {"enable": True}} if options.response_cache else {}),
+            **_version_policy(options.version_policy),
         }
     )
 
@@ -230,18 +301,46 @@ def from_pbtxt(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
 
 
+def _instance_group(options: ModelOptions) -> list[dict]:
+    group = {"kind": options.instance_kind, "count": options.instance_count}
+    if options.rate_limiter is not None:
+        group["rate_limiter"] = dict(options.rate_limiter)
+    return [group]
+
+
+def _version_policy(policy) -> dict:
+    """The config's ``version_policy`` entry (empty for Triton's default, the newest version)."""
+    if policy is None:
+        return {}
+    if policy == "all":
+        return {"version_policy": {"all": {}}}
+    if isinstance(policy, int) and not isinstance(policy, bool) and policy >= 1:
+        return {"version_policy": {"latest": {"num_versions": policy}}}
+    if (
+        isinstance(policy, Sequence)
+        and not isinstance(policy, str)
+        and policy
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in policy)
+    ):
+        return {"version_policy": {"specific": {"versions": list(policy)}}}
+    raise ValueError(
+        f"version_policy must be None, 'all', a number of newest versions (1 or more) or a sequence of "
+        f"version numbers, got {policy!r}"
+    )
+
+
 def _parameters(values: dict) -> dict:
     """Config ``parameters`` from the values that are set (Triton's parameters are strings)."""
     return {key: {"string_value": str(value)} for key, value in values.items() if value is not None}
 
 
 def _warmup(warmup_files: dict, options: ModelOptions, request_dim: bool = False) -> list[dict]:
-    """One warm-up sample; ``warmup_files`` maps input name -> (file name, dtype, dims)."""
+    """One warm-up sample; ``warmup_files`` maps input name -> (file name, config dtype, dims)."""
     if options.warmup_count == 0 or not warmup_files:
         return []
     lead = [1] if request_dim else []
     inputs = {
-        name: {"data_type": "TYPE_" + dtype, "dims": [*lead, *dims], "input_data_file": file_name}
+        name: {"data_type": dtype, "dims": [*lead, *dims], "input_data_file": file_name}
         for name, (file_name, dtype, dims) in warmup_files.items()
     }
     # batch_size 1: Triton skips samples of batch size 0, and with max_batch_size 0 the dims are
@@ -249,10 +348,10 @@ def _warmup(warmup_files: dict, options: ModelOptions, request_dim: bool = False
     return [{"name": "sample", "batch_size": 1, "count": options.warmup_count, "inputs": inputs}]
 
 
-def _config_dtype(spec: wire.TensorSpec) -> str:
-    # model configs call Triton's BYTES type STRING
-    return "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
-
-
-def _parse(config: dict) -> model_config_pb2.ModelConfig:
-    return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+def _parse(config: dict, option: str | None = None) -> model_config_pb2.ModelConfig:
+    try:
+        return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    except json_format.ParseError as error:
+        if option is None:
+            raise
+        raise ValueError(f"{option} is not valid in a Triton model config: {error}") from None

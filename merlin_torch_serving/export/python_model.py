@@ -8,6 +8,7 @@ at the step's entry (``validation``) before an operator sees it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,43 +17,50 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import tables, wire
-from merlin_torch_serving.exceptions import InputError, MerlinTorchServingError
+from merlin_torch_serving import metrics, tables, wire
+from merlin_torch_serving.exceptions import ArtifactError, InputError, MerlinTorchServingError
 from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export import merging
 from merlin_torch_serving.export.config import (
     DEFAULT_MAX_BATCH_ROWS,
     MAX_BATCH_ROWS_PARAMETER,
     MAX_REQUEST_ROWS_PARAMETER,
+    METRICS_PARAMETER,
     TORCH_THREADS_PARAMETER,
     WARMUP_PARAMETER,
 )
-from merlin_torch_serving.export.manifest import verify_step
-from merlin_torch_serving.ops.base import operator_class
+from merlin_torch_serving.export.manifest import library_version, verify_step
+from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
+from merlin_torch_serving.ops.base import ServingOperator, operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
 from merlin_torch_serving.validation import EntryCheck
 
 STEP_FILE = "step.json"
-#: the folder of a step model (beside its versions) that holds its warm-up sample
-WARMUP_DIR = "warmup"
 
 
 class HostedStep:
-    """The operators of one exported step, wired as they were in the ensemble's plan."""
+    """The operators of one exported step (``name``), wired as they were in the ensemble's plan."""
 
-    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None, max_batch_rows: int | None = None):
+    def __init__(
+        self,
+        spec: dict,
+        version_dir: str,
+        max_rows: int | None = None,
+        name: str = "step",
+        max_batch_rows: int | None = None,
+    ):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
         self.output_schema = schema_from_json(spec["output_schema"])
         self.calls = []
         for call in spec["calls"]:
-            op = operator_class(call["class"]).load(call["config"], os.path.join(version_dir, call["artifacts"]))
             self.calls.append(
                 OpCall(
                     index=call["index"],
-                    op=op,
+                    op=_load_operator(name, call, os.path.join(version_dir, call["artifacts"])),
                     inputs={name: Ref(*ref) for name, ref in call["inputs"].items()},
                     input_schema=schema_from_json(call["input_schema"]),
                     output_schema=schema_from_json(call["output_schema"]),
@@ -70,8 +78,9 @@ class HostedStep:
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
-        verify_step(step or os.path.basename(os.path.dirname(os.path.abspath(version_dir))), version_dir, spec)
-        return cls(spec, version_dir, max_rows, max_batch_rows)
+        step = step or os.path.basename(os.path.dirname(os.path.abspath(version_dir)))
+        verify_step(step, version_dir, spec)
+        return cls(spec, version_dir, max_rows, step, max_batch_rows)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
@@ -97,11 +106,14 @@ class HostedStep:
         for run in groups:
             parts = None
             if len(run) > 1:
-                try:
-                    answer = self._answer(tables.concat([checked[i] for i in run]))
-                    parts = merging.split_answer(answer, [merging.answer_rows(checked[i], keys) for i in run])
-                except Exception:  # noqa: BLE001 - answered one by one below, each with its own error
-                    parts = None
+                with metrics.tentative() as keep:  # a merged run that fails is run again per request
+                    try:
+                        answer = self._answer(tables.concat([checked[i] for i in run]))
+                        parts = merging.split_answer(answer, [merging.answer_rows(checked[i], keys) for i in run])
+                    except Exception:  # noqa: BLE001 - answered one by one below, each with its own error
+                        parts = None
+                    if parts is not None:
+                        keep()
             if parts is None:
                 parts = []
                 for i in run:
@@ -121,7 +133,9 @@ class HostedStep:
 
     def _answer(self, table: TensorTable) -> TensorTable:
         env = {self.inputs[name]: column for name, column in table.items()}
-        return TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
+        results = TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
+        metrics.count(metrics.SESSIONS, tables.num_rows(results))  # rows
+        return results
 
     def _merge_keys(self) -> list[str] | None:
         """The step's input columns that group rows (the session id), ``[]`` when rows stand alone,
@@ -139,6 +153,20 @@ class HostedStep:
                 return None
             found = names or found
         return found
+
+
+def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
+    """The operator ``call`` (an entry of step.json) describes, if its class reads what was saved."""
+    cls = operator_class(call["class"])
+    saved = call.get("format_version")
+    if saved != cls.format_version:
+        raise ArtifactError(
+            step,
+            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that class "
+            f"reads format {cls.format_version}",
+            f"re-export the ensemble with merlin-torch-serving {library_version()}",
+        )
+    return cls.load(call["config"], artifact_path)
 
 
 class TritonPythonModel:
@@ -165,6 +193,10 @@ class TritonPythonModel:
         self.output_names = [output["name"] for output in config["output"]]
         # batched: Triton hands execute several requests, each tensor with a leading dimension of 1
         self.batched = int(config.get("max_batch_size", 0)) > 0
+        # python backends before 23.05 have no metrics API: serve without the step's own metrics
+        publish = parameters.get(METRICS_PARAMETER, {}).get("string_value") != "false"
+        publish = publish and hasattr(pb_utils, "MetricFamily")
+        self.metrics = StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
@@ -173,7 +205,6 @@ class TritonPythonModel:
             self._warm_up(json.loads(warmup), os.path.join(args["model_repository"], WARMUP_DIR))
 
     def execute(self, requests):
-        pb = self._pb
         arrays = []
         for request in requests:
             try:
@@ -181,20 +212,38 @@ class TritonPythonModel:
             except Exception as error:  # noqa: BLE001 - answered as that request's error below
                 arrays.append(error)
         good = [i for i, item in enumerate(arrays) if not isinstance(item, Exception)]
-        with torch_threads(self.torch_threads):
-            if self.batched:
-                answers = self.step.run_batch([arrays[i] for i in good])
-            else:
-                answers = [self._run_one(arrays[i]) for i in good]
-        for i, answer in zip(good, answers):
+        for i, answer in zip(good, self._run([arrays[i] for i in good])):
             arrays[i] = answer
+        if self.metrics is not None:
+            for _ in range(sum(isinstance(item, Exception) for item in arrays)):
+                self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
         return [self._response(item) for item in arrays]
 
+    def finalize(self):
+        step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early
+        if step_metrics is not None:
+            step_metrics.close()
+
+    def _run(self, batch: list[dict]) -> list:
+        """Per request, its answer or its error: merged when Triton batches the step."""
+        counting = metrics.collecting() if self.metrics is not None else contextlib.nullcontext()
+        with torch_threads(self.torch_threads), counting as collected:
+            answers = self.step.run_batch(batch) if self.batched else [self._run_one(arrays) for arrays in batch]
+        answered = sum(not isinstance(answer, Exception) for answer in answers)
+        if self.metrics is not None and answered:
+            self.metrics.publish(collected, answered)
+        return answers
+
+    def _run_one(self, arrays):
+        try:
+            return self.step.run(arrays)
+        except Exception as error:  # noqa: BLE001 - one failing request must not fail the others
+            return error
+
     def _request_arrays(self, request) -> dict[str, np.ndarray]:
-        pb = self._pb
         arrays = {}
         for spec in self.step.input_specs:
-            tensor = pb.get_input_tensor_by_name(request, spec.name)
+            tensor = self._pb.get_input_tensor_by_name(request, spec.name)
             if tensor is None:
                 raise InputError(spec.name, "a tensor of that name", "no such tensor")
             array = tensor.as_numpy()
@@ -209,12 +258,6 @@ class TritonPythonModel:
                 array = array[0]
             arrays[spec.name] = array
         return arrays
-
-    def _run_one(self, arrays):
-        try:
-            return self.step.run(arrays)
-        except Exception as error:  # noqa: BLE001 - one failing request must not fail the others
-            return error
 
     def _response(self, answer):
         pb = self._pb
@@ -231,8 +274,8 @@ class TritonPythonModel:
     def _warm_up(self, warmup: dict, folder: str) -> None:
         """Run the exported warm-up sample alone and merged with copies of itself under other
         session keys (runs of 1, 2 and 8 requests), so the first requests find every code path
-        and the shapes of small batches already used."""
-        sample = read_warmup_sample(folder, warmup["inputs"])
+        and the shapes of small batches already used. Nothing is counted in the step's metrics."""
+        sample = read_warmup_files(folder, warmup["inputs"])
         batches = [[sample], *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8))]
         with torch_threads(self.torch_threads):
             for _ in range(int(warmup["count"])):
@@ -251,26 +294,6 @@ def renamed_copy(sample: dict[str, np.ndarray], keys: list[str] | None, index: i
         else:
             copy[key] = np.array([f"{v}~{index}" for v in values], dtype=object)
     return copy
-
-
-def read_warmup_sample(folder: str, inputs: Mapping[str, list]) -> dict[str, np.ndarray]:
-    """The warm-up arrays an export wrote (Triton's raw ``input_data_file`` format): name ->
-    (file name, Triton dtype, dims)."""
-    arrays = {}
-    for name, (file_name, dtype, dims) in inputs.items():
-        with open(os.path.join(folder, file_name), "rb") as f:
-            data = f.read()
-        if dtype in ("STRING", "BYTES"):
-            values, position = [], 0
-            while position < len(data):
-                size = int.from_bytes(data[position : position + 4], "little")
-                values.append(data[position + 4 : position + 4 + size])
-                position += 4 + size
-            array = np.array(values, dtype=object)
-        else:
-            array = np.frombuffer(data, dtype=wire.numpy_dtype(dtype)).copy()
-        arrays[name] = array.reshape(dims)
-    return arrays
 
 
 class _TritonLogHandler(logging.Handler):

@@ -3,10 +3,13 @@
 Layout (``N`` is the version)::
 
     <repository>/
-      <name>-0-transformworkflow/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}
-      <name>-1-predictpytorch/      config.pbtxt, warmup/, N/model.pt          (libtorch step)
-      <name>-2-topk_decodeitemids/  ...
-      <name>/                       config.pbtxt (platform "ensemble"), N/manifest.json
+      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python step)
+      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt                           (libtorch step)
+      <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
+
+Steps are named after the operators they host, and written through the operators' contract only
+(``ops.base``): a python step records each operator's class, ``config()`` and artifacts in
+``step.json``; a libtorch step is the TorchScript its operators compile into (``fusion``).
 
 Everything is written into a staging folder beside the repository and swapped in at the end in
 one atomic step (see ``swap``): a failed or killed export leaves the repository exactly as it was,
@@ -46,11 +49,11 @@ from merlin_torch_serving.export.checks import (
 )
 from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
-from merlin_torch_serving.export.partition import Step, partition
-from merlin_torch_serving.export.warmup import warmup_inputs
-from merlin_torch_serving.export.python_model import STEP_FILE, WARMUP_DIR
+from merlin_torch_serving.export.partition import TritonStep, partition
+from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.export.request_dim import with_request_dim
-from merlin_torch_serving.ops.pytorch import MODEL_FILE
+from merlin_torch_serving.export.warmup import warmup_inputs
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, write_warmup_files
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
 from merlin_torch_serving.schemas import schema_to_json
 
@@ -156,21 +159,21 @@ def export_ensemble(
 
 
 def _write_step(
-    model_dir: Path, step: Step, version: int, options: configs.ModelOptions, warmup_arrays: dict
+    model_dir: Path, step: TritonStep, version: int, options: configs.ModelOptions, warmup_arrays: dict
 ) -> None:
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
-    warmup_files = _write_warmup(model_dir / WARMUP_DIR, step, warmup_arrays)
+    warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
     if step.backend == "pytorch":
         check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
-        check_libtorch_return_type(step.name, step.calls[0].op.module)
-        module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
+        module = libtorch_module(step)
+        check_libtorch_return_type(step.name, module)
         if options.batching:
             module = with_request_dim(module, step.name, len(wire.schema_specs(step.output_schema)))
             warmup_arrays = {name: array[np.newaxis] for name, array in warmup_arrays.items()}
-        torch.jit.save(module, str(version_dir / MODEL_FILE))
+        torch.jit.save(module, str(version_dir / configs.LIBTORCH_MODEL_FILE))
         config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
-        check_libtorch_model(step.name, version_dir / MODEL_FILE, config, warmup_arrays)
+        check_libtorch_model(step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays)
     else:
         spec = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
@@ -188,6 +191,7 @@ def _write_step(
                     "index": call.index,
                     "label": call.op.label,
                     "class": call.op.class_path,
+                    "format_version": call.op.format_version,
                     "config": call.op.config(),
                     "artifacts": str(artifacts),
                     "inputs": {name: [ref.producer, ref.column] for name, ref in call.inputs.items()},
@@ -203,37 +207,10 @@ def _write_step(
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
-def _write_warmup(warmup_dir: Path, step: Step, arrays: dict) -> dict:
-    """The step's warm-up inputs (see ``export.warmup``) as raw-binary files, Triton's
-    ``input_data_file`` format."""
-    if warmup_dir.exists():
-        shutil.rmtree(warmup_dir)
-    warmup_dir.mkdir()
-    files = {}
-    for i, spec in enumerate(wire.schema_specs(step.input_schema)):
-        array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
-        file_name = f"input_{i}"
-        (warmup_dir / file_name).write_bytes(_raw_bytes(array))
-        dtype = "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
-        files[spec.name] = (file_name, dtype, array.shape)
-    return files
-
-
-def _raw_bytes(array: np.ndarray) -> bytes:
-    if array.dtype != np.dtype(object):
-        return array.tobytes()
-    # BYTES elements: a 4-byte little-endian length, then the bytes
-    chunks = []
-    for value in array.ravel():
-        data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-        chunks.append(len(data).to_bytes(4, "little") + data)
-    return b"".join(chunks)
-
-
 # ---- ensemble ---------------------------------------------------------------------------------------
 
 
-def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
+def _tensor_names(plan: Plan, steps: list[TritonStep]) -> dict[Ref, str]:
     """Ensemble tensor name of each column ref (before wire suffixes)."""
     request_names = plan.input_schema.column_names
     names = {ref: wire.response_name(output, request_names) for output, ref in plan.outputs.items()}
@@ -246,7 +223,7 @@ def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
 
 
 def _write_ensemble(
-    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options
+    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options: configs.ModelOptions
 ) -> None:
     (model_dir / str(version)).mkdir(parents=True)
     step_configs = []
@@ -283,7 +260,7 @@ def _write_manifest(
     name: str,
     version: int,
     ensemble,
-    steps: list[Step],
+    steps: list[TritonStep],
     options,
     warmup_problem: str | None,
     staged: Path,
@@ -306,7 +283,12 @@ def _write_manifest(
                 "backend": step.backend,
                 "fused_operators": [call.op.label for call in step.calls],
                 "operators": [
-                    {"label": call.op.label, "class": call.op.class_path, "parameters": call.op.config()}
+                    {
+                        "label": call.op.label,
+                        "class": call.op.class_path,
+                        "format_version": call.op.format_version,
+                        "parameters": call.op.config(),
+                    }
                     for call in step.calls
                 ],
                 "inputs": [spec.name for spec in wire.schema_specs(step.input_schema)],

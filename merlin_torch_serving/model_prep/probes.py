@@ -85,7 +85,7 @@ def _column_input(column: ColumnSchema, plan: _Plan, rng, observed, pad_value: f
 def _padded(values: np.ndarray, lengths: np.ndarray, max_length: int, pad_value: float, pad_left: bool) -> np.ndarray:
     """Rows of ``lengths`` values each, padded to ``max_length`` as ``WireModel`` pads them."""
     dense = np.full((len(lengths), max_length), pad_value, dtype=values.dtype)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    starts = wire.offsets_from_lengths(lengths, np.int64)[:-1]
     for row, (start, length) in enumerate(zip(starts, lengths)):
         columns = slice(max_length - length, max_length) if pad_left else slice(0, length)
         dense[row, columns] = values[start : start + length]

@@ -12,7 +12,8 @@ from merlin.table import TensorTable
 from merlin_torch_serving import Ensemble, ModelOptions, tables
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export import merging
-from merlin_torch_serving.export.python_model import WARMUP_DIR, HostedStep, read_warmup_sample
+from merlin_torch_serving.export.python_model import HostedStep
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from tests import toy_session
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
@@ -89,7 +90,7 @@ def test_batched_configs(batched_exports):
 def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_workflow):
     step_dir = batched_exports / "python-0-transformworkflow_predictpytorch_topk"
     config = configs.from_pbtxt((step_dir / "config.pbtxt").read_text())
-    sample = read_warmup_sample(
+    sample = read_warmup_files(
         str(step_dir / WARMUP_DIR), json.loads(config.parameters[configs.WARMUP_PARAMETER].string_value)["inputs"]
     )
     step = HostedStep.load(str(step_dir / "1"), max_batch_rows=512)
