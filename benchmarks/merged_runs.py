@@ -25,7 +25,8 @@ if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
 from merlin_torch_serving.export import config as configs  # noqa: E402
-from merlin_torch_serving.export.python_model import WARMUP_DIR, HostedStep, read_warmup_sample, renamed_copy  # noqa: E402
+from merlin_torch_serving.export.python_model import HostedStep, renamed_copy  # noqa: E402
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     config = configs.from_pbtxt((arguments.step / "config.pbtxt").read_text())
     warmup = json.loads(config.parameters[configs.WARMUP_PARAMETER].string_value)
-    sample = read_warmup_sample(str(arguments.step / WARMUP_DIR), warmup["inputs"])
+    sample = read_warmup_files(str(arguments.step / WARMUP_DIR), warmup["inputs"])
     version = max(int(p.name) for p in arguments.step.iterdir() if p.name.isdigit())
     step = HostedStep.load(str(arguments.step / str(version)), step=config.name)
     torch.set_num_threads(1)

@@ -274,10 +274,11 @@ class TritonPythonModel:
     def _warm_up(self, warmup: dict, folder: str) -> None:
         """Run the exported warm-up sample alone and merged with copies of itself under other
         session keys (runs of 1, 2 and 8 requests), so the first requests find every code path
-        and the shapes of small batches already used. Nothing is counted in the step's metrics."""
+        and the shapes of small batches already used. What they count is dropped."""
         sample = read_warmup_files(folder, warmup["inputs"])
         batches = [[sample], *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8))]
-        with torch_threads(self.torch_threads):
+        # collecting, as served requests are, so that the operators' counting paths warm up too
+        with torch_threads(self.torch_threads), metrics.collecting():
             for _ in range(int(warmup["count"])):
                 for batch in batches:
                     self.step.run_batch(batch)
