@@ -47,6 +47,8 @@ EXPORTS = {  # name -> (model backend, batching)
 #: many users would; clients that sent the same session at once could not share a merged run
 SESSIONS = 256
 OUTPUTS = ["session_id__out", "item_ids", "item_scores"]
+#: windows per export at every protocol and client count, the exports taking turns
+ROUNDS = 3
 COLD_REQUESTS = 5
 STEADY_REQUESTS = 60
 
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short windows, one protocol")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     arguments = parser.parse_args(argv)
-    warmup_s, window_s = (1.0, 2.0) if arguments.quick else (2.0, 5.0)
+    warmup_s, window_s = (0.5, 1.0) if arguments.quick else (1.0, 3.0)
     protocols = PROTOCOLS[:1] if arguments.quick else PROTOCOLS
     started = time.time()
     load_before = os.getloadavg()
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "client_processes": CLIENT_PROCESSES,
         "window_s": window_s,
+        "rounds": ROUNDS,
         "points": [asdict(p) for p in points],
         "cold_starts": [asdict(c) for c in cold],
         "targets": _targets(points, cold),
@@ -117,42 +120,57 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sweep(repository: Path, forms: dict, protocols, warmup_s: float, window_s: float) -> list[Point]:
-    """Every export in one server (all of them loaded, one measured at a time)."""
+    """Every export in one server (all of them loaded, one measured at a time). The exports take
+    turns, ``ROUNDS`` windows each per protocol and client count, so that what else the machine
+    runs weighs on all of them alike; a point pools its export's windows."""
     points = []
     all_models = work_repository(repository)
     # started once and reused: a spawned process imports the benchmark's modules before it runs
     context = multiprocessing.get_context("spawn")
     with context.Pool(CLIENT_PROCESSES) as pool, TritonServer(all_models, start_timeout_s=600.0) as server:
         pool.map(_ready, range(CLIENT_PROCESSES))
-        for export, (_, batching) in EXPORTS.items():
-            for protocol in protocols:
-                url = server.grpc_url if protocol == "grpc" else server.http_url
-                for clients in CONCURRENCIES:
-                    before = _step_statistics(server.http_url, export)
-                    latencies, failures = _closed_loop(
-                        pool, url, protocol, export, forms[batching], clients, warmup_s, window_s
-                    )
-                    after = _step_statistics(server.http_url, export)
-                    mean_batch, largest = _formed_batches(before, after)
-                    point = Point(
-                        export,
-                        protocol,
-                        clients,
-                        round(float(np.percentile(latencies, 50)), 3) if latencies else float("nan"),
-                        round(float(np.percentile(latencies, 99)), 3) if latencies else float("nan"),
-                        round(len(latencies) / window_s, 1),
-                        len(latencies),
-                        failures,
-                        mean_batch,
-                        largest,
-                    )
-                    points.append(point)
-                    _say(
-                        f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 "
-                        f"{point.p99_ms:7.2f} ms, {point.sessions_per_s:7.1f} sessions/s, batches {mean_batch} "
-                        f"(largest {largest}), failures {failures}"
-                    )
-    return points
+        for protocol in protocols:
+            url = server.grpc_url if protocol == "grpc" else server.http_url
+            for clients in CONCURRENCIES:
+                latencies = {export: [] for export in EXPORTS}
+                failures = dict.fromkeys(EXPORTS, 0)
+                batches = {export: [] for export in EXPORTS}
+                for _ in range(ROUNDS):
+                    for export, (_, batching) in EXPORTS.items():
+                        before = _step_statistics(server.http_url, export)
+                        measured, failed = _closed_loop(
+                            pool, url, protocol, export, forms[batching], clients, warmup_s, window_s
+                        )
+                        batches[export].append((before, _step_statistics(server.http_url, export)))
+                        latencies[export] += measured
+                        failures[export] += failed
+                for export in EXPORTS:
+                    points.append(_point(export, protocol, clients, latencies[export], failures[export], batches[export], window_s))
+    return sorted(points, key=lambda p: (list(EXPORTS).index(p.export), PROTOCOLS.index(p.protocol), p.clients))
+
+
+def _point(export, protocol, clients, latencies, failures, batches, window_s) -> Point:
+    formed = [_formed_batches(before, after) for before, after in batches]
+    means = [mean for mean, _ in formed if mean is not None]
+    largest = [size for _, size in formed if size is not None]
+    point = Point(
+        export,
+        protocol,
+        clients,
+        round(float(np.percentile(latencies, 50)), 3) if latencies else float("nan"),
+        round(float(np.percentile(latencies, 99)), 3) if latencies else float("nan"),
+        round(len(latencies) / (window_s * len(batches)), 1),
+        len(latencies),
+        failures,
+        round(float(np.mean(means)), 2) if means else None,
+        max(largest, default=None),
+    )
+    _say(
+        f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 {point.p99_ms:7.2f} ms, "
+        f"{point.sessions_per_s:7.1f} sessions/s, batches {point.mean_batch} (largest {point.largest_batch}), "
+        f"failures {failures}"
+    )
+    return point
 
 
 def work_repository(repository: Path) -> Path:
@@ -285,8 +303,8 @@ def _markdown(record: dict) -> str:
         f"# Concurrency sweep ({record['started']} UTC, {record['minutes']} min)",
         "",
         f"Load average before/after: {record['load_average_before']} / {record['load_average_after']} (2 cores). "
-        f"Closed-loop clients in {record['client_processes']} processes, prebuilt tensors, one session per request, "
-        f"{record['window_s']} s timed per point. Batches: requests per execution of the python step.",
+        f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized requests (as perf_analyzer does), one session per request, each client its own sessions, "
+        f"{record['rounds']} windows of {record['window_s']} s per point, the four exports taking turns. Batches: requests per execution of the python step.",
         "",
         "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest batch | failures |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

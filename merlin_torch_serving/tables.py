@@ -41,16 +41,3 @@ def concat(tables: list[TensorTable]) -> TensorTable:
         lengths = np.concatenate([np.diff(np.asarray(part.offsets)) for part in parts])
         columns[name] = (values, wire.offsets_from_lengths(lengths))
     return TensorTable(columns, _unsafe=True)
-
-
-def slice_rows(table: TensorTable, start: int, stop: int) -> TensorTable:
-    """Rows ``start`` to ``stop`` (excluded) of every column, ragged columns included."""
-    columns = {}
-    for name, column in table.items():
-        values = np.asarray(column.values)
-        if column.offsets is None:
-            columns[name] = values[start:stop]
-            continue
-        offsets = np.asarray(column.offsets)[start : stop + 1]
-        columns[name] = (values[int(offsets[0]) : int(offsets[-1])], (offsets - offsets[0]).astype(wire.OFFSETS_DTYPE))
-    return TensorTable(columns, _unsafe=True)

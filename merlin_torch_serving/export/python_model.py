@@ -84,7 +84,7 @@ class HostedStep:
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
-        return wire.to_wire(self._answer(self._entry(arrays)))
+        return self._answer(self._entry(arrays))
 
     def run_batch(self, requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray] | Exception]:
         """Per request, its answer (wire arrays) or the error it alone gets: requests are checked
@@ -108,8 +108,8 @@ class HostedStep:
             if len(run) > 1:
                 with metrics.tentative() as keep:  # a merged run that fails is run again per request
                     try:
-                        answer = self._answer(tables.concat([checked[i] for i in run]))
-                        parts = merging.split_answer(answer, [merging.answer_rows(checked[i], keys) for i in run])
+                        answer = self._answer(merging.concat([checked[i] for i in run]))
+                        parts = merging.split(answer, [merging.answer_rows(checked[i], keys) for i in run])
                     except Exception:  # noqa: BLE001 - answered one by one below, each with its own error
                         parts = None
                     if parts is not None:
@@ -122,20 +122,21 @@ class HostedStep:
                     except Exception as error:  # noqa: BLE001
                         parts.append(error)
             for i, part in zip(run, parts):
-                answers[i] = part if isinstance(part, Exception) else wire.to_wire(part)
+                answers[i] = part
         return answers
 
-    def _entry(self, arrays: Mapping[str, np.ndarray]) -> TensorTable:
-        """The request as a table of the step's input schema, once its tensors are checked."""
+    def _entry(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The request's wire arrays (text as ``str``), once they are checked."""
         arrays = {name: wire.bytes_to_text(array) for name, array in arrays.items()}
         self.entry_check.check(arrays)
-        return wire.from_wire(arrays, self.input_schema)
+        return arrays
 
-    def _answer(self, table: TensorTable) -> TensorTable:
+    def _answer(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
         results = TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
         metrics.count(metrics.SESSIONS, tables.num_rows(results))  # rows
-        return results
+        return wire.to_wire(results)
 
     def _merge_keys(self) -> list[str] | None:
         """The step's input columns that group rows (the session id), ``[]`` when rows stand alone,

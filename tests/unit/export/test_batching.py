@@ -7,9 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from merlin.table import TensorTable
 
-from merlin_torch_serving import Ensemble, ModelOptions, tables
+from merlin_torch_serving import Ensemble, ModelOptions
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export import merging
 from merlin_torch_serving.export.python_model import HostedStep
@@ -18,11 +17,13 @@ from tests import toy_session
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 
-def _clicks(session_ids, lists=None) -> TensorTable:
-    columns = {"session_id": np.asarray(session_ids, dtype=np.int64)}
+def _clicks(session_ids, lists=None) -> dict[str, np.ndarray]:
+    """Wire arrays of a request: a session id per row, and a ragged ``items`` column if given."""
+    arrays = {"session_id": np.asarray(session_ids, dtype=np.int64)}
     if lists is not None:
-        columns["items"] = (np.concatenate(lists).astype(np.int64), np.cumsum([0] + [len(x) for x in lists]).astype(np.int32))
-    return TensorTable(columns, _unsafe=True)
+        arrays["items__values"] = np.concatenate([[], *lists]).astype(np.int64)
+        arrays["items__offsets"] = np.cumsum([0] + [len(x) for x in lists]).astype(np.int32)
+    return arrays
 
 
 def test_requests_that_share_a_session_go_to_different_runs():
@@ -43,14 +44,19 @@ def test_answer_rows_are_sessions_with_keys_and_rows_without():
     assert merging.request_size(_clicks([1, 2], lists=[[1, 2, 3], [4, 5]])) == 5  # each list value counts
 
 
-def test_split_answer_cuts_ragged_and_scalar_columns_and_refuses_other_row_counts():
-    answer = _clicks([5, 6, 7], lists=[[1], [2, 3], []])
-    first, second, none = merging.split_answer(answer, [2, 1, 0])
-    assert first["session_id"].values.tolist() == [5, 6]
-    assert np.asarray(first["items"].offsets).tolist() == [0, 1, 3]
-    assert second["items"].values.tolist() == [] and np.asarray(second["items"].offsets).tolist() == [0, 0]
-    assert tables.num_rows(none) == 0
-    assert merging.split_answer(answer, [1, 1]) is None
+def test_concat_joins_ragged_and_scalar_tensors_and_split_cuts_them_back():
+    parts = [_clicks([5, 6], lists=[[1], [2, 3]]), _clicks([7], lists=[[]]), _clicks([], lists=[])]
+    merged = merging.concat(parts)
+    assert merged["session_id"].tolist() == [5, 6, 7]
+    assert merged["items__values"].tolist() == [1, 2, 3]
+    assert merged["items__offsets"].tolist() == [0, 1, 3, 3] and merged["items__offsets"].dtype == np.int32
+    cut = merging.split(merged, [2, 1, 0])
+    for part, own in zip(cut, parts):
+        assert part.keys() == own.keys()
+        for name in own:
+            np.testing.assert_array_equal(part[name], own[name], err_msg=name)
+            assert part[name].dtype == own[name].dtype
+    assert merging.split(merged, [1, 1]) is None  # another number of rows: answered one by one
 
 
 def test_model_options_reject_nonsense_batching():
