@@ -79,7 +79,9 @@ class ColdStart:
     steady_p50_ms: float
     server_first_ms: float  # the ensemble's own time (Triton's statistics), without the client's
     server_steady_mean_ms: float
-    after_idle_ms: float  # the first request after IDLE_S without requests, once steady (median of 3)
+    after_idle_ms: (
+        float  # the first request after IDLE_S without requests, once steady (median of 3)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,14 +96,26 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-sweep-") as scratch:
         work = Path(scratch)
         _say("building the session example (workflow, one epoch of XLNet)")
-        workload = build_workload(work, session_counts=(1,), progress=False, requests_per_setting=SESSIONS)
+        workload = build_workload(
+            work, session_counts=(1,), progress=False, requests_per_setting=SESSIONS
+        )
         schema = workload.workflow.input_schema
         repository = work / "repository"
         for export, (backend, batching) in EXPORTS.items():
-            project_ensemble(workload, backend).export(repository / export, export, options=ModelOptions(batching=batching))
-        plain = [wire.to_wire(frames.frame_to_table(frame, schema)) for frame in workload.requests[1]]
-        forms = {False: plain, True: [{k: v[np.newaxis] for k, v in arrays.items()} for arrays in plain]}
-        cold = [_cold_start(repository / export, export, forms[batching]) for export, (_, batching) in EXPORTS.items()]
+            project_ensemble(workload, backend).export(
+                repository / export, export, options=ModelOptions(batching=batching)
+            )
+        plain = [
+            wire.to_wire(frames.frame_to_table(frame, schema)) for frame in workload.requests[1]
+        ]
+        forms = {
+            False: plain,
+            True: [{k: v[np.newaxis] for k, v in arrays.items()} for arrays in plain],
+        }
+        cold = [
+            _cold_start(repository / export, export, forms[batching])
+            for export, (_, batching) in EXPORTS.items()
+        ]
         points = _sweep(repository, forms, protocols, warmup_s, window_s)
     record = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
@@ -123,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _sweep(repository: Path, forms: dict, protocols, warmup_s: float, window_s: float) -> list[Point]:
+def _sweep(
+    repository: Path, forms: dict, protocols, warmup_s: float, window_s: float
+) -> list[Point]:
     """Every export in one server (all of them loaded, one measured at a time). The exports take
     turns, ``ROUNDS`` windows each per protocol and client count, so that what else the machine
     runs weighs on all of them alike; a point pools its export's windows."""
@@ -131,7 +147,10 @@ def _sweep(repository: Path, forms: dict, protocols, warmup_s: float, window_s: 
     all_models = work_repository(repository)
     # started once and reused: a spawned process imports the benchmark's modules before it runs
     context = multiprocessing.get_context("spawn")
-    with context.Pool(CLIENT_PROCESSES) as pool, TritonServer(all_models, start_timeout_s=600.0) as server:
+    with (
+        context.Pool(CLIENT_PROCESSES) as pool,
+        TritonServer(all_models, start_timeout_s=600.0) as server,
+    ):
         pool.map(_ready, range(CLIENT_PROCESSES))
         for protocol in protocols:
             url = server.grpc_url if protocol == "grpc" else server.http_url
@@ -143,14 +162,34 @@ def _sweep(repository: Path, forms: dict, protocols, warmup_s: float, window_s: 
                     for export, (_, batching) in EXPORTS.items():
                         before = _step_statistics(server.http_url, export)
                         measured, failed = _closed_loop(
-                            pool, url, protocol, export, forms[batching], clients, warmup_s, window_s
+                            pool,
+                            url,
+                            protocol,
+                            export,
+                            forms[batching],
+                            clients,
+                            warmup_s,
+                            window_s,
                         )
                         batches[export].append((before, _step_statistics(server.http_url, export)))
                         latencies[export] += measured
                         failures[export] += failed
                 for export in EXPORTS:
-                    points.append(_point(export, protocol, clients, latencies[export], failures[export], batches[export], window_s))
-    return sorted(points, key=lambda p: (list(EXPORTS).index(p.export), PROTOCOLS.index(p.protocol), p.clients))
+                    points.append(
+                        _point(
+                            export,
+                            protocol,
+                            clients,
+                            latencies[export],
+                            failures[export],
+                            batches[export],
+                            window_s,
+                        )
+                    )
+    return sorted(
+        points,
+        key=lambda p: (list(EXPORTS).index(p.export), PROTOCOLS.index(p.protocol), p.clients),
+    )
 
 
 def _point(export, protocol, clients, latencies, failures, batches, window_s) -> Point:
@@ -192,17 +231,34 @@ def _ready(_: int) -> None:
     """Nothing: mapped once so that every client process has started before the first window."""
 
 
-def _closed_loop(pool, url, protocol, model, requests, clients, warmup_s, window_s) -> tuple[list[float], int]:
+def _closed_loop(
+    pool, url, protocol, model, requests, clients, warmup_s, window_s
+) -> tuple[list[float], int]:
     processes = min(CLIENT_PROCESSES, clients)
     start_at = time.time() + 0.5 + warmup_s  # the jobs reach the running processes at once
     stop_at = start_at + window_s
-    shares = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    shares = [
+        clients // processes + (1 if i < clients % processes else 0) for i in range(processes)
+    ]
     jobs = [
-        ClientJob(url, protocol, model, requests, OUTPUTS, share, sum(shares[:i]), clients, start_at, stop_at)
+        ClientJob(
+            url,
+            protocol,
+            model,
+            requests,
+            OUTPUTS,
+            share,
+            sum(shares[:i]),
+            clients,
+            start_at,
+            stop_at,
+        )
         for i, share in enumerate(shares)
     ]
     results = pool.map(run_clients, jobs, chunksize=1)
-    return [ms for latencies, _ in results for ms in latencies], sum(failures for _, failures in results)
+    return [ms for latencies, _ in results for ms in latencies], sum(
+        failures for _, failures in results
+    )
 
 
 def _step_statistics(http_url: str, export: str) -> dict:
@@ -218,10 +274,14 @@ def _step_statistics(http_url: str, export: str) -> dict:
         entry["name"]: (
             int(entry["execution_count"]),
             int(entry["inference_count"]),
-            {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in entry.get("batch_stats", [])},
+            {
+                int(b["batch_size"]): int(b["compute_infer"]["count"])
+                for b in entry.get("batch_stats", [])
+            },
         )
         for entry in stats
-        if entry["name"].startswith(export + "-") and entry["name"].split("-")[-1].startswith("transformworkflow")
+        if entry["name"].startswith(export + "-")
+        and entry["name"].split("-")[-1].startswith("transformworkflow")
     }
 
 
@@ -289,8 +349,14 @@ def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
     lines = []
     for kind in ("python", "mixed"):
         for protocol in sorted({p.protocol for p in points}):
-            on32, off32 = found.get((f"{kind}-on", protocol, 32)), found.get((f"{kind}-off", protocol, 32))
-            on1, off1 = found.get((f"{kind}-on", protocol, 1)), found.get((f"{kind}-off", protocol, 1))
+            on32, off32 = (
+                found.get((f"{kind}-on", protocol, 32)),
+                found.get((f"{kind}-off", protocol, 32)),
+            )
+            on1, off1 = (
+                found.get((f"{kind}-on", protocol, 1)),
+                found.get((f"{kind}-off", protocol, 1)),
+            )
             if on32 and off32:
                 ratio = on32.sessions_per_s / off32.sessions_per_s
                 lines.append(

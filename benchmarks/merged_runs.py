@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                 step.run(request)
             alone.append(time.perf_counter() - began)
         merged_ms, alone_ms = np.median(merged) * 1000, np.median(alone) * 1000
-        print(f"{count} one-session requests: merged run {merged_ms:.2f} ms, one by one {alone_ms:.2f} ms, x{alone_ms / merged_ms:.2f}")
+        print(
+            f"{count} one-session requests: merged run {merged_ms:.2f} ms, one by one {alone_ms:.2f} ms, x{alone_ms / merged_ms:.2f}"
+        )
     return 0
 
 

@@ -50,7 +50,10 @@ def run_clients(job: ClientJob) -> tuple[list[float], int]:
     """(latencies in ms of the requests sent and answered inside the window, failures)."""
     latencies: list[list[float]] = [[] for _ in range(job.clients)]
     failures = [0] * job.clients
-    threads = [threading.Thread(target=_client, args=(job, i, latencies[i], failures)) for i in range(job.clients)]
+    threads = [
+        threading.Thread(target=_client, args=(job, i, latencies[i], failures))
+        for i in range(job.clients)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -61,7 +64,9 @@ def run_clients(job: ClientJob) -> tuple[list[float], int]:
 def _client(job: ClientJob, index: int, latencies: list[float], failures: list[int]) -> None:
     number = job.first_client + index
     own = job.requests[number % len(job.requests) :: job.all_clients] or job.requests
-    send, close = (grpc_sender if job.protocol == "grpc" else http_sender)(job.url, job.model, own, job.outputs)
+    send, close = (grpc_sender if job.protocol == "grpc" else http_sender)(
+        job.url, job.model, own, job.outputs
+    )
     turn = 0
     try:
         while True:
@@ -97,10 +102,16 @@ def grpc_sender(url: str, model: str, requests: list, outputs: list[str]):
             request.outputs.add().name = name
         payloads.append(request.SerializeToString())
     channel = grpc.insecure_channel(
-        url, options=[("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)]
+        url,
+        options=[
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+        ],
     )
     infer = channel.unary_unary(_MODEL_INFER)  # no serializers: bytes in, bytes out
-    channel.unary_unary(_SERVER_READY)(service_pb2.ServerReadyRequest().SerializeToString(), timeout=120.0)
+    channel.unary_unary(_SERVER_READY)(
+        service_pb2.ServerReadyRequest().SerializeToString(), timeout=120.0
+    )
 
     def send(i: int) -> bool:
         try:
@@ -125,7 +136,9 @@ def http_sender(url: str, model: str, requests: list, outputs: list[str]):
             tensor.set_data_from_numpy(array, binary_data=True)
             inputs.append(tensor)
         wanted = [httpclient.InferRequestedOutput(name, binary_data=True) for name in outputs]
-        body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs=wanted)
+        body, json_size = httpclient.InferenceServerClient.generate_request_body(
+            inputs, outputs=wanted
+        )
         headers = {"Content-Type": "application/octet-stream"}
         if json_size is not None:
             headers["Inference-Header-Content-Length"] = str(json_size)
@@ -159,4 +172,10 @@ def _raw(array: np.ndarray) -> bytes:
 def _triton_dtype(array: np.ndarray) -> str:
     if array.dtype == np.dtype(object):
         return "BYTES"
-    return {"int64": "INT64", "int32": "INT32", "float32": "FP32", "float64": "FP64", "bool": "BOOL"}[array.dtype.name]
+    return {
+        "int64": "INT64",
+        "int32": "INT32",
+        "float32": "FP32",
+        "float64": "FP64",
+        "bool": "BOOL",
+    }[array.dtype.name]

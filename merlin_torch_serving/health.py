@@ -73,7 +73,9 @@ def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:
     """``(model, version) -> requests answered with an error`` since each version loaded, from the
     server's inference statistics (gRPC's JSON leaves zero counts out)."""
     return {
-        (entry["name"], int(entry.get("version") or 0)): int(entry["inference_stats"].get("fail", {}).get("count", 0))
+        (entry["name"], int(entry.get("version") or 0)): int(
+            entry["inference_stats"].get("fail", {}).get("count", 0)
+        )
         for entry in statistics.get("model_stats", [])
     }
 
@@ -105,7 +107,9 @@ def probe_request(config: Mapping) -> dict[str, np.ndarray] | None:
             return None  # e.g. BF16, which numpy has not
         # ragged offsets (rows + 1 entries) hold a single 0 for no rows
         rows = 1 if tensor["name"].endswith(wire.OFFSETS_SUFFIX) else 0
-        arrays[tensor["name"]] = np.zeros(batch + [rows] + [max(d, 0) for d in dims[1:]], dtype=numpy_dtype)
+        arrays[tensor["name"]] = np.zeros(
+            batch + [rows] + [max(d, 0) for d in dims[1:]], dtype=numpy_dtype
+        )
     return arrays
 
 

@@ -134,7 +134,9 @@ class ModelOptions:
 
     def __post_init__(self):
         if self.instance_kind not in INSTANCE_KINDS:
-            raise ValueError(f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}")
+            raise ValueError(
+                f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}"
+            )
         _version_policy(self.version_policy)  # raises on nonsense
         if self.rate_limiter is not None:
             _parse({"instance_group": [{"rate_limiter": dict(self.rate_limiter)}]}, "rate_limiter")
@@ -158,16 +160,24 @@ class ModelOptions:
         if self.warmup_count < 0:
             raise ValueError(f"warmup_count must be 0 or more, got {self.warmup_count!r}")
         if self.torch_threads is not None and self.torch_threads < 1:
-            raise ValueError(f"torch_threads must be at least 1 or None, got {self.torch_threads!r}")
+            raise ValueError(
+                f"torch_threads must be at least 1 or None, got {self.torch_threads!r}"
+            )
         if self.max_request_rows is not None and self.max_request_rows < 1:
-            raise ValueError(f"max_request_rows must be at least 1 or None, got {self.max_request_rows!r}")
+            raise ValueError(
+                f"max_request_rows must be at least 1 or None, got {self.max_request_rows!r}"
+            )
         if self.max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be at least 1, got {self.max_batch_rows!r}")
         if self.max_queue_delay_us < 0:
-            raise ValueError(f"max_queue_delay_us must be 0 or more, got {self.max_queue_delay_us!r}")
+            raise ValueError(
+                f"max_queue_delay_us must be 0 or more, got {self.max_queue_delay_us!r}"
+            )
 
 
-def tensor_configs(schema: Schema, request_dim: bool = False, ragged_batch: bool = False) -> list[dict]:
+def tensor_configs(
+    schema: Schema, request_dim: bool = False, ragged_batch: bool = False
+) -> list[dict]:
     """``input``/``output`` entries for a schema, in wire format; ``request_dim`` puts the leading
     dimension of 1 of the batched form in the dims (models Triton does not batch),
     ``ragged_batch`` lets Triton batch requests of different lengths (inputs of batched models)."""
@@ -183,7 +193,11 @@ def tensor_configs(schema: Schema, request_dim: bool = False, ragged_batch: bool
 
 
 def python_model_config(
-    name: str, input_schema: Schema, output_schema: Schema, options: ModelOptions, warmup_files: dict
+    name: str,
+    input_schema: Schema,
+    output_schema: Schema,
+    options: ModelOptions,
+    warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
     """A python-backend model hosting operators through the library's generic model.py.
 
@@ -219,13 +233,19 @@ def python_model_config(
         config["model_warmup"] = []
         parameters[MAX_BATCH_ROWS_PARAMETER] = options.max_batch_rows
         if options.warmup_count and warmup_files:
-            parameters[WARMUP_PARAMETER] = json.dumps({"count": options.warmup_count, "inputs": warmup_files})
+            parameters[WARMUP_PARAMETER] = json.dumps(
+                {"count": options.warmup_count, "inputs": warmup_files}
+            )
     config["parameters"] = _parameters(parameters)
     return _parse(config)
 
 
 def pytorch_model_config(
-    name: str, input_schema: Schema, output_schema: Schema, options: ModelOptions, warmup_files: dict
+    name: str,
+    input_schema: Schema,
+    output_schema: Schema,
+    options: ModelOptions,
+    warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
     """A libtorch model: one ``Dict[str, Tensor]`` input keyed by input names, outputs by position."""
     return _parse(

@@ -58,7 +58,9 @@ def answer_rows(request: Arrays, keys: Sequence[str]) -> int:
 
 def request_size(request: Arrays) -> int:
     """The most rows the request puts in any one tensor (each value of a ragged list counts)."""
-    return max((len(array) for name, array in request.items() if not _is_offsets(name, request)), default=0)
+    return max(
+        (len(array) for name, array in request.items() if not _is_offsets(name, request)), default=0
+    )
 
 
 def concat(requests: Sequence[Arrays]) -> dict[str, np.ndarray]:

@@ -67,13 +67,19 @@ class HostedStep:
                 )
             )
         self.input_specs = wire.schema_specs(self.input_schema)
-        self.entry_check = EntryCheck.for_entry(self.input_schema, self.inputs, self.calls, max_rows)
+        self.entry_check = EntryCheck.for_entry(
+            self.input_schema, self.inputs, self.calls, max_rows
+        )
         self.max_batch_rows = max_batch_rows or max_rows or DEFAULT_MAX_BATCH_ROWS
         self.merge_keys = self._merge_keys()
 
     @classmethod
     def load(
-        cls, version_dir: str, step: str | None = None, max_rows: int | None = None, max_batch_rows: int | None = None
+        cls,
+        version_dir: str,
+        step: str | None = None,
+        max_rows: int | None = None,
+        max_batch_rows: int | None = None,
     ) -> "HostedStep":
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
@@ -86,7 +92,9 @@ class HostedStep:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
         return self._answer(self._entry(arrays))
 
-    def run_batch(self, requests: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray] | Exception]:
+    def run_batch(
+        self, requests: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray] | Exception]:
         """Per request, its answer (wire arrays) or the error it alone gets: requests are checked
         one by one, then answered in merged runs (see ``merging``)."""
         answers: list = [None] * len(requests)
@@ -99,17 +107,26 @@ class HostedStep:
         indices = list(checked)
         keys = self.merge_keys
         groups = (
-            [[indices[i] for i in run] for run in merging.plan_runs([checked[i] for i in indices], keys, self.max_batch_rows)]
+            [
+                [indices[i] for i in run]
+                for run in merging.plan_runs(
+                    [checked[i] for i in indices], keys, self.max_batch_rows
+                )
+            ]
             if keys is not None
             else [[i] for i in indices]
         )
         for run in groups:
             parts = None
             if len(run) > 1:
-                with metrics.tentative() as keep:  # a merged run that fails is run again per request
+                with (
+                    metrics.tentative() as keep
+                ):  # a merged run that fails is run again per request
                     try:
                         answer = self._answer(merging.concat([checked[i] for i in run]))
-                        parts = merging.split(answer, [merging.answer_rows(checked[i], keys) for i in run])
+                        parts = merging.split(
+                            answer, [merging.answer_rows(checked[i], keys) for i in run]
+                        )
                     except Exception:  # noqa: BLE001 - answered one by one below, each with its own error
                         parts = None
                     if parts is not None:
@@ -189,7 +206,10 @@ class TritonPythonModel:
         max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
         batch_rows = parameters.get(MAX_BATCH_ROWS_PARAMETER, {}).get("string_value")
         self.step = HostedStep.load(
-            version_dir, self.model_name, int(max_rows) if max_rows else None, int(batch_rows) if batch_rows else None
+            version_dir,
+            self.model_name,
+            int(max_rows) if max_rows else None,
+            int(batch_rows) if batch_rows else None,
         )
         self.output_names = [output["name"] for output in config["output"]]
         # batched: Triton hands execute several requests, each tensor with a leading dimension of 1
@@ -197,7 +217,9 @@ class TritonPythonModel:
         # python backends before 23.05 have no metrics API: serve without the step's own metrics
         publish = parameters.get(METRICS_PARAMETER, {}).get("string_value") != "false"
         publish = publish and hasattr(pb_utils, "MetricFamily")
-        self.metrics = StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
+        self.metrics = (
+            StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
+        )
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
@@ -229,7 +251,11 @@ class TritonPythonModel:
         """Per request, its answer or its error: merged when Triton batches the step."""
         counting = metrics.collecting() if self.metrics is not None else contextlib.nullcontext()
         with torch_threads(self.torch_threads), counting as collected:
-            answers = self.step.run_batch(batch) if self.batched else [self._run_one(arrays) for arrays in batch]
+            answers = (
+                self.step.run_batch(batch)
+                if self.batched
+                else [self._run_one(arrays) for arrays in batch]
+            )
         answered = sum(not isinstance(answer, Exception) for answer in answers)
         if self.metrics is not None and answered:
             self.metrics.publish(collected, answered)
@@ -263,7 +289,11 @@ class TritonPythonModel:
     def _response(self, answer):
         pb = self._pb
         if isinstance(answer, Exception):
-            detail = str(answer) if isinstance(answer, MerlinTorchServingError) else f"{type(answer).__name__}: {answer}"
+            detail = (
+                str(answer)
+                if isinstance(answer, MerlinTorchServingError)
+                else f"{type(answer).__name__}: {answer}"
+            )
             message = f"model {self.model_name!r}: {detail}"
             return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
         tensors = []
@@ -277,7 +307,10 @@ class TritonPythonModel:
         session keys (runs of 1, 2 and 8 requests), so the first requests find every code path
         and the shapes of small batches already used. What they count is dropped."""
         sample = read_warmup_files(folder, warmup["inputs"])
-        batches = [[sample], *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8))]
+        batches = [
+            [sample],
+            *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8)),
+        ]
         # collecting, as served requests are, so that the operators' counting paths warm up too
         with torch_threads(self.torch_threads), metrics.collecting():
             for _ in range(int(warmup["count"])):
@@ -285,14 +318,18 @@ class TritonPythonModel:
                     self.step.run_batch(batch)
 
 
-def renamed_copy(sample: dict[str, np.ndarray], keys: list[str] | None, index: int) -> dict[str, np.ndarray]:
+def renamed_copy(
+    sample: dict[str, np.ndarray], keys: list[str] | None, index: int
+) -> dict[str, np.ndarray]:
     """The sample with its key values (session ids) made distinct for each ``index``, so that
     copies merge into one run."""
     copy = dict(sample)
     for key in keys or []:
         values = sample[key]
         if values.dtype.kind in "iu":
-            copy[key] = values + index * (int(values.max(initial=0)) - int(values.min(initial=0)) + 1)
+            copy[key] = values + index * (
+                int(values.max(initial=0)) - int(values.min(initial=0)) + 1
+            )
         else:
             copy[key] = np.array([f"{v}~{index}" for v in values], dtype=object)
     return copy

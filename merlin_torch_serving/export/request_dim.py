@@ -44,7 +44,9 @@ class OneRequestPair(torch.nn.Module):
         return first.unsqueeze(0), second.unsqueeze(0)
 
 
-def with_request_dim(module: torch.jit.ScriptModule, step: str, outputs: int) -> torch.jit.ScriptModule:
+def with_request_dim(
+    module: torch.jit.ScriptModule, step: str, outputs: int
+) -> torch.jit.ScriptModule:
     """``module`` (a scripted libtorch step of ``outputs`` outputs) in the batched wire form."""
     if outputs == 1:
         return torch.jit.script(OneRequestOne(module))

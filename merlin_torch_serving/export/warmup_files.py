@@ -19,7 +19,9 @@ from merlin_torch_serving import wire
 WARMUP_DIR = "warmup"
 
 
-def write_warmup_files(warmup_dir: Path, input_schema: Schema, arrays: Mapping[str, np.ndarray]) -> dict:
+def write_warmup_files(
+    warmup_dir: Path, input_schema: Schema, arrays: Mapping[str, np.ndarray]
+) -> dict:
     """Write the sample; returns input name -> (file name, config dtype, dims)."""
     if warmup_dir.exists():
         shutil.rmtree(warmup_dir)

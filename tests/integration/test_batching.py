@@ -30,10 +30,17 @@ def exports(triton_server, session_workflow, xlnet, pytorch_backend):
     compared with in-process in test_libtorch_serving.py)."""
     made = {}
     for backend, batched in (("python", True), ("python", False), ("pytorch", True)):
-        ensemble = Ensemble(recommendation_graph(session_workflow, xlnet.served, backend=backend), session_workflow.input_schema)
+        ensemble = Ensemble(
+            recommendation_graph(session_workflow, xlnet.served, backend=backend),
+            session_workflow.input_schema,
+        )
         name = f"batching-{backend}-{'on' if batched else 'off'}"
-        ensemble.export(triton_server.repository, name, options=BATCHED if batched else ModelOptions())
-        triton_server.load(name, timeout_s=300.0)  # a step imports torch and merlin-core: slow on a busy machine
+        ensemble.export(
+            triton_server.repository, name, options=BATCHED if batched else ModelOptions()
+        )
+        triton_server.load(
+            name, timeout_s=300.0
+        )  # a step imports torch and merlin-core: slow on a busy machine
         made[name] = ensemble
     return made
 
@@ -57,7 +64,9 @@ def expected(exports, requests):
         return [ensemble.transform(rows) for rows in requests]
 
 
-def _concurrent_answers(url: str, protocol: str, model: str, requests, rounds: int, threads: int) -> list:
+def _concurrent_answers(
+    url: str, protocol: str, model: str, requests, rounds: int, threads: int
+) -> list:
     """(request index, answer) for every request sent by ``threads`` clients at once, each sending
     every request ``rounds`` times in an order of its own."""
     answers, errors = [], []
@@ -85,34 +94,49 @@ def _concurrent_answers(url: str, protocol: str, model: str, requests, rounds: i
 
 @pytest.mark.parametrize("backend", ["python", "pytorch"])
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_concurrent_batched_answers_equal_unbatched_and_in_process(triton_server, exports, requests, expected, backend, protocol):
+def test_concurrent_batched_answers_equal_unbatched_and_in_process(
+    triton_server, exports, requests, expected, backend, protocol
+):
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
     with Client(url, protocol) as client:
         for rows, want in zip(requests, expected):
             assert_frames_equal(client.infer("batching-python-off", rows), want)
 
-    answers = _concurrent_answers(url, protocol, f"batching-{backend}-on", requests, rounds=3, threads=12)
+    answers = _concurrent_answers(
+        url, protocol, f"batching-{backend}-on", requests, rounds=3, threads=12
+    )
 
     wrong = [index for index, answer in answers if not frames_equal(answer, expected[index])]
-    assert not wrong, f"{len(wrong)} of {len(answers)} answers differ from their own request's, e.g. request {wrong[0]}"
-    assert {len(answer) for index, answer in answers if index == len(requests) - 2} == {0}  # no clicks, no sessions
+    assert not wrong, (
+        f"{len(wrong)} of {len(answers)} answers differ from their own request's, e.g. request {wrong[0]}"
+    )
+    assert {len(answer) for index, answer in answers if index == len(requests) - 2} == {
+        0
+    }  # no clicks, no sessions
 
 
 def test_triton_forms_batches_of_several_requests(triton_server, exports, requests):
     step = "batching-python-on-0-transformworkflow_predictpytorch_topk_decodeitemids"
-    _concurrent_answers(triton_server.grpc_url, "grpc", "batching-python-on", requests[:1] * 4, rounds=8, threads=16)
+    _concurrent_answers(
+        triton_server.grpc_url, "grpc", "batching-python-on", requests[:1] * 4, rounds=8, threads=16
+    )
 
     client = tritonclient.http.InferenceServerClient(triton_server.http_url)
     try:
         stats = client.get_inference_statistics(step)["model_stats"][0]
     finally:
         client.close()
-    formed = {int(entry["batch_size"]): int(entry["compute_infer"]["count"]) for entry in stats["batch_stats"]}
+    formed = {
+        int(entry["batch_size"]): int(entry["compute_infer"]["count"])
+        for entry in stats["batch_stats"]
+    }
     assert max(formed) > 1, f"batch sizes formed: {formed}"
     assert int(stats["execution_count"]) < int(stats["inference_count"])  # fewer runs than requests
 
 
-def test_batched_form_is_refused_plainly_to_a_client_that_sends_merlins_form(triton_server, exports, requests, session_workflow):
+def test_batched_form_is_refused_plainly_to_a_client_that_sends_merlins_form(
+    triton_server, exports, requests, session_workflow
+):
     """Merlin Systems' ``send_triton_request`` sends ``[n]`` tensors: it works with unbatched
     exports (tests/integration/test_session_recommendations.py) and is refused by batched ones."""
     from merlin.systems.triton.utils import send_triton_request
@@ -121,9 +145,17 @@ def test_batched_form_is_refused_plainly_to_a_client_that_sends_merlins_form(tri
     outputs = Client(triton_server.grpc_url).schemas("batching-python-on").response_names
     with pytest.raises(Exception, match="shape|dims|dimension"):
         send_triton_request(
-            session_workflow.input_schema, rows, list(outputs.values()), endpoint=triton_server.grpc_url, triton_model="batching-python-on"
+            session_workflow.input_schema,
+            rows,
+            list(outputs.values()),
+            endpoint=triton_server.grpc_url,
+            triton_model="batching-python-on",
         )
     answer = send_triton_request(
-        session_workflow.input_schema, rows, list(outputs.values()), endpoint=triton_server.grpc_url, triton_model="batching-python-off"
+        session_workflow.input_schema,
+        rows,
+        list(outputs.values()),
+        endpoint=triton_server.grpc_url,
+        triton_model="batching-python-off",
     )
     assert answer[outputs["session_id"]].tolist() == list(pd.unique(rows["session_id"]))

@@ -41,7 +41,9 @@ def test_answer_rows_are_sessions_with_keys_and_rows_without():
     request = _clicks([7, 7, 8, 7])
     assert merging.answer_rows(request, ["session_id"]) == 2
     assert merging.answer_rows(request, []) == 4
-    assert merging.request_size(_clicks([1, 2], lists=[[1, 2, 3], [4, 5]])) == 5  # each list value counts
+    assert (
+        merging.request_size(_clicks([1, 2], lists=[[1, 2, 3], [4, 5]])) == 5
+    )  # each list value counts
 
 
 def test_concat_joins_ragged_and_scalar_tensors_and_split_cuts_them_back():
@@ -49,7 +51,10 @@ def test_concat_joins_ragged_and_scalar_tensors_and_split_cuts_them_back():
     merged = merging.concat(parts)
     assert merged["session_id"].tolist() == [5, 6, 7]
     assert merged["items__values"].tolist() == [1, 2, 3]
-    assert merged["items__offsets"].tolist() == [0, 1, 3, 3] and merged["items__offsets"].dtype == np.int32
+    assert (
+        merged["items__offsets"].tolist() == [0, 1, 3, 3]
+        and merged["items__offsets"].dtype == np.int32
+    )
     cut = merging.split(merged, [2, 1, 0])
     for part, own in zip(cut, parts):
         assert part.keys() == own.keys()
@@ -77,7 +82,11 @@ def batched_exports(toy_workflow, toy_model, tmp_path_factory):
 
 
 def test_batched_configs(batched_exports):
-    step = configs.from_pbtxt((batched_exports / "python-0-transformworkflow_predictpytorch_topk" / "config.pbtxt").read_text())
+    step = configs.from_pbtxt(
+        (
+            batched_exports / "python-0-transformworkflow_predictpytorch_topk" / "config.pbtxt"
+        ).read_text()
+    )
     assert step.max_batch_size == 512
     assert step.dynamic_batching.max_queue_delay_microseconds == 100
     assert all(tensor.allow_ragged_batch for tensor in step.input)
@@ -88,16 +97,23 @@ def test_batched_configs(batched_exports):
         assert ensemble.max_batch_size == 0
         assert all(list(t.dims)[0] == 1 for t in [*ensemble.input, *ensemble.output])
         assert ensemble.parameters[configs.REQUEST_DIM_PARAMETER].string_value == "true"
-    libtorch = configs.from_pbtxt((batched_exports / "pytorch-1-predictpytorch_topk" / "config.pbtxt").read_text())
-    assert libtorch.max_batch_size == 0 and all(list(t.dims)[0] == 1 for t in [*libtorch.input, *libtorch.output])
-    assert all(list(t.dims)[0] == 1 for sample in libtorch.model_warmup for t in sample.inputs.values())
+    libtorch = configs.from_pbtxt(
+        (batched_exports / "pytorch-1-predictpytorch_topk" / "config.pbtxt").read_text()
+    )
+    assert libtorch.max_batch_size == 0 and all(
+        list(t.dims)[0] == 1 for t in [*libtorch.input, *libtorch.output]
+    )
+    assert all(
+        list(t.dims)[0] == 1 for sample in libtorch.model_warmup for t in sample.inputs.values()
+    )
 
 
 def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_workflow):
     step_dir = batched_exports / "python-0-transformworkflow_predictpytorch_topk"
     config = configs.from_pbtxt((step_dir / "config.pbtxt").read_text())
     sample = read_warmup_files(
-        str(step_dir / WARMUP_DIR), json.loads(config.parameters[configs.WARMUP_PARAMETER].string_value)["inputs"]
+        str(step_dir / WARMUP_DIR),
+        json.loads(config.parameters[configs.WARMUP_PARAMETER].string_value)["inputs"],
     )
     step = HostedStep.load(str(step_dir / "1"), max_batch_rows=512)
     assert step.merge_keys == ["session_id"]
@@ -115,7 +131,9 @@ def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_
         answers = step.run_batch(batch)
         alone = [step.run(request) for request in requests]
         # the distinct sessions (all but the repeated one) ran as one merged run
-        merged = step.run({name: np.concatenate([r[name] for r in requests[:-1]]) for name in sample})
+        merged = step.run(
+            {name: np.concatenate([r[name] for r in requests[:-1]]) for name in sample}
+        )
 
     assert "input column 'item_id'" in str(answers[-1])  # the bad request failed alone
     bounds = np.cumsum([0] + [len(np.unique(r["session_id"])) for r in requests[:-1]])
@@ -129,4 +147,6 @@ def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_
         np.testing.assert_allclose(answer["item_scores"], own["item_scores"], rtol=1e-6)
         if i < len(requests) - 1:
             for name in own:
-                np.testing.assert_array_equal(answer[name], merged[name][bounds[i] : bounds[i + 1]], err_msg=name)
+                np.testing.assert_array_equal(
+                    answer[name], merged[name][bounds[i] : bounds[i + 1]], err_msg=name
+                )
