@@ -296,8 +296,8 @@ def _schema_from_tensors(tensors: list[dict]) -> Schema:
     columns = []
     for tensor in tensors:
         name = tensor["name"]
-        dtype = wire.numpy_dtype(tensor["data_type"])
-        dtype = "str" if dtype == np.dtype(object) else dtype
+        numpy_dtype = wire.numpy_dtype(tensor["data_type"])
+        dtype = "str" if numpy_dtype == np.dtype(object) else numpy_dtype
         if name.endswith(wire.OFFSETS_SUFFIX) and name[: -len(wire.OFFSETS_SUFFIX)] + wire.VALUES_SUFFIX in by_name:
             continue
         if name.endswith(wire.VALUES_SUFFIX) and name[: -len(wire.VALUES_SUFFIX)] + wire.OFFSETS_SUFFIX in by_name:

@@ -52,8 +52,8 @@ def model_errors(log: str, name: str) -> str:
         if quoted not in line or not re.match(r"E\d{4} ", line):
             continue
         # An unreadable config.pbtxt is explained by protobuf on the line before.
-        if index > 0 and _PROTOBUF_ERROR_LINE.match(lines[index - 1]):
-            messages.append(_PROTOBUF_ERROR_LINE.match(lines[index - 1]).group(1))
+        if index > 0 and (protobuf := _PROTOBUF_ERROR_LINE.match(lines[index - 1])):
+            messages.append(protobuf.group(1))
         match = _TRITON_LOG_LINE.match(line)
         messages.append(match.group(1) if match else line)
     return "; ".join(dict.fromkeys(messages)) or "not loaded; tritonserver logged no reason (see the log below)"

@@ -68,13 +68,13 @@ def frame_to_table(data: pd.DataFrame | Mapping[str, object], schema: Schema | N
             "a column of that name",
             "drop it, or select the inputs with data[input_schema.column_names]",
         )
-    converted = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
-    row_counts = {name: len(value[1]) - 1 if isinstance(value, tuple) else len(value) for name, value in converted.items()}
+    typed = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
+    row_counts = {name: len(value[1]) - 1 if isinstance(value, tuple) else len(value) for name, value in typed.items()}
     first = next(iter(row_counts), None)
     for name, count in row_counts.items():
         if count != row_counts[first]:
             raise InputError(name, f"{row_counts[first]} rows, like {first!r}", f"{count}", "every column needs one entry per row")
-    return TensorTable(converted, _unsafe=True)
+    return TensorTable(typed, _unsafe=True)
 
 
 def is_list_column(values) -> bool:

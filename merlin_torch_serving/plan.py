@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from merlin.dag import ColumnSelector, Graph, Node, postorder_iter_nodes
 from merlin.dag.ops import ConcatColumns, GroupingOp, SelectionOp, SubsetColumns, SubtractionOp
-from merlin.schema import Schema
+from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving.exceptions import InferenceError, InputError, MerlinTorchServingError, SchemaError
@@ -53,7 +53,7 @@ class Plan:
     calls: list[OpCall]
     outputs: dict[str, Ref]
     output_schema: Schema
-    schemas: dict[Ref, object] = field(default_factory=dict)  # Ref -> ColumnSchema
+    schemas: dict[Ref, ColumnSchema] = field(default_factory=dict)
 
     def run(self, table: TensorTable, calls: list[OpCall] | None = None) -> TensorTable:
         """Run the plan (or the given subset of its calls) on a request table."""
@@ -70,9 +70,9 @@ class Plan:
             if keys is None:
                 return None
             refs = [call.inputs.get(key) for key in keys]
-            if any(ref is None or ref.producer != REQUEST for ref in refs):
+            names = [ref.column for ref in refs if ref is not None and ref.producer == REQUEST]
+            if len(names) != len(refs):
                 return None
-            names = [ref.column for ref in refs]
             if names and found and names != found:
                 return None
             found = names or found
@@ -115,7 +115,7 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
 
     refs: dict[int, dict[str, Ref]] = {}  # id(node) -> its output columns' refs
     calls: list[OpCall] = []
-    schemas: dict[Ref, object] = {Ref(REQUEST, c.name): c for c in input_schema}
+    schemas: dict[Ref, ColumnSchema] = {Ref(REQUEST, c.name): c for c in input_schema}
 
     for node in postorder_iter_nodes(graph.output_node):
         upstream = _upstream_refs(node, refs)
@@ -145,8 +145,10 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
         schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
 
     outputs = _with_returned_columns(calls, refs[id(graph.output_node)])
-    for call in [call for call in calls if call.op.filtered_rows_column()]:
-        outputs = _blank_filtered_rows(call, calls, outputs, schemas)
+    for call in list(calls):
+        flag = call.op.filtered_rows_column()
+        if flag:
+            outputs = _blank_filtered_rows(call, flag, calls, outputs, schemas)
     output_schema = Schema([schemas[ref].with_name(name) for name, ref in outputs.items()])
     return Plan(input_schema, calls, outputs, output_schema, schemas)
 
@@ -164,10 +166,11 @@ def _with_returned_columns(calls: list[OpCall], outputs: dict[str, Ref]) -> dict
 
 
 def _blank_filtered_rows(
-    flagging: OpCall, calls: list[OpCall], outputs: dict[str, Ref], schemas: dict[Ref, object]
+    flagging: OpCall, flag: str, calls: list[OpCall], outputs: dict[str, Ref], schemas: dict[Ref, ColumnSchema]
 ) -> dict[str, Ref]:
     """Append a BlankFilteredRows call over the outputs computed downstream of ``flagging`` (from
-    its placeholder rows), and return the outputs with those columns taken from it."""
+    its placeholder rows, marked in its column ``flag``), and return the outputs with those
+    columns taken from it."""
     downstream = {flagging.index}
     for call in calls:
         if any(ref.producer in downstream for ref in call.inputs.values()):
@@ -177,7 +180,6 @@ def _blank_filtered_rows(
     }
     if not blanked:
         return outputs
-    flag = flagging.op.filtered_rows_column()
     inputs = {**blanked, flag: Ref(flagging.index, flag)}
     input_schema = Schema([schemas[ref].with_name(name) for name, ref in inputs.items()])
     op = BlankFilteredRows(flag, list(blanked))

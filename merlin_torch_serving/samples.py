@@ -26,7 +26,8 @@ def sample_values(column: ColumnSchema, count: int, seed: int = 0) -> np.ndarray
     domain = column.properties.get("domain") or {}
     # 0 is padding for categorical columns; start above it when the domain allows
     low = max(int(domain.get("min") or 0), 1)
-    high = max(int(domain.get("max") if domain.get("max") is not None else low), low)
+    declared_max = domain.get("max")
+    high = max(low if declared_max is None else int(declared_max), low)
     return rng.integers(low, high + 1, count).astype(dtype)
 
 
@@ -40,7 +41,7 @@ def list_length(column: ColumnSchema) -> int | None:
 
 def sample_table(schema: Schema, rows: int = 1, ragged_length: int = 2) -> TensorTable:
     """A table of ``rows`` rows; ragged lists hold ``ragged_length`` items (capped at their max)."""
-    columns = {}
+    columns: dict[str, np.ndarray | tuple[np.ndarray, np.ndarray]] = {}
     for i, column in enumerate(schema):
         if wire.is_ragged(column):
             length = min(ragged_length, list_length(column) or ragged_length)

@@ -11,7 +11,7 @@ the offsets whole, be answered from the wrong rows without any error. Each failu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from merlin.schema import Schema, Tags
@@ -40,6 +40,8 @@ class EntryCheck:
     row_groups: tuple[tuple[str, ...], ...]
     non_null: frozenset[str] = frozenset()
     max_rows: int | None = None
+    _specs: dict[str, tuple[wire.TensorSpec, ...]] = field(init=False, repr=False, compare=False)
+    _names: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         # read from the schema once: merlin's schema objects are slow to ask per request
@@ -59,9 +61,9 @@ class EntryCheck:
         non_null = {column.name for column in schema if Tags.ID in column.tags}
         for call in calls:
             for name in call.op.non_null_inputs():
-                ref = call.inputs.get(name)
-                if ref in name_of:
-                    non_null.add(name_of[ref])
+                routed = call.inputs.get(name)
+                if routed in name_of:
+                    non_null.add(name_of[routed])
         return cls(schema, tuple(tuple(names) for names in groups.values()), frozenset(non_null), max_rows)
 
     def check(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -114,8 +116,10 @@ def _checked_tensor(spec: wire.TensorSpec, array) -> np.ndarray:
         dtype_fits = array.dtype.kind in "iu"  # in-process requests may carry int64 offsets
     if not dtype_fits:
         raise InputError(spec.name, _describe(spec), f"{array.dtype} values", f"convert them to {spec.dtype}")
-    fixed = [dim for dim in spec.dims[1:]]
-    if array.ndim != len(spec.dims) or any(want != -1 and want != got for want, got in zip(fixed, array.shape[1:])):
+    fixed = spec.dims[1:]
+    if array.ndim != len(spec.dims) or any(
+        want != -1 and want != got for want, got in zip(fixed, array.shape[1:], strict=True)
+    ):
         raise InputError(spec.name, _describe(spec), f"shape {list(array.shape)}")
     return array
 

@@ -222,7 +222,7 @@ def _build_tools(cloning: bool) -> _Tools:
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if compiler is None:
         missing.append("a C++ compiler (apt-get install g++), or set CXX to one")
-    if missing:
+    if missing or cmake is None or generator is None or compiler is None:
         raise BackendBuildError(
             f"cannot build the pytorch backend: this machine lacks {'; '.join(missing)}. Install "
             f"{'it' if len(missing) == 1 else 'them'} and run `{BUILD_COMMAND}` again"
@@ -357,7 +357,7 @@ def _run(command: Sequence[str], log_path: Path, what: str, on_line: Callable[[s
         except OSError as error:
             raise BackendBuildError(f"{what} could not run {command[0]!r}: {error}") from error
         with process:
-            for line in process.stdout:
+            for line in process.stdout or ():  # never None: stdout is a pipe
                 log.write(line)
                 if on_line is not None:
                     on_line(line.rstrip("\n"))

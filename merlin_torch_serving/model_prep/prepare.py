@@ -159,7 +159,7 @@ def _first_difference(candidate: torch.nn.Module, expected: list[tuple[Probe, tu
             return f"fails on probe '{probe.name}' ({_error_text(exc)})"
         if len(got) != len(want):
             return f"returns {len(got)} outputs instead of {len(want)} on probe '{probe.name}'"
-        for i, (w, g) in enumerate(zip(want, got)):
+        for i, (w, g) in enumerate(zip(want, got, strict=True)):
             output = output_names[i] if i < len(output_names) else str(i)
             if not isinstance(g, torch.Tensor) or g.dtype != w.dtype or g.shape != w.shape:
                 what = f"{g.dtype} {list(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__

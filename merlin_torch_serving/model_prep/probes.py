@@ -17,7 +17,9 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.samples import list_length
+from merlin_torch_serving.schemas import describe_column
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,14 @@ def probe_inputs(
 def _column_input(column: ColumnSchema, plan: _Plan, rng, observed, pad_value: float, pad_left: bool) -> torch.Tensor:
     if wire.is_ragged(column):
         max_length = list_length(column)
+        if max_length is None:
+            raise SchemaError(
+                "PredictPytorch",
+                column.name,
+                "a ragged list with a maximum length (value_count.max) to pad to",
+                f"{describe_column(column)} without one",
+                "pass max_sequence_length=...",
+            )
         lengths = _row_lengths(plan, max_length)
         values = _values(column, plan, rng, observed, lengths)
         return torch.from_numpy(_padded(values, lengths, max_length, pad_value, pad_left))
@@ -86,7 +96,7 @@ def _padded(values: np.ndarray, lengths: np.ndarray, max_length: int, pad_value:
     """Rows of ``lengths`` values each, padded to ``max_length`` as ``WireModel`` pads them."""
     dense = np.full((len(lengths), max_length), pad_value, dtype=values.dtype)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    for row, (start, length) in enumerate(zip(starts, lengths)):
+    for row, (start, length) in enumerate(zip(starts, lengths, strict=True)):
         columns = slice(max_length - length, max_length) if pad_left else slice(0, length)
         dense[row, columns] = values[start : start + length]
     return dense

@@ -50,7 +50,7 @@ class ForwardSignature:
 def read_signature(model: torch.nn.Module) -> ForwardSignature:
     """The signature of a TorchScript module (from its compiled schema) or an eager one."""
     if isinstance(model, torch.jit.ScriptModule):
-        schema = model.forward.schema
+        schema = model.forward.schema  # type: ignore[attr-defined]  # a ScriptMethod, typed as a callable
         arguments = tuple(
             Argument(a.name, not a.has_default_value(), _script_kind(a.type)) for a in schema.arguments[1:]
         )
@@ -61,13 +61,13 @@ def read_signature(model: torch.nn.Module) -> ForwardSignature:
         hints = typing.get_type_hints(forward)
     except Exception:  # unresolvable string annotations: fall back to "unknown" kinds
         hints = {}
-    arguments = []
+    eager_arguments = []
     for parameter in inspect.signature(forward).parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         required = parameter.default is parameter.empty
-        arguments.append(Argument(parameter.name, required, _annotation_kind(hints.get(parameter.name))))
-    return ForwardSignature(tuple(arguments))
+        eager_arguments.append(Argument(parameter.name, required, _annotation_kind(hints.get(parameter.name))))
+    return ForwardSignature(tuple(eager_arguments))
 
 
 def bind_arguments(signature: ForwardSignature, schema: Schema, model_name: str) -> dict[str, str] | None:

@@ -9,6 +9,8 @@ A schema whose lists may hold more items than the model reads disagrees with the
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from merlin.schema import ColumnSchema, Schema
 
@@ -25,7 +27,7 @@ def model_sequence_lengths(model: torch.nn.Module) -> dict[str, int]:
     if not type(model).__module__.startswith("transformers4rec") or not hasattr(model, "heads"):
         return {}
     lengths: dict[str, int] = {}
-    for head in model.heads:
+    for head in cast(torch.nn.ModuleList, model.heads):
         sizes = getattr(getattr(getattr(head, "body", None), "inputs", None), "input_size", None) or {}
         for name, size in sizes.items():
             if len(size) >= 2 and int(size[1]) > 0:
