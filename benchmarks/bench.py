@@ -223,7 +223,7 @@ class Benchmark:
             requests = self.workload.requests[sessions]
             for concurrency in self.concurrencies:
 
-                def measure() -> Measurement:
+                def measure(requests=requests, sessions=sessions, concurrency=concurrency) -> Measurement:
                     with OtherCpuLoad() as other:
                         result = run_load(lambda: inprocess.in_process_sender(ensemble, requests), concurrency, self.load)
                     return measurement_from_load(IN_PROCESS, IN_PROCESS, "Ensemble.transform", sessions, concurrency, result, None, other, {})
@@ -264,7 +264,7 @@ class Benchmark:
             for sessions in self.session_counts:
                 requests = self.workload.requests[sessions]
 
-                def measure() -> list[Measurement]:
+                def measure(requests=requests, sessions=sessions) -> list[Measurement]:
                     make_senders = {
                         export.key: functools.partial(
                             _client_path(export, SHARED_CLIENT).make_sender, server.grpc_url, "grpc", requests

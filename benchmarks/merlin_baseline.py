@@ -62,7 +62,7 @@ class PredictTorchScriptInExecutor(PredictPyTorch):
         with torch.inference_mode():
             outputs = self.model(inputs)
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-        result = TensorTable({name: t.numpy() for name, t in zip(self.output_schema.column_names, outputs)})
+        result = TensorTable({name: t.numpy() for name, t in zip(self.output_schema.column_names, outputs, strict=True)})
         return result if returns_table else result.to_df()
 
     def _dense(self, column) -> np.ndarray:

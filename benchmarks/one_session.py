@@ -72,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             for send in paths.values():  # warm up on every request once
                 for frame in sessions:
                     send(frame)
-            own = lambda: [server.pid, *[p.pid for p in psutil.Process(server.pid).children(recursive=True)]]
+
+            def own() -> list[int]:
+                return [server.pid, *[p.pid for p in psutil.Process(server.pid).children(recursive=True)]]
+
             times = {name: [] for name in paths}
             with OtherCpuLoad(own) as load:
                 for round_ in range(arguments.rounds):

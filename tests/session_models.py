@@ -135,10 +135,10 @@ def assert_same_recommendations(answer: pd.DataFrame, expected: pd.DataFrame, wo
     (a near tie may swap); scores within the tolerance."""
     lookup = features.item_id_lookup(workflow)
     encode = {int(raw): encoded for encoded, raw in enumerate(lookup) if raw >= 0} if decoded else None
-    for session_id, ids, scores in zip(answer["session_id"], answer["item_ids"], answer["item_scores"]):
+    for session_id, ids, scores in zip(answer["session_id"], answer["item_ids"], answer["item_scores"], strict=True):
         want = expected.loc[session_id]
         np.testing.assert_allclose(scores, want["item_scores"], rtol=0, atol=SCORE_TOLERANCE, err_msg=f"session {session_id}")
-        for position, (got, wanted) in enumerate(zip(ids, want["item_ids"])):
+        for position, (got, wanted) in enumerate(zip(ids, want["item_ids"], strict=True)):
             if got != wanted:
                 eager_score_of_got = want["all_scores"][encode[int(got)] if decoded else int(got)]
                 assert abs(eager_score_of_got - want["item_scores"][position]) <= SCORE_TOLERANCE, (

@@ -3,6 +3,7 @@ mixed export checked the way each backend runs it (the served runs are in tests/
 
 from __future__ import annotations
 
+import re
 import json
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def test_impressions_are_seeded_and_miss_some_continuous_values():
 
 
 def test_split_rejects_a_fraction_outside_zero_and_one():
-    with pytest.raises(ValueError, match="held_out_fraction must be between 0 and 1, got 1.0"):
+    with pytest.raises(ValueError, match=re.escape("held_out_fraction must be between 0 and 1, got 1.0")):
         data.split(data.generate_impressions(100), held_out_fraction=1.0)
 
 

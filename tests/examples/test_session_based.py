@@ -3,6 +3,7 @@ small enough to run in seconds (the full-size demo is not a unit test)."""
 
 from __future__ import annotations
 
+import re
 import numpy as np
 import pandas as pd
 import pytest
@@ -153,7 +154,7 @@ def test_reading_a_file_with_an_unknown_suffix_asks_for_parquet_or_csv(tmp_path)
 
 
 def test_reading_a_missing_file_names_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nowhere.parquet"):
+    with pytest.raises(FileNotFoundError, match=re.escape("nowhere.parquet")):
         data.read_interactions(tmp_path / "nowhere.parquet")
 
 
@@ -231,7 +232,7 @@ def test_workflow_keeps_each_sessions_last_clicks_in_time_order(workflow, split,
     )
     decoded = {
         session: raw_item_of[np.asarray(items)].tolist()
-        for session, items in zip(processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN])
+        for session, items in zip(processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN], strict=True)
     }
     assert decoded == expected.to_dict()
 

@@ -52,7 +52,7 @@ def wire_from_frame(frame: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray
             continue
         rows = [list(row) for row in series]
         flat = list(itertools.chain.from_iterable(rows))
-        values = _cast(np.array(flat, dtype=object if dtype == object else None), dtype)
+        values = _cast(np.array(flat, dtype=object if dtype == np.dtype(object) else None), dtype)
         lengths = np.array([len(row) for row in rows], dtype=np.int64)
         if column.is_ragged:
             arrays[column.name + VALUES] = values
@@ -87,7 +87,7 @@ def assert_wire_equal(got: dict[str, np.ndarray], expected: dict[str, np.ndarray
         assert have.dtype == want.dtype, f"{name!r}: dtype {have.dtype} != {want.dtype}"
         assert have.shape == want.shape, f"{name!r}: shape {have.shape} != {want.shape}"
         if want.dtype == object:
-            for position, (a, b) in enumerate(zip(have.tolist(), want.tolist())):
+            for position, (a, b) in enumerate(zip(have.tolist(), want.tolist(), strict=True)):
                 same = (a is None and b is None) or (a == b and type(a) is type(b)) or (a != a and b != b)
                 assert same, f"{name!r}[{position}]: {a!r} != {b!r}"
         elif want.dtype.kind == "f":

@@ -157,7 +157,7 @@ def datetime_first_last():
     )
 )
 def test_groupby_first_last_and_list_of_datetimes_equal_nvtabular(datetime_first_last, rows):
-    keys, times, seconds = map(np.array, zip(*rows))
+    keys, times, seconds = map(np.array, zip(*rows, strict=True))
     request = {"k": keys, "t": times, "when": seconds.astype("datetime64[s]").astype("datetime64[ns]")}
     compiled = compile_workflow(datetime_first_last)
     assert compiled.fallbacks == []

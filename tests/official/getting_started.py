@@ -33,7 +33,7 @@ def interactions(rows: int = 4000, sessions: int = 800, seed: int = 0, first_ses
     frame["category"] = pd.cut(frame["item_id"], bins=334, labels=np.arange(1, 335)).astype(np.int32)
     frame["age_days"] = rng.uniform(0, 1, rows).astype(np.float32)
     frame["weekday_sin"] = rng.uniform(0, 1, rows).astype(np.float32)
-    day_of_session = dict(zip(frame.session_id.unique(), rng.integers(1, 10, frame.session_id.nunique())))
+    day_of_session = dict(zip(frame.session_id.unique(), rng.integers(1, 10, frame.session_id.nunique()), strict=True))
     frame["day"] = frame.session_id.map(day_of_session)
     return frame
 

@@ -25,10 +25,10 @@ def ensembles(getting_started_example, end_to_end_example):
 def assert_like_eager(answer: pd.DataFrame, expected: pd.DataFrame, scores_column: str) -> None:
     """Same ids in the same order, except where two eager scores are closer than the tolerance
     (a near tie may swap); scores within the tolerance."""
-    for session_id, ids, scores in zip(answer["session_id"], answer["item_ids"], answer[scores_column]):
+    for session_id, ids, scores in zip(answer["session_id"], answer["item_ids"], answer[scores_column], strict=True):
         want = expected.loc[session_id]
         np.testing.assert_allclose(scores, want["item_scores"], rtol=0, atol=SCORE_TOLERANCE, err_msg=f"session {session_id}")
-        for rank, (got, wanted) in enumerate(zip(ids, want["item_ids"])):
+        for rank, (got, wanted) in enumerate(zip(ids, want["item_ids"], strict=True)):
             if got != wanted:
                 assert abs(scores[rank] - want["item_scores"][rank]) <= SCORE_TOLERANCE
                 if want["all_scores"] is not None:  # our item scores like the eager one at this rank
@@ -45,7 +45,7 @@ def test_in_process_answers_every_session_like_the_eager_model(example: Example,
     filtered = (clicks[answer["session_id"]] < example.module.MINIMUM_SESSION_LENGTH).to_numpy()
     assert answer["filtered_out"].tolist() == filtered.tolist()
     assert filtered.sum() == 1  # the one-click session: the Filter drops it, the answer keeps its row
-    for ids, scores in zip(answer["item_ids"][filtered], answer[example.scores_column][filtered]):
+    for ids, scores in zip(answer["item_ids"][filtered], answer[example.scores_column][filtered], strict=True):
         assert (ids == -1).all() and np.isnan(scores).all()
 
     expected = eager_answer(example, rows)

@@ -65,7 +65,7 @@ def test_a_request_column_missing_from_the_input_schema_is_a_schema_error(toy_wo
 def test_non_serving_operators_are_rejected_with_a_hint(toy_workflow):
     import nvtabular as nvt
 
-    with pytest.raises(SchemaError, match="Categorify.*serving operator.*TransformWorkflow"):
+    with pytest.raises(SchemaError, match=r"Categorify.*serving operator.*TransformWorkflow"):
         Ensemble(["item_id"] >> nvt.ops.Categorify(), toy_workflow.input_schema)
 
 
@@ -82,7 +82,7 @@ def test_recommendations_leave_out_seen_and_reserved_items(toy_workflow, toy_mod
     rows = toy_session.interactions(10, seed=8)
     result = ensemble.transform(rows)
     features = toy_workflow.transform(rows).set_index("session_id")
-    for session, ids in zip(result["session_id"], result["item_ids"]):
+    for session, ids in zip(result["session_id"], result["item_ids"], strict=True):
         seen = set(features.loc[session, "item_id-list"])
         assert not (set(ids) & seen), session
         assert min(ids) >= 3

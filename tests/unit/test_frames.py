@@ -55,7 +55,7 @@ def test_values_that_would_change_are_refused():
 
 
 def test_missing_values_are_named_as_such():
-    with pytest.raises(InputError, match="'session_id'.*missing \\(null\\) values"):
+    with pytest.raises(InputError, match=r"'session_id'.*missing \(null\) values"):
         frames.frame_to_table(request(session_id=[1, None]), SCHEMA)
 
 

@@ -67,7 +67,7 @@ def test_python_operators_fuse_into_one_model(toy_workflow, toy_model, tmp_path)
 def test_export_refuses_to_overwrite_unless_asked(ensemble, tmp_path):
     ensemble.export(tmp_path, "reco")
     before = snapshot(tmp_path)
-    with pytest.raises(RepositoryExistsError, match="already holds model\\(s\\) 'reco-0-transformworkflow'.*overwrite=True"):
+    with pytest.raises(RepositoryExistsError, match=r"already holds model\(s\) 'reco-0-transformworkflow'.*overwrite=True"):
         ensemble.export(tmp_path, "reco")
     assert snapshot(tmp_path) == before
     ensemble.export(tmp_path, "reco", overwrite=True)

@@ -56,4 +56,4 @@ def test_a_sample_comes_first_and_bounds_integers_without_a_domain():
 
 def test_probes_are_the_same_every_time():
     first, second = probe_inputs(SCHEMA), probe_inputs(SCHEMA)
-    assert all(torch.equal(a.inputs[n], b.inputs[n]) for a, b in zip(first, second) for n in SCHEMA.column_names)
+    assert all(torch.equal(a.inputs[n], b.inputs[n]) for a, b in zip(first, second, strict=True) for n in SCHEMA.column_names)

@@ -33,7 +33,7 @@ def test_a_state_dict_file_says_it_needs_its_model(tmp_path):
 
 
 def test_a_missing_path_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no model at .*nowhere.pt"):
+    with pytest.raises(FileNotFoundError, match=r"no model at .*nowhere\.pt"):
         load_model(tmp_path / "nowhere.pt")
 
 
@@ -60,10 +60,10 @@ def test_a_schema_file_without_a_model_column_names_it(t4r_model, toy_workflow, 
     t4r_model.save(tmp_path)
     partial = toy_workflow.output_schema.select_by_name(["session_id", "item_id-list"])
     TensorflowMetadata.from_merlin_schema(partial).to_proto_text_file(str(tmp_path))
-    with pytest.raises(SchemaError, match="column 'category-list'.*schema.pbtxt"):
+    with pytest.raises(SchemaError, match=r"column 'category-list'.*schema\.pbtxt"):
         load_model(tmp_path)
 
 
 def test_a_folder_without_a_model_pickle_says_what_it_expected(tmp_path):
-    with pytest.raises(ModelPreparationError, match="expected one model pickle \\(t4rec_model_class.pkl.*found none"):
+    with pytest.raises(ModelPreparationError, match=r"expected one model pickle \(t4rec_model_class\.pkl.*found none"):
         load_model(tmp_path)

@@ -77,25 +77,25 @@ def test_predict_pytorch_compiles_an_eager_module_from_its_schemas(toy_workflow)
 
 
 def test_predict_pytorch_needs_schemas_for_a_model_without_them():
-    with pytest.raises(SchemaError, match="input_schema and output_schema.*pass PredictPytorch"):
+    with pytest.raises(SchemaError, match=r"input_schema and output_schema.*pass PredictPytorch"):
         PredictPytorch(torch.jit.script(LastItemTopK()))
 
 
 def test_predict_pytorch_needs_a_maximum_length_for_ragged_inputs():
     unbounded = ColumnSchema("item_id-list", dtype="int64", dims=(None, None))
-    with pytest.raises(SchemaError, match="'item_id-list'.*maximum length.*max_sequence_length"):
+    with pytest.raises(SchemaError, match=r"'item_id-list'.*maximum length.*max_sequence_length"):
         PredictPytorch(torch.jit.script(LastItemTopK()), Schema([unbounded]), Schema([ColumnSchema("s", dtype="float32")]))
 
 
 def test_predict_pytorch_rejects_an_output_count_that_differs_from_the_schema():
-    with pytest.raises(SchemaError, match="1 output\\(s\\) as its output_schema declares.*got 2 tensor"):
+    with pytest.raises(SchemaError, match=r"1 output\(s\) as its output_schema declares.*got 2 tensor"):
         PredictPytorch(
             torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([ColumnSchema("s", dtype="float32")])
         )
 
 
 def test_predict_pytorch_rejects_an_unknown_backend():
-    with pytest.raises(ValueError, match="backend must be one of None, .pytorch., .python., got .onnx."):
+    with pytest.raises(ValueError, match=r"backend must be one of None, .pytorch., .python., got .onnx."):
         PredictPytorch(torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([]), backend="onnx")
 
 
