@@ -16,7 +16,7 @@ from merlin_torch_serving.export.config import from_pbtxt, tensor_configs, to_pb
 FLOOR_MODEL = "floor"
 # The step returns what it got, under other names: an ensemble output may not share an input's name.
 _PASSED_SUFFIX = "__passed"
-_NO_OP_MODEL_SOURCE = '''"""A python-backend model that answers every request with its inputs, untouched."""
+_NO_OP_MODEL_SOURCE = '''"""A python-backend model that answers every request with its inputs."""
 
 import json
 
@@ -34,7 +34,10 @@ class TritonPythonModel:
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
-                    pb_utils.Tensor(name + PASSED_SUFFIX, pb_utils.get_input_tensor_by_name(request, name).as_numpy())
+                    pb_utils.Tensor(
+                        name + PASSED_SUFFIX,
+                        pb_utils.get_input_tensor_by_name(request, name).as_numpy(),
+                    )
                     for name in self.input_names
                 ]
             )

@@ -21,27 +21,27 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-import warnings  # noqa: E402
+import warnings
 
 for _category in (UserWarning, FutureWarning, DeprecationWarning):
     warnings.filterwarnings("ignore", category=_category)
 
-import argparse  # noqa: E402
-import cProfile  # noqa: E402
-import io  # noqa: E402
-import pstats  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import cProfile
+import io
+import pstats
+import tempfile
+import time
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
+import numpy as np
+import psutil
 
-from benchmarks.environment import OtherCpuLoad  # noqa: E402
-from merlin_torch_serving import Client, LocalExecutor, TritonServer, frames  # noqa: E402
-from merlin_torch_serving.executors import torch_threads  # noqa: E402
-from merlin_torch_serving.plan import REQUEST, Ref, run_calls  # noqa: E402
-from tests.official import getting_started  # noqa: E402
-from tests.official.example import prepare  # noqa: E402
+from benchmarks.environment import OtherCpuLoad
+from merlin_torch_serving import Client, LocalExecutor, TritonServer, frames
+from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.plan import REQUEST, Ref, run_calls
+from tests.official import getting_started
+from tests.official.example import prepare
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,13 +27,14 @@ def write_json(path: Path, run: dict, measurements: list[Measurement], starts: l
 
 def write_markdown(path: Path, run: dict, measurements: list[Measurement], starts: list[ServerStart], targets: list[Target]) -> None:
     machine = run["environment"]
+    uncommitted = " with uncommitted changes" if machine["uncommitted_changes"] else ""
+    quick = " --quick" if run["settings"]["mode"] == "quick" else ""
     lines = [
         "# Serving benchmark: session-based Transformers4Rec model with its NVTabular workflow",
         "",
         f"{machine['date_utc']} on {machine['cpu']} ({machine['logical_cpus']} logical CPUs, "
         f"{machine['memory_gb']} GB, no GPU), commit {machine['commit']}"
-        f"{' with uncommitted changes' if machine['uncommitted_changes'] else ''}; "
-        f"mode `{run['settings']['mode']}`, produced by `./run bench{' --quick' if run['settings']['mode'] == 'quick' else ''}`.",
+        f"{uncommitted}; mode `{run['settings']['mode']}`, produced by `./run bench{quick}`.",
         "",
         "## Targets",
         "",

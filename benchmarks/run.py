@@ -15,23 +15,23 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-import warnings  # noqa: E402
+import warnings
 
 # Merlin warns about TensorFlow's absence and Transformers4Rec about deprecated transformers APIs
 # on import; neither says anything about this run. Set before the imports below trigger them.
 for _category in (UserWarning, FutureWarning, DeprecationWarning):
     warnings.filterwarnings("ignore", category=_category)
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import signal  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import contextlib
+import signal
+import tempfile
+import time
 
-from benchmarks.bench import Benchmark, Mode  # noqa: E402
-from benchmarks.environment import BUSY_MACHINE_CORES  # noqa: E402
-from benchmarks.results import SYSTEM_LABELS, Measurement  # noqa: E402
-from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch  # noqa: E402
+from benchmarks.bench import Benchmark, Mode
+from benchmarks.environment import BUSY_MACHINE_CORES
+from benchmarks.results import SYSTEM_LABELS, Measurement
+from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch
 
 SESSION_COUNTS = (1, 32)
 CONCURRENCIES = (1, 8)

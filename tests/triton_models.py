@@ -36,7 +36,10 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            inputs = {{name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in INPUT_NAMES}}
+            inputs = {{
+                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+                for name in INPUT_NAMES
+            }}
             outputs = compute(inputs)
             tensors = [pb_utils.Tensor(name, np.asarray(outputs[name])) for name in OUTPUT_NAMES]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))

@@ -308,6 +308,7 @@ def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
 def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
     """What every build sets: CPU only, no torchvision or TensorRT, this torch and this Python."""
     include = torch.root / "include"
+    api_include = include / "torch" / "csrc" / "api" / "include"
     return [
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_CXX_COMPILER={tools.compiler}",
@@ -317,7 +318,7 @@ def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
         "-DTRITON_PYTORCH_ENABLE_TORCHTRT=OFF",
         # torch 2.x's CMake config asks for C++17 or newer and recent releases use C++20 features
         "-DTRITON_MIN_CXX_STANDARD=20",
-        f"-DTRITON_PYTORCH_INCLUDE_PATHS={include};{include / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-DTRITON_PYTORCH_INCLUDE_PATHS={include};{api_include}",
         f"-DTRITON_PYTORCH_LIB_PATHS={torch.lib}",
         # torch's headers include Python.h
         f"-DPython3_EXECUTABLE={sys.executable}",
