@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -206,7 +207,7 @@ def _annotation_kind(annotation) -> ArgumentKind:
     if annotation is torch.Tensor:
         return "tensor"
     origin = typing.get_origin(annotation) or annotation
-    if origin is typing.Union:  # Optional[Tensor]
+    if origin in (typing.Union, types.UnionType):  # Optional[Tensor], Tensor | None
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _annotation_kind(members[0]) if len(members) == 1 else "other"
     if isinstance(origin, type) and issubclass(origin, Mapping):

@@ -18,6 +18,11 @@ class Positional(torch.nn.Module):
         return a + b if scale is None else (a + b) * scale
 
 
+class PositionalWithUnionSyntax(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor | None = None):
+        return a + b if scale is None else (a + b) * scale
+
+
 class LikeTransformers4Rec(torch.nn.Module):
     def forward(self, inputs, targets=None, training=False, **kwargs):
         return inputs["a"]
@@ -29,8 +34,9 @@ def test_positional_arguments_are_bound_to_columns_of_the_same_name(script):
     assert bind_arguments(read_signature(model), columns("b", "a"), "op") == {"a": "a", "b": "b"}
 
 
-def test_an_optional_argument_is_bound_when_a_column_has_its_name():
-    assert bind_arguments(read_signature(Positional()), columns("a", "b", "scale"), "op") == {
+@pytest.mark.parametrize("model", [Positional(), PositionalWithUnionSyntax()], ids=["Optional", "union"])
+def test_an_optional_argument_is_bound_when_a_column_has_its_name(model):
+    assert bind_arguments(read_signature(model), columns("a", "b", "scale"), "op") == {
         "a": "a",
         "b": "b",
         "scale": "scale",
