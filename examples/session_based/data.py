@@ -221,7 +221,7 @@ def split_by_time(
     first_click = interactions.groupby("session_id")["timestamp"].min()
     # Ties in the first click are broken by session id so the split does not depend on row order.
     ordered = first_click.reset_index().sort_values(["timestamp", "session_id"], kind="stable")
-    n_held_out = int(round(len(ordered) * held_out_fraction))
+    n_held_out = round(len(ordered) * held_out_fraction)
     if n_held_out == 0 or n_held_out == len(ordered):
         raise ValueError(
             f"held_out_fraction={held_out_fraction!r} of {len(ordered)} sessions leaves one side "
