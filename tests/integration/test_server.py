@@ -243,31 +243,30 @@ def test_no_process_outlives_a_parent_killed_with_sigkill(tmp_path):
         time.sleep(600)
         """
     )
-    parent = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", parent_script, str(tmp_path / "repository")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-    )
-    server_pid = None
-    try:
-        ready, _, _ = select.select([parent.stdout], [], [], 90)
-        assert ready, "the parent process printed no server pid within 90 s"
-        line = parent.stdout.readline().decode().strip()
-        assert line.isdigit(), f"the parent did not start a server: {line!r} {parent.stderr.read1().decode()!r}"
-        server_pid = int(line)
-        stubs = stub_pids(server_pid)
-        assert stubs, "the served model should run in a python-backend stub"
+    ) as parent:
+        try:
+            ready, _, _ = select.select([parent.stdout], [], [], 90)
+            assert ready, "the parent process printed no server pid within 90 s"
+            line = parent.stdout.readline().decode().strip()
+            assert line.isdigit(), f"the parent did not start a server: {line!r} {parent.stderr.read1().decode()!r}"
+            server_pid = int(line)
+            stubs = stub_pids(server_pid)
+            assert stubs, "the served model should run in a python-backend stub"
 
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=10)
-
-        assert wait_until_gone([server_pid, *stubs]) == []
-    finally:
-        if parent.poll() is None:
-            parent.kill()
+            parent.send_signal(signal.SIGKILL)
             parent.wait(timeout=10)
-        for pid in processes_using(tmp_path / "repository"):
-            os.kill(pid, signal.SIGKILL)
+
+            assert wait_until_gone([server_pid, *stubs]) == []
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait(timeout=10)
+            for pid in processes_using(tmp_path / "repository"):
+                os.kill(pid, signal.SIGKILL)
 
 
 def shared_memory_prefix(server_pid: int) -> str:
