@@ -7,12 +7,14 @@ imported on first use, so ``import merlin_torch_serving.server`` does not pay fo
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
+    BundleError,
     ExportError,
     InferenceError,
     InputError,
@@ -33,6 +35,10 @@ from merlin_torch_serving.exceptions import (
 )
 
 __version__ = "0.1.0"
+
+# merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
+# so the warning only hides real ones (it was printed on every command).
+warnings.filterwarnings("ignore", message="Tensorflow dtype mappings did not load", category=UserWarning)
 
 _LAZY = {
     "CategoryVocabulary": "merlin_torch_serving.vocabulary",
@@ -59,6 +65,7 @@ __all__ = sorted(
         "ArtifactError",
         "BackendBuildError",
         "BackendNotAvailableError",
+        "BundleError",
         "ExportError",
         "InferenceError",
         "InputError",

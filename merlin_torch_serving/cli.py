@@ -1,8 +1,11 @@
 """The ``merlin-torch-serving`` command: thin wrappers over TritonServer and Client.
 
-    merlin-torch-serving serve REPOSITORY      run tritonserver in the foreground (Ctrl-C stops it)
+    merlin-torch-serving serve REPOSITORY [-- TRITONSERVER ARGS]
+                                               run tritonserver in the foreground (Ctrl-C stops it)
     merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
     merlin-torch-serving models                what the server has loaded, and whether it answers
+    merlin-torch-serving bundle REPOSITORY OUT  a copy that serves where the server's Python lacks this library
+    merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes manifests and a KServe InferenceService
     merlin-torch-serving build-backend pytorch [--sources PATH]
                                                build Triton's libtorch backend for this torch
 """
@@ -23,7 +26,13 @@ DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" goes to tritonserver unchanged
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(extra) - 1] if "--" in argv else argv)
+    if extra and args.command != "serve":
+        parser.error(f"only `serve` passes arguments after '--' on (to tritonserver); got {extra!r}")
+    args.tritonserver_args = extra
     _default_url(args)
     try:
         return args.run(args)
@@ -50,6 +59,7 @@ def serve(args) -> int:
         poll_interval_s=args.poll_interval,
         restart_failed_models=args.restart_failed_models,
         start_timeout_s=args.start_timeout,
+        extra_args=args.tritonserver_args,
     )
     with server:
         print(f"tritonserver is ready (pid {server.pid})")
@@ -99,6 +109,35 @@ def models(args) -> int:
     return 0 if all(model.healthy or model.state != "READY" for model in report) else 2
 
 
+def bundle(args) -> int:
+    from merlin_torch_serving.bundling import bundle_repository
+
+    result = bundle_repository(
+        args.repository,
+        args.out,
+        environment=args.environment,
+        extra_distributions=args.with_distributions or (),
+        archive=args.archive,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(
+        f"bundled {len(result.python_steps)} python step(s) with Python {result.environment.python_version} and "
+        f"{len(result.environment.distributions)} distributions into {result.path}"
+    )
+    return 0
+
+
+def deploy_files(args) -> int:
+    from merlin_torch_serving import deployment
+
+    settings = deployment.DeploySettings(
+        **{field.name: getattr(args, field.name) for field in _deploy_fields() if getattr(args, field.name) is not None}
+    )
+    for path in deployment.write(args.out, settings):
+        print(path)
+    return 0
+
+
 def build_backend(args) -> int:
     from merlin_torch_serving.backends.pytorch_build import build_pytorch_backend, built_for_running_torch
 
@@ -112,6 +151,33 @@ def build_backend(args) -> int:
     state = "built now" if built.built_now else "already built"
     print(f"pytorch backend for torch {built.torch_version} and tritonserver {built.tritonserver_version} ({state}): {built.library}")
     return 0
+
+
+def version_report() -> str:
+    """This library's version, the Python it runs on, and the tritonserver that `serve` would start."""
+    import platform
+
+    from merlin_torch_serving import __version__
+    from merlin_torch_serving.backends.bundle import tritonserver_version
+    from merlin_torch_serving.server import find_tritonserver
+
+    try:
+        binary = find_tritonserver()
+        server = f"tritonserver {tritonserver_version(binary) or '(version unknown)'} at {binary}"
+    except MerlinTorchServingError:
+        server = "no tritonserver found (pip install 'merlin-torch-serving[server]' bundles one)"
+    return f"merlin-torch-serving {__version__} (Python {platform.python_version()}; {server})"
+
+
+class _VersionAction(argparse.Action):
+    """--version, worked out only when asked for (finding the server's version runs it once)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_report())
+        parser.exit()
 
 
 def _print_models(report) -> None:
@@ -156,10 +222,24 @@ def _parser() -> argparse.ArgumentParser:
         prog="merlin-torch-serving",
         description="Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.",
     )
+    version = argparse.ArgumentParser(add_help=False)
+    version.add_argument("--version", action=_VersionAction, help="show the versions of this library and tritonserver")
+    parser._add_action(version._actions[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve_parser = commands.add_parser("serve", help="run tritonserver on a model repository (foreground)")
-    serve_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
+    serve_parser = commands.add_parser(
+        "serve",
+        parents=[version],
+        help="run tritonserver on a model repository (foreground)",
+        usage="%(prog)s REPOSITORY [options] [-- TRITONSERVER ARGS ...]",
+        epilog="Arguments after '--' go to tritonserver as they are, e.g. "
+        "`-- --cache-config=local,size=104857600 --log-info=true`.",
+    )
+    serve_parser.add_argument(
+        "repository",
+        help="the model repository: a folder (e.g. what Ensemble.export wrote) or an s3://, gs:// or as:// URL "
+        "(an S3-compatible store at an endpoint of its own: s3://http://HOST:PORT/BUCKET/PATH)",
+    )
     serve_parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose")
     serve_parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="0 lets the OS choose")
     serve_parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="0 lets the OS choose")
@@ -177,8 +257,47 @@ def _parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
     serve_parser.set_defaults(run=serve)
 
+    bundle_parser = commands.add_parser(
+        "bundle",
+        parents=[version],
+        help="copy a model repository so that it serves on a tritonserver whose Python lacks this library",
+        description="Copy REPOSITORY to OUT, giving every python step a packed Python environment (this Python, "
+        "its standard library, and the installed distributions this library needs to serve), the python-backend "
+        "stub for that Python, and EXECUTION_ENV_PATH pointing at it. NVIDIA's tritonserver containers then "
+        "serve OUT without installing anything.",
+    )
+    bundle_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
+    bundle_parser.add_argument("out", help="the folder to write (must not exist)")
+    bundle_parser.add_argument(
+        "--with", dest="with_distributions", action="append", metavar="DIST",
+        help="also pack this installed distribution and its requirements (e.g. transformers4rec for an eager model)",
+    )
+    bundle_parser.add_argument(
+        "--archive", action="store_true",
+        help="ship the environment as python-env.tar.gz (one file, extracted by the server at load) instead of a folder",
+    )
+    bundle_parser.add_argument("--environment", metavar="FOLDER", help="reuse an environment packed by an earlier bundle")
+    bundle_parser.set_defaults(run=bundle)
+
+    deploy_parser = commands.add_parser(
+        "deploy-files",
+        parents=[version],
+        help="write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a repository",
+        description="Render the deployment files (Dockerfile; k8s/ Deployment, Service, HorizontalPodAutoscaler, "
+        "PodDisruptionBudget, prometheus-adapter rule; kserve/ InferenceService) into OUT, from one set of "
+        "settings so that ports, repository, shared memory and cache agree. Unset options keep the defaults "
+        "of the repository's own deploy/ folder.",
+    )
+    deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
+    for field in _deploy_fields():
+        deploy_parser.add_argument(
+            f"--{field.name.replace('_', '-')}", type=type(field.default), default=None, help=f"default: {field.default}"
+        )
+    deploy_parser.set_defaults(run=deploy_files)
+
     build_parser = commands.add_parser(
         "build-backend",
+        parents=[version],
         help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
         description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
         "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
@@ -201,7 +320,7 @@ def _parser() -> argparse.ArgumentParser:
         ("infer", infer, "send the rows of a parquet or CSV file to a served model and show the answer"),
         ("models", models, "list the models the server knows, with version and state"),
     ):
-        sub = commands.add_parser(name, help=help_text)
+        sub = commands.add_parser(name, parents=[version], help=help_text)
         if name == "infer":
             sub.add_argument("model", help="the ensemble's model name")
             sub.add_argument("file", help="a .parquet or .csv file of raw rows")
@@ -220,6 +339,16 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
+
+
+
+
+def _deploy_fields():
+    import dataclasses
+
+    from merlin_torch_serving.deployment import DeploySettings
+
+    return dataclasses.fields(DeploySettings)
 
 
 def _default_url(args) -> None:

@@ -67,16 +67,28 @@ class Ensemble:
         overwrite: bool = False,
         add_version: bool = False,
         options=None,
+        storage_options: dict | None = None,
     ):
         """Write a Triton model repository for this ensemble; see ``export.repository``.
 
-        ``options`` (a ``ModelOptions``) sets instances, warm-up and torch threads of every step
-        model. Returns the ``ExportResult`` (models written, their version). The ensemble itself
-        is not changed by exporting.
+        ``path`` is a local folder or an fsspec URL (``s3://bucket/models``; see
+        ``export.remote``), ``storage_options`` what that filesystem takes. ``options`` (a
+        ``ModelOptions``) configures every step model. Returns the ``ExportResult`` (models
+        written, their version). The ensemble itself is not changed by exporting.
         """
         from merlin_torch_serving.export.config import ModelOptions
+        from merlin_torch_serving.export.remote import export_to_url
         from merlin_torch_serving.export.repository import export_ensemble
+        from merlin_torch_serving.locations import is_url, local_path
 
+        options = options or ModelOptions()
+        if is_url(path):
+            return export_to_url(
+                self, path, name, overwrite=overwrite, add_version=add_version, options=options,
+                storage_options=storage_options,
+            )
+        if storage_options:
+            raise ValueError(f"storage_options are for URLs; {str(path)!r} is a local folder")
         return export_ensemble(
-            self, path, name, overwrite=overwrite, add_version=add_version, options=options or ModelOptions()
+            self, local_path(path), name, overwrite=overwrite, add_version=add_version, options=options
         )

@@ -18,6 +18,7 @@
     │   └── ModelLoadError          one or more models failed to load
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
     ├── BackendBuildError           the pytorch backend could not be built
+    ├── BundleError                 a repository could not be made self-sufficient (bundle)
     └── InferenceError              the server answered a request with an error
         └── RequestTimeoutError     no answer came within the client's timeout
 
@@ -168,7 +169,7 @@ class ServerNotFoundError(ServerError):
         super().__init__(
             "no tritonserver binary found; looked in: "
             + "; ".join(self.searched)
-            + ". Install the bundled server with `pip install nvidia-pytriton`, pass "
+            + ". Install the bundled server with `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton), pass "
             "TritonServer(binary=...), or set MTS_TRITONSERVER to the binary's path"
         )
 
@@ -254,6 +255,10 @@ class BackendNotAvailableError(ModelLoadError):
 
 class BackendBuildError(MerlinTorchServingError):
     """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler's error."""
+
+
+class BundleError(MerlinTorchServingError):
+    """A repository could not be bundled with its Python environment: what is missing and how to get it."""
 
 
 class InferenceError(MerlinTorchServingError):

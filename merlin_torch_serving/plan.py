@@ -9,6 +9,7 @@ session id), and the blanking of results computed from rows a workflow filtered 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from merlin.dag import ColumnSelector, Graph, Node, postorder_iter_nodes
@@ -16,6 +17,7 @@ from merlin.dag.ops import ConcatColumns, GroupingOp, SelectionOp, SubsetColumns
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
+from merlin_torch_serving import metrics
 from merlin_torch_serving.exceptions import InferenceError, InputError, MerlinTorchServingError, SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.filtered import BlankFilteredRows
@@ -83,6 +85,7 @@ def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
     """Run calls in order over ``env`` (Ref -> column) and return the requested output columns."""
     for call in calls:
         inputs = TensorTable({name: env[ref] for name, ref in call.inputs.items()}, _unsafe=True)
+        started = time.perf_counter()
         try:
             result = call.op.transform(ColumnSelector(list(call.inputs)), inputs)
         except (InferenceError, InputError):
@@ -92,6 +95,7 @@ def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
             raise InferenceError(call.name, str(exc)) from exc
         except Exception as exc:
             raise InferenceError(call.name, f"{type(exc).__name__}: {exc}") from exc
+        metrics.count(metrics.OPERATOR_SECONDS, time.perf_counter() - started, operator=call.name)
         for name in call.output_schema.column_names:
             if name not in result.columns:
                 raise InferenceError(

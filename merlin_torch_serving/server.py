@@ -46,6 +46,7 @@ from merlin_torch_serving.process import (
     signal_group,
     wait_for_group_exit,
 )
+from merlin_torch_serving.locations import repository_argument, server_repository
 from merlin_torch_serving.supervision import Supervisor
 
 __all__ = [
@@ -97,6 +98,9 @@ def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
 
 class TritonServer:
     """A tritonserver process on ``repository``; use as a context manager or call start()/stop().
+
+    ``repository`` is a local folder or a URL tritonserver reads itself (``s3://``, ``gs://``,
+    ``as://``; credentials come from the usual environment variables, which the server inherits).
 
     The process runs in its own process group, is forked by a thread of its own (so it lives on
     when the thread that called start() ends) and is killed when this process dies.
@@ -152,7 +156,8 @@ class TritonServer:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if int(poll_interval_s) != poll_interval_s or poll_interval_s < 1:
             raise ValueError(f"poll_interval_s must be a whole number of seconds, at least 1, got {poll_interval_s!r}")
-        self.repository = Path(repository)
+        #: a local Path, or the object-store URL as given
+        self.repository = server_repository(repository)
         self._binary = binary
         self._backend_directory = Path(backend_directory) if backend_directory is not None else None
         self._requested_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
@@ -182,7 +187,7 @@ class TritonServer:
             raise ServerError(
                 f"this TritonServer already runs (pid {self._pid}); call stop() before starting it again"
             )
-        if not self.repository.is_dir():
+        if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError(
                 f"model repository {str(self.repository)!r} is not a directory; create it or pass "
                 "the folder that holds the model folders"
@@ -358,6 +363,12 @@ class TritonServer:
         alone is applied in place), so the folders of the versions it serves are touched first
         (their modification time, nothing else); in "poll" mode the next poll then reloads it."""
         self._require_running()
+        if not isinstance(self.repository, Path):
+            raise ServerError(
+                f"could not reload model {name!r}: tritonserver reloads a model whose files changed, and this "
+                f"server's repository {self.repository!r} is in object storage, where its folders cannot be "
+                "touched; upload a new version (export with add_version=True) or restart the server"
+            )
         served = [m.version for m in self.models() if m.name == name and m.state == "READY" and m.version]
         folders = [self.repository / name / str(version) for version in served] or [
             folder for folder in (self.repository / name).glob("[0-9]*") if folder.name.isdigit()
@@ -468,7 +479,7 @@ class TritonServer:
             weakref.finalize(self, _remove_quietly, self._log_path)
         command = [
             str(binary),
-            f"--model-repository={self.repository.resolve()}",
+            f"--model-repository={repository_argument(self.repository)}",
             f"--backend-directory={backend_directory}",
             f"--http-port={self._ports['http']}",
             f"--grpc-port={self._ports['grpc']}",

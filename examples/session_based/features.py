@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask
 import numpy as np
 import nvtabular as nvt
 import pandas as pd
@@ -75,9 +76,31 @@ def fit_workflow(
     """
     directory = Path(directory)
     workflow = build_workflow(directory=directory, max_sequence_length=max_sequence_length)
+    use_task_shuffle()
     workflow.fit(as_dataset(train_interactions))
     workflow.save(str(directory))
     return workflow
+
+
+def use_task_shuffle() -> None:
+    """Shuffle with dask's task-based method, here and on the workers of a Dask cluster.
+
+    On a cluster, Categorify(split_out > 1) sorts its vocabularies with dask's default P2P
+    shuffle, which fails on the pinned distributed ("shuffle_transfer failed"); the sort runs
+    inside worker tasks, so the setting must reach the workers, not only this process.
+    """
+    _set_task_shuffle()
+    try:
+        from distributed import default_client
+
+        client = default_client()
+    except (ImportError, ValueError):  # no cluster: dask picks tasks by itself
+        return
+    client.run(_set_task_shuffle)
+
+
+def _set_task_shuffle() -> None:
+    dask.config.set({"dataframe.shuffle.method": "tasks"})
 
 
 def load_workflow(directory: str | Path) -> nvt.Workflow:

@@ -42,7 +42,7 @@ def python_backend_directory(
     if server_root is None:
         raise ServerError(
             "the python backend comes from the nvidia-pytriton package, which is not installed; "
-            "run `pip install nvidia-pytriton` or pass TritonServer(backend_directory=...)"
+            "run `pip install 'merlin-torch-serving[server]'` or pass TritonServer(backend_directory=...)"
         )
     pytriton_version = bundle.pytriton_version()
     stubs = server_root / "python_backend_stubs"

@@ -244,7 +244,7 @@ def _bundled_server_version() -> str:
     if binary is None or not binary.is_file():
         raise BackendBuildError(
             "the pytorch backend is built for the tritonserver bundled with nvidia-pytriton, which is not "
-            "installed; run `pip install nvidia-pytriton`"
+            "installed; run `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton)"
         )
     version = bundle.tritonserver_version(binary)
     if version is None:

@@ -7,6 +7,7 @@ Configs are built as dicts, parsed into tritonclient's ``ModelConfig`` protobuf 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from google.protobuf import json_format, text_format
@@ -21,6 +22,11 @@ INPUT_SCHEMA_PARAMETER = "merlin_torch_serving.input_schema"
 OUTPUT_SCHEMA_PARAMETER = "merlin_torch_serving.output_schema"
 #: python-backend step parameter: torch's intra-op threads in that model's process
 TORCH_THREADS_PARAMETER = "merlin_torch_serving.torch_threads"
+#: python-step parameter, written only as "false": the step publishes no metrics of its own
+METRICS_PARAMETER = "merlin_torch_serving.metrics"
+#: python-backend parameter: the Python environment (a folder or a .tar.gz) its stub runs in
+EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
+INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO", "KIND_MODEL")
 #: rows per request a python step accepts unless ModelOptions says otherwise: the example's XLNet
 #: needs ~9 KB of server memory per click (measured: +1.9 GB for 200,000 clicks), so ~1 GB here
 DEFAULT_MAX_REQUEST_ROWS = 100_000
@@ -56,14 +62,64 @@ class ModelOptions:
         steps refuse bigger requests with an error naming the limit, so that one request cannot
         take the machine's memory. ``Client`` splits bigger inputs by whole sessions to fit.
         ``None`` sets no limit.
+    instance_kind
+        Where each instance runs: ``"KIND_CPU"`` (default), ``"KIND_GPU"``, ``"KIND_AUTO"`` or
+        ``"KIND_MODEL"`` (Triton's ``instance_group.kind``).
+    version_policy
+        Which versions of every model (ensemble included) the server loads: None (Triton's default,
+        the newest one), ``"all"``, an int N (the newest N), or a sequence of version numbers.
+    response_cache
+        Cache the ensemble's answers in Triton's response cache (the server must be started with
+        a cache, e.g. ``serve REPOSITORY -- --cache-config=local,size=104857600``).
+    rate_limiter
+        Triton's ``instance_group.rate_limiter`` of every step model, in its config form:
+        ``{"resources": [{"name": "R", "count": 1}], "priority": 1}`` (the server runs it with
+        ``--rate-limit=execution_count``).
+    parameters
+        Extra ``parameters`` (name -> string) of every step model, for backend settings this
+        class does not name.
+    execution_env
+        ``EXECUTION_ENV_PATH`` of every python step: the Python environment (a folder or a
+        ``.tar.gz``) its stub runs in; ``$$TRITON_MODEL_DIRECTORY`` stands for the model's
+        folder. ``merlin-torch-serving bundle`` sets it, with the stub that fits the environment.
+    metrics
+        Whether python steps publish their own counters (``mts_*`` on the server's metrics
+        endpoint: sessions, filtered sessions, out-of-vocabulary ids, fast-path fallbacks, time
+        per operator; see ``export.step_metrics``). On by default: they cost a few microseconds
+        a request.
     """
 
     instance_count: int = 1
     warmup_count: int = 3
     torch_threads: int | None = 1
     max_request_rows: int | None = DEFAULT_MAX_REQUEST_ROWS
+    instance_kind: str = "KIND_CPU"
+    version_policy: str | int | Sequence[int] | None = None
+    response_cache: bool = False
+    rate_limiter: Mapping | None = None
+    parameters: Mapping[str, str] | None = None
+    execution_env: str | None = None
+    metrics: bool = True
 
     def __post_init__(self):
+        if self.instance_kind not in INSTANCE_KINDS:
+            raise ValueError(f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}")
+        _version_policy(self.version_policy)  # raises on nonsense
+        if self.rate_limiter is not None:
+            _parse({"instance_group": [{"rate_limiter": dict(self.rate_limiter)}]}, "rate_limiter")
+        own = {
+            TORCH_THREADS_PARAMETER,
+            MAX_REQUEST_ROWS_PARAMETER,
+            EXECUTION_ENV_PARAMETER,
+            METRICS_PARAMETER,
+            "INTRA_OP_THREAD_COUNT",
+        }
+        reserved = own & set(self.parameters or {})
+        if reserved:
+            raise ValueError(
+                f"parameters {sorted(reserved)} are set through ModelOptions' own fields "
+                "(torch_threads, max_request_rows, execution_env, metrics); pass them there"
+            )
         if self.instance_count < 1:
             raise ValueError(f"instance_count must be at least 1, got {self.instance_count!r}")
         if self.warmup_count < 0:
@@ -95,11 +151,18 @@ def python_model_config(
             "max_batch_size": 0,
             "input": tensor_configs(input_schema),
             "output": tensor_configs(output_schema),
-            "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
+            "instance_group": _instance_group(options),
             "parameters": _parameters(
-                {TORCH_THREADS_PARAMETER: options.torch_threads, MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows}
+                {
+                    **(options.parameters or {}),
+                    TORCH_THREADS_PARAMETER: options.torch_threads,
+                    MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
+                    EXECUTION_ENV_PARAMETER: options.execution_env,
+                    METRICS_PARAMETER: None if options.metrics else "false",
+                }
             ),
             "model_warmup": _warmup(warmup_files, options),
+            **_version_policy(options.version_policy),
         }
     )
 
@@ -116,17 +179,19 @@ def pytorch_model_config(
             "max_batch_size": 0,
             "input": tensor_configs(input_schema),
             "output": tensor_configs(output_schema),
-            "instance_group": [{"kind": "KIND_CPU", "count": options.instance_count}],
+            "instance_group": _instance_group(options),
             "default_model_filename": "model.pt",
             # as PredictPytorch runs it in-process: no per-shape re-optimisation (see ops/pytorch.py)
             "parameters": _parameters(
                 {
+                    **(options.parameters or {}),
                     "INFERENCE_MODE": "true",
                     "DISABLE_OPTIMIZED_EXECUTION": "true",
                     "INTRA_OP_THREAD_COUNT": options.torch_threads,
                 }
             ),
             "model_warmup": _warmup(warmup_files, options),
+            **_version_policy(options.version_policy),
         }
     )
 
@@ -162,6 +227,8 @@ def ensemble_config(
                     MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
                 }
             ),
+            **({"response_cache": {"enable": True}} if options.response_cache else {}),
+            **_version_policy(options.version_policy),
         }
     )
 
@@ -172,6 +239,34 @@ def to_pbtxt(config: model_config_pb2.ModelConfig) -> str:
 
 def from_pbtxt(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def _instance_group(options: ModelOptions) -> list[dict]:
+    group = {"kind": options.instance_kind, "count": options.instance_count}
+    if options.rate_limiter is not None:
+        group["rate_limiter"] = dict(options.rate_limiter)
+    return [group]
+
+
+def _version_policy(policy) -> dict:
+    """The config's ``version_policy`` entry (empty for Triton's default, the newest version)."""
+    if policy is None:
+        return {}
+    if policy == "all":
+        return {"version_policy": {"all": {}}}
+    if isinstance(policy, int) and not isinstance(policy, bool) and policy >= 1:
+        return {"version_policy": {"latest": {"num_versions": policy}}}
+    if (
+        isinstance(policy, Sequence)
+        and not isinstance(policy, str)
+        and policy
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in policy)
+    ):
+        return {"version_policy": {"specific": {"versions": list(policy)}}}
+    raise ValueError(
+        f"version_policy must be None, 'all', a number of newest versions (1 or more) or a sequence of "
+        f"version numbers, got {policy!r}"
+    )
 
 
 def _parameters(values: dict) -> dict:
@@ -197,5 +292,10 @@ def _config_dtype(spec: wire.TensorSpec) -> str:
     return "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
 
 
-def _parse(config: dict) -> model_config_pb2.ModelConfig:
-    return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+def _parse(config: dict, option: str | None = None) -> model_config_pb2.ModelConfig:
+    try:
+        return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    except json_format.ParseError as error:
+        if option is None:
+            raise
+        raise ValueError(f"{option} is not valid in a Triton model config: {error}") from None

@@ -16,11 +16,16 @@ from collections.abc import Mapping
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving import metrics, wire
 from merlin_torch_serving.exceptions import MerlinTorchServingError
 from merlin_torch_serving.executors import torch_threads
-from merlin_torch_serving.export.config import MAX_REQUEST_ROWS_PARAMETER, TORCH_THREADS_PARAMETER
+from merlin_torch_serving.export.config import (
+    MAX_REQUEST_ROWS_PARAMETER,
+    METRICS_PARAMETER,
+    TORCH_THREADS_PARAMETER,
+)
 from merlin_torch_serving.export.manifest import verify_step
+from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
 from merlin_torch_serving.ops.base import operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
@@ -66,8 +71,9 @@ class HostedStep:
         self.entry_check.check(arrays)
         table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
-        results = run_calls(self.calls, env, self.outputs)
-        return wire.to_wire(TensorTable(results, _unsafe=True))
+        results = TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
+        metrics.count(metrics.SESSIONS, len(next(iter(results.values()))) if results.columns else 0)  # rows
+        return wire.to_wire(results)
 
 
 class TritonPythonModel:
@@ -89,6 +95,10 @@ class TritonPythonModel:
         max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
         self.step = HostedStep.load(version_dir, self.model_name, int(max_rows) if max_rows else None)
         self.output_names = [output["name"] for output in config["output"]]
+        # python backends before 23.05 have no metrics API: serve without the step's own metrics
+        publish = parameters.get(METRICS_PARAMETER, {}).get("string_value") != "false"
+        publish = publish and hasattr(pb_utils, "MetricFamily")
+        self.metrics = StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
@@ -102,15 +112,30 @@ class TritonPythonModel:
                     spec.name: pb.get_input_tensor_by_name(request, spec.name).as_numpy()
                     for spec in self.step.input_specs
                 }
-                with torch_threads(self.torch_threads):
-                    outputs = self.step.run(arrays)
+                outputs = self._run(arrays)
                 tensors = [pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
             except Exception as exc:  # one failing request must not fail the others
+                if self.metrics is not None:
+                    self.metrics.skip_warmup()
                 detail = str(exc) if isinstance(exc, MerlinTorchServingError) else f"{type(exc).__name__}: {exc}"
                 message = f"model {self.model_name!r}: {detail}"
                 responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
         return responses
+
+    def finalize(self):
+        step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early
+        if step_metrics is not None:
+            step_metrics.close()
+
+    def _run(self, arrays: dict) -> dict:
+        with torch_threads(self.torch_threads):
+            if self.metrics is None:
+                return self.step.run(arrays)
+            with metrics.collecting() as collected:
+                outputs = self.step.run(arrays)
+            self.metrics.publish(collected)
+            return outputs
 
 
 class _TritonLogHandler(logging.Handler):

@@ -243,7 +243,7 @@ def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
 
 
 def _write_ensemble(
-    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options
+    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options: configs.ModelOptions
 ) -> None:
     (model_dir / str(version)).mkdir(parents=True)
     step_configs = []

@@ -12,6 +12,7 @@ import numpy as np
 from merlin.dag import ColumnSelector
 from nvtabular.ops import Categorify
 
+from merlin_torch_serving import metrics
 from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column, null_mask
 from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
 from merlin_torch_serving.vocabulary import is_single_file, read_labels
@@ -106,6 +107,8 @@ class CategorifyKernel:
         for name, vocabulary in self.vocabularies.items():
             column = batch[name]
             labels, nulls = vocabulary.encode(column.values)
+            if metrics.is_collecting():
+                metrics.count(metrics.OOV_IDS, np.count_nonzero((labels == OOV_LABEL) & ~nulls), column=name)
             if column.is_list:
                 # Inside lists NVTabular only ever merges, so a null element is simply absent
                 # from the vocabulary: it gets the out-of-vocabulary label, not the null label.

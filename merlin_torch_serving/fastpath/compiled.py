@@ -15,6 +15,7 @@ from typing import Mapping
 import numpy as np
 from merlin.schema import Schema
 
+from merlin_torch_serving import metrics
 from merlin_torch_serving.fastpath.batch import Batch, Column
 from merlin_torch_serving.fastpath.kernel import Delegate, Kernel
 from merlin_torch_serving.fastpath.wire_io import (
@@ -116,6 +117,8 @@ class CompiledWorkflow:
         if not upstream:
             raise ValueError(f"step {step.label!r} has no input for this request")
         batch = _merge(step.label, upstream)
+        if step.kernel is step.fallback:  # no compiled kernel: NVTabular on every request
+            metrics.count(metrics.FASTPATH_FALLBACKS, operator=step.label)
         try:
             return step.kernel(batch)
         except Delegate as delegated:
@@ -124,6 +127,7 @@ class CompiledWorkflow:
             logger.debug(
                 "fast path: %s runs through NVTabular for this request: %s", step.label, delegated.reason
             )
+            metrics.count(metrics.FASTPATH_FALLBACKS, operator=step.label)
             return step.fallback(batch)
 
 

@@ -14,11 +14,12 @@ import copy
 import os
 from typing import Any
 
+import numpy as np
 from merlin.dag import postorder_iter_nodes
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving import metrics, wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
@@ -135,7 +136,10 @@ class TransformWorkflow(ServingOperator):
         table = wire.from_wire(arrays, self.workflow.output_schema)
         if self.session_key is None:
             return table
-        return line_up_sessions(table, transformable[self.session_key].values, self.session_key, self.filtered_column)
+        answer = line_up_sessions(table, transformable[self.session_key].values, self.session_key, self.filtered_column)
+        if self.filtered_column:
+            metrics.count(metrics.FILTERED_SESSIONS, np.count_nonzero(answer[self.filtered_column].values))
+        return answer
 
     def config(self) -> dict[str, Any]:
         return {

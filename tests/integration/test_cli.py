@@ -1,11 +1,13 @@
 """The command line: serve in the foreground, infer from a file, list models, stop on Ctrl-C."""
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import threading
 
@@ -18,6 +20,8 @@ from merlin_torch_serving import Client, Ensemble, chunks, frames, tables
 from tests import toy_session
 
 pytestmark = pytest.mark.integration
+
+SERVER_ID = "cli-test-server"
 
 
 def run_cli(*args, timeout_s=120):
@@ -49,7 +53,7 @@ def served_repository(tmp_path_factory, ensemble):
     repository = tmp_path_factory.mktemp("cli") / "repository"
     ensemble.export(repository, "reco")  # ModelOptions' default: at most 100,000 rows per request
     process = subprocess.Popen(
-        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
+        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--", f"--id={SERVER_ID}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -184,6 +188,33 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
     expected = tables.concat([ensemble.run(part) for part in chunks.split(request, ["session_id"], ROW_LIMIT)])
     np.testing.assert_array_equal(np.stack(answer["item_ids"]), expected["item_ids"].values)
     np.testing.assert_array_equal(np.stack(answer["item_scores"]), expected["item_scores"].values)
+
+
+def test_serve_passes_the_arguments_after_a_double_dash_to_tritonserver(served_repository):
+    _, urls, _ = served_repository
+    with urllib.request.urlopen(f"http://{urls['HTTP']}/v2", timeout=10) as answer:
+        assert json.load(answer)["name"] == SERVER_ID
+
+
+def test_version_names_the_library_python_and_tritonserver_and_prints_no_warning():
+    for args in (["--version"], ["serve", "--version"], ["models", "--version"]):
+        result = run_cli(*args)
+        assert result.returncode == 0, result.stderr
+        assert re.fullmatch(r"merlin-torch-serving \S+ \(Python 3\.11\.\d+; tritonserver 2\.\d+\.\d+ at \S+\)\n", result.stdout)
+        assert result.stderr == ""
+
+
+def test_a_command_prints_no_tensorflow_warning(served_repository):
+    _, urls, _ = served_repository
+    result = run_cli("models", "--url", urls["gRPC"])
+    assert result.returncode == 0
+    assert "ensorflow" not in result.stderr
+
+
+def test_arguments_after_a_double_dash_are_refused_by_commands_other_than_serve():
+    result = run_cli("models", "--", "--id=x")
+    assert result.returncode == 2
+    assert "only `serve` passes arguments after '--'" in result.stderr
 
 
 def test_ctrl_c_stops_the_server_cleanly(served_repository):

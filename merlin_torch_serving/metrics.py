@@ -1,0 +1,58 @@
+"""What the operators of a served step count while they run: sessions, filtered sessions,
+out-of-vocabulary ids, fast-path fallbacks, time per operator.
+
+Operators call ``count(name, value, **labels)``; it costs a context-variable lookup and does
+nothing unless a step host is ``collecting()`` (in-process runs collect nothing). The python
+backend's host publishes what one request collected (``export.step_metrics``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+#: the counters, as ``count`` names them; published as ``mts_<name>_total``
+SESSIONS = "sessions"
+FILTERED_SESSIONS = "filtered_sessions"
+OOV_IDS = "oov_ids"
+FASTPATH_FALLBACKS = "fastpath_fallbacks"
+OPERATOR_SECONDS = "operator_seconds"
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+class Collected:
+    """Counts of one request: (name, sorted labels) -> total."""
+
+    def __init__(self):
+        self.totals: dict[Key, float] = {}
+
+    def add(self, name: str, value: float, labels: dict[str, str]) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        self.totals[key] = self.totals.get(key, 0.0) + value
+
+
+_collected: contextvars.ContextVar[Collected | None] = contextvars.ContextVar("mts_collected", default=None)
+
+
+def count(name: str, value: float = 1, **labels: str) -> None:
+    """Add ``value`` to counter ``name`` of the request being served (nothing outside a served step)."""
+    collected = _collected.get()
+    if collected is not None and value:
+        collected.add(name, float(value), labels)
+
+
+def is_collecting() -> bool:
+    """Whether counts are kept: lets an operator skip work done only to count."""
+    return _collected.get() is not None
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[Collected]:
+    collected = Collected()
+    token = _collected.set(collected)
+    try:
+        yield collected
+    finally:
+        _collected.reset(token)
