@@ -84,7 +84,7 @@ class Ensemble:
         options = options or ModelOptions()
         if is_url(path):
             return export_to_url(
-                self, path, name, overwrite=overwrite, add_version=add_version, options=options,
+                self, str(path), name, overwrite=overwrite, add_version=add_version, options=options,
                 storage_options=storage_options,
             )
         if storage_options:

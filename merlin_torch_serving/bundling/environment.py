@@ -185,11 +185,11 @@ def _copy_distribution(name: str, site_packages: Path) -> str:
             f"distribution {name!r} is needed in the packed environment but is not installed in this Python "
             f"({sys.prefix}); install it, or leave it out of the distributions to pack"
         ) from None
-    root = Path(dist.locate_file("")).resolve()
+    root = Path(str(dist.locate_file(""))).resolve()
     if _installed_normally(dist):
-        for file in dist.files:
+        for file in dist.files or ():
             relative = Path(file)
-            source = Path(dist.locate_file(file))
+            source = Path(str(dist.locate_file(file)))
             if relative.parts[0] == ".." or not source.is_file() or "__pycache__" in relative.parts:
                 continue  # console scripts outside site-packages; bytecode is rebuilt on import
             destination = site_packages / relative

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from merlin_torch_serving import metrics
 
@@ -59,8 +60,9 @@ class StepMetrics:
         self._pb = pb_utils
         self._model = model_name
         self._warmup_left = warmup_requests
-        self._families = {}
-        self._series = {}
+        # pb_utils.MetricFamily and its Metric objects, made on first use
+        self._families: dict[str, Any] = {}
+        self._series: dict[metrics.Key, Any] = {}
         self._pending: dict[metrics.Key, float] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
