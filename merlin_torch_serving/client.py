@@ -31,7 +31,14 @@ from merlin_torch_serving.export.config import (
     OUTPUT_SCHEMA_PARAMETER,
     REQUEST_GROUPS_PARAMETER,
 )
-from merlin_torch_serving.health import ModelHealth, ModelStatus, probe_request, stub_answered
+from merlin_torch_serving.health import (
+    ModelHealth,
+    ModelStatus,
+    failed_requests,
+    model_statuses,
+    probe_request,
+    stub_answered,
+)
 from merlin_torch_serving.schemas import schema_from_json
 
 Protocol = Literal["grpc", "http"]
@@ -132,17 +139,7 @@ class Client:
 
     def models(self) -> list[ModelStatus]:
         """The server's repository index: name, version and state of every model it knows."""
-        index = self._call(None, self._client.get_model_repository_index, **self._json_flag())
-        entries = index.get("models", []) if isinstance(index, dict) else index
-        return [
-            ModelStatus(
-                name=e["name"],
-                version=int(e["version"]) if e.get("version") else None,
-                state=e.get("state") or None,
-                reason=e.get("reason", ""),
-            )
-            for e in entries
-        ]
+        return model_statuses(self._call(None, self._client.get_model_repository_index, **self._json_flag()))
 
     def health(self) -> list[ModelHealth]:
         """Each model the server knows, with whether its python-backend stubs answer.
@@ -154,10 +151,7 @@ class Client:
             stats = self._call(None, self._client.get_inference_statistics, **self._json_flag())
         except MerlinTorchServingError:
             stats = {}
-        failures = {
-            (entry["name"], int(entry.get("version") or 0)): int(entry["inference_stats"].get("fail", {}).get("count", 0))
-            for entry in (stats or {}).get("model_stats", [])
-        }
+        failures = failed_requests(stats or {})
         report = []
         for status in self.models():
             alive, error = None, status.reason if status.state != "READY" else ""

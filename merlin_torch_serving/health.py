@@ -1,25 +1,19 @@
-"""What is true of each served model: loaded, its python-backend stubs alive, requests failing, why.
+"""What is true of each served model, as the launcher and the client both report it: its row of
+the repository index (``ModelStatus``), and whether it answers (``ModelHealth``).
 
 Triton keeps answering READY, to its readiness endpoints and its repository index, for a python
 model whose stub process died: every request then fails with "Stub process ... is not healthy",
-forever, and nothing is logged. The launcher owns tritonserver, so it can see the stubs (children
-of tritonserver, one per model instance) in /proc and compare them with the instances each
-model's config asks for. A stub that is a zombie or stopped, or missing, makes its model
-unhealthy; how it ended (killed by SIGKILL, exited with code 1) becomes the model's last error.
-This module holds those facts and the rules that turn them into a ``ModelHealth`` per model.
+forever, and nothing is logged. The launcher sees the stubs themselves (``launcher.stubs``); a
+client of a server in another process sends a model a request of no rows instead
+(``probe_request``, ``stub_answered``). Both read the server's answers with the parsers here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import PurePath
 
 import numpy as np
-
-from merlin_torch_serving.process import ProcessInfo, describe_exit
-
-STUB_NAME = "triton_python_backend_stub"
 
 
 @dataclass(frozen=True)
@@ -33,6 +27,21 @@ class ModelStatus:
     state: str | None
     #: why the model is UNAVAILABLE, in the server's words ("unloaded" after unload)
     reason: str = ""
+
+
+def model_statuses(index: Iterable[Mapping] | Mapping) -> list[ModelStatus]:
+    """The rows of a repository index as tritonclient returns it: a list of entries over HTTP, a
+    ``{"models": [...]}`` message over gRPC (``as_json=True``)."""
+    entries = index.get("models", []) if isinstance(index, Mapping) else index
+    return [
+        ModelStatus(
+            name=entry["name"],
+            version=int(entry["version"]) if entry.get("version") else None,
+            state=entry.get("state") or None,
+            reason=(entry.get("reason") or "").strip(),
+        )
+        for entry in entries
+    ]
 
 
 @dataclass(frozen=True)
@@ -58,110 +67,13 @@ class ModelHealth:
         return self.state == "READY" and self.stubs_alive is not False
 
 
-@dataclass(frozen=True)
-class Stub:
-    """A python-backend stub process: the model instance it runs, and whether it still runs."""
-
-    pid: int
-    model: str
-    version: int
-    instance: str
-    alive: bool
-
-
-def stub_of(process: ProcessInfo) -> Stub | None:
-    """The stub a process of tritonserver is, read from its command line (``stub model.py ...``)."""
-    if len(process.argv) < 2 or not process.argv[0].endswith(STUB_NAME):
-        return None
-    model_file = PurePath(process.argv[1])  # <repository>/<model>/<version>/model.py
-    model, version = model_file.parent.parent.name, model_file.parent.name
-    if not version.isdigit():
-        return None
-    instance = next((arg for arg in process.argv[2:] if arg.startswith(f"{model}_")), model)
-    return Stub(process.pid, model, int(version), instance, process.is_alive)
-
-
-class StubRecord:
-    """The stubs seen so far, so that one that died (a zombie has no command line) is still known."""
-
-    def __init__(self):
-        self._known: dict[int, Stub] = {}
-
-    def update(
-        self, children: Iterable[ProcessInfo]
-    ) -> tuple[dict[tuple[str, int], set[int]], dict[tuple[str, int], list[str]]]:
-        """From tritonserver's children: the pids of live stubs per (model, version), and how
-        dead ones ended."""
-        live: dict[tuple[str, int], set[int]] = {}
-        deaths: dict[tuple[str, int], list[str]] = {}
-        present = set()
-        for process in children:
-            present.add(process.pid)
-            stub = stub_of(process) if process.argv else None
-            if stub is not None:
-                self._known[process.pid] = stub
-            stub = self._known.get(process.pid)
-            if stub is None:
-                continue
-            key = (stub.model, stub.version)
-            if process.is_alive:
-                live.setdefault(key, set()).add(process.pid)
-                continue
-            how = describe_exit(process.exit_status) if process.state in ("Z", "X") else "stopped"
-            deaths.setdefault(key, []).append(f"the stub of instance {stub.instance!r} (pid {stub.pid}) {how}")
-        for pid in set(self._known) - present:
-            del self._known[pid]  # reaped: it ended the normal way (unload)
-        return live, deaths
-
-
-def assess(
-    statuses: Iterable[ModelStatus],
-    instances: Mapping[tuple[str, int], int],
-    live: Mapping[tuple[str, int], set[int]],
-    deaths: Mapping[tuple[str, int], list[str]],
-    failures: Mapping[tuple[str, int], int],
-    notes: Mapping[str, str] = {},
-    restarts: Mapping[str, int] = {},
-    reloading: Iterable[str] = (),
-) -> list[ModelHealth]:
-    """One ``ModelHealth`` per index row.
-
-    ``instances`` maps each python model version to the stub count its config asks for (models
-    missing from it have no stubs); ``live`` and ``deaths`` come from ``StubRecord.update``;
-    ``failures`` from the server's statistics; ``notes`` is the launcher's own last word on a
-    model (a failed restart), shown when nothing worse is known. A model in ``reloading`` is
-    being reloaded after its stubs died: its new stubs may run, but requests still reach the
-    dead ones until the reload is done.
-    """
-    reloading = set(reloading)
-    report = []
-    for status in statuses:
-        key = (status.name, status.version or 0)
-        stubs_alive = None
-        error = ""
-        if status.state != "READY":
-            error = status.reason
-        elif status.name in reloading:
-            stubs_alive = False
-        elif key in instances:
-            running = len(live.get(key, ()))
-            stubs_alive = running >= instances[key]
-            if not stubs_alive:
-                missing = instances[key] - running
-                error = "; ".join(deaths.get(key, [])) or f"{missing} of its {instances[key]} stub process(es) are gone"
-                error += "; every request to it fails until it is reloaded"
-        report.append(
-            ModelHealth(
-                name=status.name,
-                version=status.version,
-                state=status.state,
-                stubs_alive=stubs_alive,
-                failed_requests=failures.get(key),
-                last_error=error or notes.get(status.name, ""),
-                restarts=restarts.get(status.name, 0),
-            )
-        )
-    return report
+def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:
+    """``(model, version) -> requests answered with an error`` since each version loaded, from the
+    server's inference statistics (gRPC's JSON leaves zero counts out)."""
+    return {
+        (entry["name"], int(entry.get("version") or 0)): int(entry["inference_stats"].get("fail", {}).get("count", 0))
+        for entry in statistics.get("model_stats", [])
+    }
 
 
 def expected_stubs(config: Mapping) -> int | None:

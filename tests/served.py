@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from merlin_torch_serving import Client, wire
-from merlin_torch_serving.process import children_of
+from merlin_torch_serving.launcher.process import children_of
 
 
 def assert_frames_equal(served: pd.DataFrame, local: pd.DataFrame):

@@ -86,3 +86,36 @@ def write_python_model(
         (folder / str(version) / "model.py").write_text(source)
     (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
     return folder
+
+
+INT64_VECTOR = ("TYPE_INT64", [-1])
+
+
+def write_doubler(repository: str | Path, name: str, **options) -> Path:
+    """A python model that answers ``y = 2 * x`` (int64 vectors); ``options`` as write_python_model's."""
+    return write_python_model(
+        repository,
+        name,
+        inputs={"x": INT64_VECTOR},
+        outputs={"y": INT64_VECTOR},
+        compute="return {'y': inputs['x'] * 2}",
+        **options,
+    )
+
+
+def write_invalid_config(repository: Path, name: str) -> None:
+    """A model whose config.pbtxt names a field ModelConfig has not, on its second line."""
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "config.pbtxt").write_text('backend: "python"\nno_such_field: 1\n')
+
+
+def write_onnx_model(repository: Path, name: str) -> None:
+    """A model for Triton's ONNX Runtime backend, which the bundled server lacks; the file's content
+    never matters since no backend reads it."""
+    (repository / name / "1").mkdir(parents=True)
+    (repository / name / "1" / "model.onnx").write_bytes(b"not read by any backend here")
+    (repository / name / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nmax_batch_size: 0\n'
+        'input [{ name: "x" data_type: TYPE_INT64 dims: [-1] }]\n'
+        'output [{ name: "y" data_type: TYPE_INT64 dims: [-1] }]\n'
+    )

@@ -31,42 +31,11 @@ from merlin_torch_serving.exceptions import (
     ServerStartTimeoutError,
 )
 from merlin_torch_serving.server import ModelStatus, TritonServer
-from tests.triton_models import write_python_model
+from tests.triton_models import write_doubler, write_invalid_config, write_onnx_model
 
 pytestmark = pytest.mark.integration
 
 PROCESS_EXIT_TIMEOUT_S = 15.0
-
-INT64_VECTOR = ("TYPE_INT64", [-1])
-
-
-def write_doubler(repository: Path, name: str, **options) -> Path:
-    return write_python_model(
-        repository,
-        name,
-        inputs={"x": INT64_VECTOR},
-        outputs={"y": INT64_VECTOR},
-        compute="return {'y': inputs['x'] * 2}",
-        **options,
-    )
-
-
-def write_invalid_config(repository: Path, name: str) -> None:
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "config.pbtxt").write_text('backend: "python"\nno_such_field: 1\n')
-
-
-def write_onnx_model(repository: Path, name: str) -> None:
-    """A model for Triton's ONNX Runtime backend, which the bundled server lacks; the file's content
-    never matters since no backend reads it."""
-    (repository / name / "1").mkdir(parents=True)
-    (repository / name / "1" / "model.onnx").write_bytes(b"not read by any backend here")
-    (repository / name / "config.pbtxt").write_text(
-        'backend: "onnxruntime"\nmax_batch_size: 0\n'
-        'input [{ name: "x" data_type: TYPE_INT64 dims: [-1] }]\n'
-        'output [{ name: "y" data_type: TYPE_INT64 dims: [-1] }]\n'
-    )
-
 
 def status_of(server: TritonServer, name: str) -> ModelStatus:
     return next(model for model in server.models() if model.name == name)
@@ -300,33 +269,26 @@ def test_calls_raise_server_exited_when_the_server_dies_after_start(tmp_path):
 # -- start errors -------------------------------------------------------------------------------
 
 
-def test_start_raises_model_load_error_naming_every_failing_model(tmp_path):
+def test_start_raises_one_error_naming_every_failing_model_and_the_missing_backend(tmp_path):
+    """How each failure is read from the log is tested on recorded logs (tests/unit/launcher); this
+    start shows the whole path, and that a failed start leaves no process."""
     write_doubler(tmp_path, "good")
     write_doubler(tmp_path, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')")
     write_invalid_config(tmp_path, "invalid_config")
-    server = TritonServer(tmp_path)
-    with pytest.raises(ModelLoadError) as caught:
-        server.start()
-    error = caught.value
-    assert not isinstance(error, BackendNotAvailableError)
-    assert sorted(error.failures) == ["fails_in_initialize", "invalid_config"]
-    assert "RuntimeError: checkpoint missing" in error.failures["fails_in_initialize"]
-    assert 'no field named "no_such_field"' in error.failures["invalid_config"]
-    assert re.search(r"2 model\(s\) failed to load:\n  'fails_in_initialize': ", str(error))
-    assert not server.is_running
-    assert wait_until_nothing_uses(tmp_path) == []
-
-
-def test_start_raises_backend_not_available_when_a_model_needs_a_missing_backend(tmp_path):
-    write_doubler(tmp_path, "good")
     write_onnx_model(tmp_path, "needs_onnx")
     server = TritonServer(tmp_path)
     with pytest.raises(
         BackendNotAvailableError, match=r"model 'needs_onnx' needs backend 'onnxruntime'.*\(it has: ensemble, python.*NGC image"
     ) as caught:
         server.start()
-    assert list(caught.value.failures) == ["needs_onnx"]
-    assert "unable to find backend library for backend 'onnxruntime'" in caught.value.failures["needs_onnx"]
+    error = caught.value
+    assert error.missing == {"needs_onnx": "onnxruntime"}
+    assert sorted(error.failures) == ["fails_in_initialize", "invalid_config", "needs_onnx"]
+    assert "RuntimeError: checkpoint missing" in error.failures["fails_in_initialize"]
+    assert 'no field named "no_such_field"' in error.failures["invalid_config"]
+    assert "unable to find backend library for backend 'onnxruntime'" in error.failures["needs_onnx"]
+    assert "Models that failed:\n  'fails_in_initialize': " in str(error)
+    assert not server.is_running
     assert wait_until_nothing_uses(tmp_path) == []
 
 
@@ -341,16 +303,14 @@ def test_start_raises_timeout_and_stops_the_server_when_a_model_loads_too_slowly
     assert wait_until_nothing_uses(tmp_path) == []
 
 
-@pytest.mark.parametrize(
-    ("port_argument", "protocol"), [("http_port", "HTTP"), ("grpc_port", "gRPC"), ("metrics_port", "metrics")]
-)
-def test_start_raises_port_in_use_naming_the_port_when_a_requested_port_is_taken(tmp_path, port_argument, protocol):
+def test_start_raises_port_in_use_naming_the_port_when_a_requested_port_is_taken(tmp_path):
+    """One protocol here; the log lines of all three are read in tests/unit/launcher."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
         taken.bind(("", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = TritonServer(tmp_path, model_control="explicit", **{port_argument: port})
-        with pytest.raises(PortInUseError, match=rf"the {protocol} port {port} is already in use") as caught:
+        server = TritonServer(tmp_path, model_control="explicit", grpc_port=port)
+        with pytest.raises(PortInUseError, match=rf"the gRPC port {port} is already in use") as caught:
             server.start()
     assert caught.value.port == port
     assert wait_until_gone([server.pid]) == []

@@ -1,67 +1,41 @@
-"""Turning what the server and /proc say into a health report per model (no server needed)."""
+"""What the launcher and the client both read of a model: the repository index, the statistics,
+and the probe that tells a client whether a python model's stub answers."""
 
-import signal
+from __future__ import annotations
 
 import numpy as np
 
-from merlin_torch_serving.health import ModelStatus, StubRecord, assess, probe_request, stub_of
-from merlin_torch_serving.process import ProcessInfo
+from merlin_torch_serving.health import ModelStatus, failed_requests, model_statuses, probe_request
 
-STUB = "/cache/backends/python/triton_python_backend_stub"
-
-
-def stub_process(pid, model, state="S", status=0, version=1):
-    argv = (STUB, f"/repo/{model}/{version}/model.py", "shm_region", "1048576", "1048576", "99", "/lib", "336", f"{model}_0_0", "DEFAULT")
-    return ProcessInfo(pid=pid, parent=99, group=99, state=state, exit_status=status, argv=argv)
-
-
-def zombie(pid, status):
-    return ProcessInfo(pid=pid, parent=99, group=99, state="Z", exit_status=status, argv=())
+# as tritonclient returns them: a list over HTTP, a message as JSON over gRPC
+HTTP_INDEX = [
+    {"name": "reco", "version": "1", "state": "READY"},
+    {"name": "never_loaded"},
+    {"name": "broken", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded\n"},
+]
+GRPC_INDEX = {"models": [{"name": "reco", "version": "1", "state": "READY", "reason": ""}, {"name": "never_loaded"}]}
 
 
-READY = [ModelStatus("reco", 1, "READY"), ModelStatus("reco-0-step", 1, "READY")]
-
-
-def test_a_stub_is_read_from_its_command_line():
-    stub = stub_of(stub_process(7, "reco-0-step"))
-    assert (stub.model, stub.version, stub.instance, stub.alive) == ("reco-0-step", 1, "reco-0-step_0_0", True)
-    assert stub_of(ProcessInfo(8, 99, 99, "S", 0, ("/bin/sleep", "10"))) is None
-
-
-def test_a_model_with_all_its_stubs_is_healthy_and_an_ensemble_has_none():
-    live, deaths = StubRecord().update([stub_process(7, "reco-0-step")])
-    report = assess(READY, {("reco-0-step", 1): 1}, live, deaths, {("reco-0-step", 1): 2})
-    assert [(m.name, m.stubs_alive, m.healthy, m.failed_requests) for m in report] == [
-        ("reco", None, True, None),
-        ("reco-0-step", True, True, 2),
+def test_the_repository_index_reads_the_same_over_http_and_grpc():
+    assert model_statuses(HTTP_INDEX) == [
+        ModelStatus("reco", 1, "READY", ""),
+        ModelStatus("never_loaded", None, None, ""),
+        ModelStatus("broken", 2, "UNAVAILABLE", "unloaded"),
     ]
+    assert model_statuses(GRPC_INDEX) == model_statuses(HTTP_INDEX[:2])
+    assert model_statuses({}) == []
 
 
-def test_a_stub_that_died_is_named_with_how_it_ended_once_it_was_seen():
-    record = StubRecord()
-    record.update([stub_process(7, "reco-0-step")])
-    live, deaths = record.update([zombie(7, signal.SIGKILL)])  # a zombie has no command line left
-    (step,) = [m for m in assess(READY, {("reco-0-step", 1): 1}, live, deaths, {}) if m.name == "reco-0-step"]
-    assert (step.state, step.stubs_alive, step.healthy) == ("READY", False, False)
-    assert step.last_error.startswith("the stub of instance 'reco-0-step_0_0' (pid 7) killed by SIGKILL")
-
-
-def test_a_missing_stub_and_a_stopped_one_make_the_model_unhealthy():
-    live, deaths = StubRecord().update([stub_process(7, "reco-0-step", state="T")])
-    (step,) = [m for m in assess(READY, {("reco-0-step", 1): 2}, live, deaths, {}) if m.name == "reco-0-step"]
-    assert step.stubs_alive is False and "stopped" in step.last_error
-
-
-def test_a_model_being_reloaded_is_reported_down_with_the_launchers_note():
-    live, deaths = StubRecord().update([stub_process(8, "reco-0-step")])
-    notes = {"reco-0-step": "being reloaded after: its stub died"}
-    (step,) = [m for m in assess(READY, {("reco-0-step", 1): 1}, live, deaths, {}, notes, {}, {"reco-0-step"}) if m.name == "reco-0-step"]
-    assert (step.stubs_alive, step.last_error) == (False, "being reloaded after: its stub died")
-
-
-def test_an_unavailable_model_reports_the_servers_reason():
-    (model,) = assess([ModelStatus("broken", 1, "UNAVAILABLE", "failed to load")], {}, {}, {}, {})
-    assert (model.healthy, model.last_error) == (False, "failed to load")
+def test_failed_requests_are_counted_per_model_version_and_zero_when_grpc_leaves_the_count_out():
+    statistics = {
+        "model_stats": [
+            {"name": "reco", "version": "1", "inference_stats": {"fail": {"count": "3", "ns": "10"}}},
+            {"name": "reco-0-step", "version": "1", "inference_stats": {"success": {"count": "9"}}},
+            {"name": "never_loaded", "version": "", "inference_stats": {}},
+        ]
+    }
+    assert failed_requests(statistics) == {("reco", 1): 3, ("reco-0-step", 1): 0, ("never_loaded", 0): 0}
+    assert failed_requests({}) == {}
 
 
 def test_the_probe_of_a_python_step_is_a_request_without_rows():

@@ -1,15 +1,22 @@
 """Reading tritonserver's log and answers: pure functions over their text, no process, no I/O.
 
 The server says what went wrong in lines meant for people; these functions find the lines that
-matter (why a model failed to load, which port was taken, which models are still loading) so the
-launcher's errors can quote them.
+matter (why a model failed to load, which port was taken, which models are still loading) and
+build the launcher's errors from them, so every error a server's log explains is worded here.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+from merlin_torch_serving.exceptions import (
+    BackendNotAvailableError,
+    ModelLoadError,
+    PortInUseError,
+    ServerError,
+    ServerExitedError,
+)
 
 TAIL_LINES = 40
 
@@ -24,8 +31,9 @@ _CPU_MACHINE_NOISE = (
 _PORT_IN_USE = re.compile(r"failed to start (\w+) service: .*?Socket '[^']*:(\d+)' already in use")
 _PROTOCOL_NAMES = {"HTTP": "HTTP", "GRPC": "gRPC", "METRICS": "metrics"}
 _MISSING_BACKEND = re.compile(r"unable to find backend library for backend '([^']+)'")
-# how an ensemble's load error quotes the error of a step it depends on
-_DEPENDENCY_FAILURE = re.compile(r"Model '([^']+)' loading failed with error: (.+?)(?=;\s*Model '|;?\s*$)")
+# how an ensemble's load error quotes the error of a step it depends on (a python step's error
+# ends with its traceback, over several lines)
+_DEPENDENCY_FAILURE = re.compile(r"Model '([^']+)' loading failed with error: (.+?)(?=;\s*Model '|;?\s*$)", re.DOTALL)
 _TRITON_LOG_LINE = re.compile(r'^[IWE]\d{4} \S+ +\d+ \S+\] "?(.*?)"?$')
 _PROTOBUF_ERROR_LINE = re.compile(r"^\[libprotobuf ERROR [^\]]*\] (.*)$")
 _LOADING = re.compile(r'"loading: (.+?):\d+"')
@@ -101,9 +109,42 @@ def missing_backends(failures: Mapping[str, str]) -> dict[str, str]:
     return missing
 
 
-def error_text(body: str) -> str:
-    """The ``error`` of a JSON answer, else the answer itself."""
-    try:
-        return str(json.loads(body)["error"]).strip().rstrip(";").strip()
-    except (ValueError, KeyError, TypeError):
-        return body.strip() or "(empty answer)"
+def load_refusal(answer: str, log: str, name: str) -> str:
+    """Why loading ``name`` failed: the server's answer, with its log's reasons when the answer
+    only says that the model's folder could not be read (``log``: what it wrote since the load)."""
+    if "failed to poll" in answer:
+        return f"{answer}: {model_errors(log, name)}"
+    return answer
+
+
+def exit_error(returncode: int, log: str) -> ServerError:
+    """The error for a server that exited: a port it could not bind, else its exit code."""
+    in_use = port_in_use(log)
+    if in_use:
+        return PortInUseError(*in_use, log_tail(log))
+    return ServerExitedError(returncode, log_tail(log))
+
+
+def load_error(failures: Mapping[str, str], available_backends: Sequence[str], log: str) -> ModelLoadError:
+    """The error for models that failed to load (``model -> reason``): ``BackendNotAvailableError``
+    when the server lacks a backend one of them needs, naming those it has."""
+    failures = with_dependency_failures(failures)
+    missing = missing_backends(failures)
+    if missing:
+        return BackendNotAvailableError(failures, missing, available_backends, log_tail(log))
+    return ModelLoadError(failures, log_tail(log))
+
+
+def start_awaits(log: str, silent_ports: Sequence[int], live_url: str) -> str:
+    """What a start that timed out was still waiting for: models that were loading (the endpoints
+    open only after them), else ports the server did not listen on, else its liveness answer."""
+    loading = still_loading(log)
+    if loading:
+        return f"model(s) {names(loading)} to finish loading; the endpoints open only after that"
+    if silent_ports:
+        return f"tritonserver to listen on port(s) {', '.join(map(str, silent_ports))}"
+    return f"GET /v2/health/live on {live_url} to answer 200"
+
+
+def names(models: Sequence[str]) -> str:
+    return ", ".join(repr(name) for name in models)

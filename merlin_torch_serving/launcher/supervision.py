@@ -14,8 +14,9 @@ import threading
 import time
 
 from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
-from merlin_torch_serving.health import ModelHealth, StubRecord, assess, expected_stubs
-from merlin_torch_serving.process import children_of
+from merlin_torch_serving.health import ModelHealth, expected_stubs
+from merlin_torch_serving.launcher.stubs import StubRecord, assess
+from merlin_torch_serving.launcher.process import children_of
 
 logger = logging.getLogger("merlin_torch_serving")
 

@@ -1,0 +1,132 @@
+"""What a ``TritonServer`` is asked to be, checked once, and the tritonserver command line it makes.
+
+Nothing here starts a process, so every option and the command it becomes can be tested alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from merlin_torch_serving.locations import repository_argument, server_repository
+
+MODEL_CONTROL_MODES = ("none", "explicit", "poll")
+#: the python backend's option that names its shared-memory regions
+SHM_PREFIX_OPTION = "shm-region-prefix-name"
+
+
+class Ports(NamedTuple):
+    http: int
+    grpc: int
+    metrics: int
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The options of ``TritonServer`` (see its docstring), validated and normalized.
+
+    Ports left as None are chosen when the server starts; ``binary`` and ``backend_directory``
+    left as None are found then too (see ``launcher.locate``).
+    """
+
+    #: a local folder, or an object-store URL tritonserver reads itself (see ``locations``)
+    repository: Path | str
+    binary: Path | None = None
+    backend_directory: Path | None = None
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+    model_control: str = "none"
+    load_models: Sequence[str] = ()
+    poll_interval_s: int = 5
+    restart_failed_models: bool = True
+    start_timeout_s: float = 120.0
+    stop_timeout_s: float = 20.0
+    log_verbose: int = 0
+    extra_args: Sequence[str] = ()
+    log_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.model_control not in MODEL_CONTROL_MODES:
+            raise ValueError(f"model_control must be one of {MODEL_CONTROL_MODES}, got {self.model_control!r}")
+        if isinstance(self.load_models, str):
+            raise TypeError(f"load_models must be a sequence of model names, got the string {self.load_models!r}")
+        if self.load_models and self.model_control != "explicit":
+            raise ValueError(
+                f"load_models={list(self.load_models)!r} needs model_control='explicit'; with "
+                f"model_control={self.model_control!r} the server loads every model in the repository"
+            )
+        for name in ("start_timeout_s", "stop_timeout_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if int(self.poll_interval_s) != self.poll_interval_s or self.poll_interval_s < 1:
+            raise ValueError(
+                f"poll_interval_s must be a whole number of seconds, at least 1, got {self.poll_interval_s!r}"
+            )
+        normalized = {
+            "repository": server_repository(self.repository),
+            "binary": _optional_path(self.binary),
+            "backend_directory": _optional_path(self.backend_directory),
+            "load_models": tuple(self.load_models),
+            "poll_interval_s": int(self.poll_interval_s),
+            "restart_failed_models": bool(self.restart_failed_models),
+            "start_timeout_s": float(self.start_timeout_s),
+            "stop_timeout_s": float(self.stop_timeout_s),
+            "log_verbose": int(self.log_verbose),
+            "extra_args": tuple(str(arg) for arg in self.extra_args),
+            "log_path": _optional_path(self.log_path),
+        }
+        for name, value in normalized.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def requested_ports(self) -> dict[str, int | None]:
+        return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
+
+    @property
+    def names_shared_memory(self) -> bool:
+        """Whether ``extra_args`` name the python backend's shared memory: the caller then owns it."""
+        return any(SHM_PREFIX_OPTION in arg for arg in self.extra_args)
+
+    def ports(self, assigned: Sequence[int]) -> Ports:
+        """The requested ports, with the unset ones taken in order from ``assigned``."""
+        free = iter(assigned)
+        return Ports(**{key: port if port is not None else next(free) for key, port in self.requested_ports.items()})
+
+    def command(self, binary: Path, backend_directory: Path, ports: Ports, shm_prefix: str | None) -> list[str]:
+        """The tritonserver command line; ``shm_prefix`` names the python backend's shared memory
+        (None when ``extra_args`` name it)."""
+        return [
+            str(binary),
+            f"--model-repository={repository_argument(self.repository)}",
+            f"--backend-directory={backend_directory}",
+            f"--http-port={ports.http}",
+            f"--grpc-port={ports.grpc}",
+            f"--metrics-port={ports.metrics}",
+            *self._model_control_args(),
+            # One bad model must not take the others down; readiness is judged by the launcher instead.
+            "--exit-on-error=false",
+            # Let the server finish its own shutdown before stop() resorts to SIGKILL.
+            f"--exit-timeout-secs={max(1, math.floor(self.stop_timeout_s * 0.75))}",
+            f"--log-verbose={self.log_verbose}",
+            *([f"--backend-config=python,{SHM_PREFIX_OPTION}={shm_prefix}"] if shm_prefix else []),
+            *self.extra_args,
+        ]
+
+    def _model_control_args(self) -> list[str]:
+        if self.model_control == "poll":
+            return ["--model-control-mode=poll", f"--repository-poll-secs={self.poll_interval_s}"]
+        if self.model_control == "none":
+            # explicit with everything loaded at start: the same models as "none", and a failed
+            # one can be reloaded on its own (load() and unload() stay refused by TritonServer)
+            return ["--model-control-mode=explicit", "--load-model=*"]
+        return ["--model-control-mode=explicit"]
+
+
+def _optional_path(value: str | os.PathLike | None) -> Path | None:
+    return Path(value) if value is not None else None
