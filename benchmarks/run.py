@@ -60,11 +60,14 @@ class Progress:
     def measured(self, m: Measurement) -> None:
         self.done += 1
         rss = f"  RSS {m.server_rss_mb:5.0f} MB" if m.server_rss_mb is not None else ""
-        busy = f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
+        busy = (
+            f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
+        )
         self.step(
-            f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<31} {m.protocol:<10} {m.client:<32} "
-            f"{m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99 {m.p99_ms:8.2f} ms  "
-            f"{m.requests_per_s:7.1f} req/s  {m.sessions_per_s:7.0f} sess/s  n={m.requests}{rss}{busy}"
+            f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<31} {m.protocol:<10}"
+            f" {m.client:<32} {m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99"
+            f" {m.p99_ms:8.2f} ms  {m.requests_per_s:7.1f} req/s  {m.sessions_per_s:7.0f} sess/s "
+            f" n={m.requests}{rss}{busy}"
         )
 
     def elapsed(self) -> float:
@@ -76,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = QUICK if arguments.quick else FULL
     if built_for_running_torch() is None:
         print(
-            "error: the mixed export runs on Triton's pytorch backend, which is not built for this torch; build it "
-            f"with `./run {BUILD_COMMAND} --sources PATH` (PATH: its release sources), or set "
-            "MTS_PYTORCH_BACKEND_SOURCES=PATH and run ./run setup",
+            "error: the mixed export runs on Triton's pytorch backend, which is not built for this"
+            f" torch; build it with `./run {BUILD_COMMAND} --sources PATH` (PATH: its release"
+            " sources), or set MTS_PYTORCH_BACKEND_SOURCES=PATH and run ./run setup",
             file=sys.stderr,
         )
         return 1
@@ -115,13 +118,23 @@ def _measurement_count() -> int:
 
 def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="./run bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help=f"where results go (default {RESULTS_DIR})")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*"
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help=f"where results go (default {RESULTS_DIR})",
+    )
     parser.add_argument(
         "--work-dir",
         type=Path,
         default=None,
-        help="keep the model repositories and server logs here (default: a temporary folder, removed)",
+        help=(
+            "keep the model repositories and server logs here (default: a temporary folder,"
+            " removed)"
+        ),
     )
     return parser.parse_args(argv)
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchmarks.environment import BUSY_MACHINE_CORES
-from benchmarks.results import ALONE, FLOOR, IN_PROCESS, MERLIN, PROJECT, SYSTEM_LABELS, Measurement, ServerStart, find
+from benchmarks.results import (
+    ALONE,
+    FLOOR,
+    IN_PROCESS,
+    MERLIN,
+    PROJECT,
+    SYSTEM_LABELS,
+    Measurement,
+    ServerStart,
+    find,
+)
 
 # The project is measured as a user pays for it: through merlin_torch_serving.Client.
 PROJECT_CLIENT = "Client"
@@ -31,7 +41,11 @@ class Target:
 
     def line(self) -> str:
         bound = "<=" if self.at_most else ">="
-        caveat = " [measured while other processes or virtual machines took the CPU]" if self.disturbed else ""
+        caveat = (
+            " [measured while other processes or virtual machines took the CPU]"
+            if self.disturbed
+            else ""
+        )
         return (
             f"{'PASS' if self.passed else 'MISS'}  {self.name}: ratio {self.ratio:.2f} "
             f"(target {bound} {self.limit:g}); {self.detail}{caveat}"
@@ -74,7 +88,8 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
             served_busy.sessions_per_s / merlin_busy.sessions_per_s,
             5.0,
             False,
-            f"(c) {served_busy.sessions_per_s:.0f} sessions/s vs (d) {merlin_busy.sessions_per_s:.0f} sessions/s",
+            f"(c) {served_busy.sessions_per_s:.0f} sessions/s vs (d)"
+            f" {merlin_busy.sessions_per_s:.0f} sessions/s",
             _disturbed(served_busy, merlin_busy),
         ),
         Target(
@@ -82,7 +97,8 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
             project_start.first_request_ms / project_start.steady_p50_ms,
             2.0,
             True,
-            f"first {project_start.first_request_ms:.2f} ms vs steady p50 {project_start.steady_p50_ms:.2f} ms",
+            f"first {project_start.first_request_ms:.2f} ms vs steady p50"
+            f" {project_start.steady_p50_ms:.2f} ms",
             project_start.other_cpu_cores > BUSY_MACHINE_CORES or _disturbed(served),
         ),
         Target(
@@ -99,15 +115,24 @@ def _shared_server_targets(measurements: list[Measurement]) -> list[Target]:
     """Each export's p99 in a server it shares with the other, against its p99 served alone."""
     found = []
     for shared in (m for m in measurements if m.system in ALONE):
-        alone = find(measurements, ALONE[shared.system], shared.protocol, shared.sessions, shared.concurrency, shared.client)
+        alone = find(
+            measurements,
+            ALONE[shared.system],
+            shared.protocol,
+            shared.sessions,
+            shared.concurrency,
+            shared.client,
+        )
         found.append(
             Target(
-                f"{shared.sessions} session(s): p99 of {SYSTEM_LABELS[shared.system]} <= {SHARED_P99_LIMIT:g} x "
-                f"served alone ({shared.protocol}, {shared.client}, one client each)",
+                f"{shared.sessions} session(s): p99 of {SYSTEM_LABELS[shared.system]} <="
+                f" {SHARED_P99_LIMIT:g} x served alone ({shared.protocol}, {shared.client}, one"
+                " client each)",
                 shared.p99_ms / alone.p99_ms,
                 SHARED_P99_LIMIT,
                 True,
-                f"shared {shared.p99_ms:.2f} ms vs alone {alone.p99_ms:.2f} ms (p50 {shared.p50_ms:.2f} vs {alone.p50_ms:.2f} ms)",
+                f"shared {shared.p99_ms:.2f} ms vs alone {alone.p99_ms:.2f} ms (p50"
+                f" {shared.p50_ms:.2f} vs {alone.p50_ms:.2f} ms)",
                 _disturbed(shared, alone),
             )
         )
@@ -119,4 +144,6 @@ def _disturbed(*measurements: Measurement) -> bool:
 
 
 def _peak_rss(measurements: list[Measurement], system: str) -> float:
-    return max(m.server_rss_mb for m in measurements if m.system == system and m.server_rss_mb is not None)
+    return max(
+        m.server_rss_mb for m in measurements if m.system == system and m.server_rss_mb is not None
+    )

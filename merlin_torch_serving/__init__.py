@@ -38,7 +38,9 @@ __version__ = "0.1.0"
 
 # merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
 # so the warning only hides real ones (it was printed on every command).
-warnings.filterwarnings("ignore", message="Tensorflow dtype mappings did not load", category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="Tensorflow dtype mappings did not load", category=UserWarning
+)
 
 _LAZY = {
     "CategoryVocabulary": "merlin_torch_serving.vocabulary",
@@ -59,32 +61,45 @@ _LAZY = {
     "TritonServer": "merlin_torch_serving.server",
 }
 
-__all__ = sorted(
-    [
-        *_LAZY,
-        "ArtifactError",
-        "BackendBuildError",
-        "BackendNotAvailableError",
-        "BundleError",
-        "ExportError",
-        "InferenceError",
-        "InputError",
-        "MerlinTorchServingError",
-        "ModelCheckError",
-        "ModelLoadError",
-        "ModelNotImportableError",
-        "ModelPreparationError",
-        "PortInUseError",
-        "RepositoryExistsError",
-        "RequestTimeoutError",
-        "SchemaError",
-        "ServerError",
-        "ServerExitedError",
-        "ServerNotFoundError",
-        "ServerStartTimeoutError",
-        "ServerUnavailableError",
-    ]
-)
+__all__ = [
+    "ArtifactError",
+    "BackendBuildError",
+    "BackendNotAvailableError",
+    "BundleError",
+    "CategoryVocabulary",
+    "Client",
+    "DecodeItemIds",
+    "Ensemble",
+    "Executor",
+    "ExportError",
+    "ExportResult",
+    "InferenceError",
+    "InputError",
+    "LocalExecutor",
+    "MerlinTorchServingError",
+    "ModelCheckError",
+    "ModelHealth",
+    "ModelLoadError",
+    "ModelNotImportableError",
+    "ModelOptions",
+    "ModelPreparationError",
+    "ModelStatus",
+    "PortInUseError",
+    "PredictPytorch",
+    "RepositoryExistsError",
+    "RequestTimeoutError",
+    "SchemaError",
+    "ServerError",
+    "ServerExitedError",
+    "ServerNotFoundError",
+    "ServerStartTimeoutError",
+    "ServerUnavailableError",
+    "ServingOperator",
+    "TopK",
+    "TransformWorkflow",
+    "TritonExecutor",
+    "TritonServer",
+]
 
 
 def __getattr__(name: str):
@@ -101,7 +116,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.executors import Executor, LocalExecutor, TritonExecutor
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
-    from merlin_torch_serving.ops import DecodeItemIds, PredictPytorch, ServingOperator, TopK, TransformWorkflow
     from merlin_torch_serving.health import ModelHealth, ModelStatus
+    from merlin_torch_serving.ops import (
+        DecodeItemIds,
+        PredictPytorch,
+        ServingOperator,
+        TopK,
+        TransformWorkflow,
+    )
     from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

@@ -5,7 +5,8 @@
 ``merlin-torch-serving deploy-files OUT`` writes them. The repository's own ``deploy/`` folder is
 ``render(DeploySettings())`` (a test keeps the two equal), so edit here, not there.
 
-    Dockerfile                         CPU image: Python 3.11, this library, the bundled tritonserver,
+    Dockerfile                         CPU image: Python 3.11, this library, the bundled
+    tritonserver,
                                        Triton's libtorch backend built for its torch
     k8s/deployment.yaml                `merlin-torch-serving serve` on the repository URL; probes on
                                        Triton's health endpoints; /dev/shm in memory; resources
@@ -37,11 +38,14 @@ class DeploySettings:
     name: str = "merlin-torch-serving"
     namespace: str = "default"
     image: str = "merlin-torch-serving:0.1.0"
-    #: the model repository: an s3://, gs:// or as:// URL the server reads (credentials from ``secret``)
+    #: the model repository: an s3://, gs:// or as:// URL the server reads (credentials from
+    # ``secret``)
     repository: str = "s3://models/session-recommender"
-    #: a bundled copy (``merlin-torch-serving bundle``) for KServe, whose Triton image lacks this library
+    #: a bundled copy (``merlin-torch-serving bundle``) for KServe, whose Triton image lacks this
+    # library
     bundled_repository: str = "s3://models/session-recommender-bundled"
-    #: a Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION (optional in the pod)
+    #: a Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION (optional in the
+    # pod)
     secret: str = "model-store-credentials"
     replicas: int = 2
     max_replicas: int = 8
@@ -51,14 +55,18 @@ class DeploySettings:
     shm_size: str = "1Gi"
     #: scale out when requests wait longer than this in Triton's queue, on average
     queue_target_us: int = 20000
-    #: NVIDIA's tritonserver release KServe runs: 24.10 is tritonserver 2.51, whose python-backend stubs
+    #: NVIDIA's tritonserver release KServe runs: 24.10 is tritonserver 2.51, whose python-backend
+    # stubs
     #: nvidia-pytriton ships (bundles carry one of them)
     triton_runtime_version: str = "24.10-py3"
 
 
 def render(settings: DeploySettings = DeploySettings()) -> dict[str, str]:
     """Every deployment file: relative path -> text."""
-    header = "# Rendered by merlin_torch_serving.deployment (merlin-torch-serving deploy-files); edit there.\n"
+    header = (
+        "# Rendered by merlin_torch_serving.deployment (merlin-torch-serving deploy-files); edit"
+        " there.\n"
+    )
     files = {"Dockerfile": header + dockerfile(settings)}
     for path, documents in {
         "k8s/deployment.yaml": [deployment(settings)],
@@ -122,7 +130,7 @@ EXPOSE {HTTP_PORT} {GRPC_PORT} {METRICS_PORT}
 # the model repository (a folder mounted into the container, or an s3://, gs://, as:// URL)
 ENV MODEL_REPOSITORY=/models
 ENTRYPOINT ["/bin/sh", "-c", "exec merlin-torch-serving serve \\"$MODEL_REPOSITORY\\" --http-port {HTTP_PORT} --grpc-port {GRPC_PORT} --metrics-port {METRICS_PORT} \\"$@\\"", "serve"]
-"""
+"""  # noqa: E501 - the Dockerfile as it is written
 
 
 def _labels(settings: DeploySettings) -> dict:
@@ -130,7 +138,11 @@ def _labels(settings: DeploySettings) -> dict:
 
 
 def _metadata(settings: DeploySettings, name: str | None = None) -> dict:
-    return {"name": name or settings.name, "namespace": settings.namespace, "labels": _labels(settings)}
+    return {
+        "name": name or settings.name,
+        "namespace": settings.namespace,
+        "labels": _labels(settings),
+    }
 
 
 def _ports() -> list[dict]:
@@ -178,7 +190,10 @@ def deployment(settings: DeploySettings) -> dict:
         "spec": {
             "replicas": settings.replicas,
             "selector": {"matchLabels": _labels(settings)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
             "template": {
                 "metadata": {"labels": _labels(settings)},
                 "spec": {
@@ -206,7 +221,8 @@ def service(settings: DeploySettings) -> dict:
         "spec": {
             "selector": _labels(settings),
             "ports": [
-                {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]} for port in _ports()
+                {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]}
+                for port in _ports()
             ],
         },
     }
@@ -218,7 +234,11 @@ def autoscaler(settings: DeploySettings) -> dict:
         "kind": "HorizontalPodAutoscaler",
         "metadata": _metadata(settings),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": settings.name},
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": settings.name,
+            },
             "minReplicas": settings.replicas,
             "maxReplicas": settings.max_replicas,
             "metrics": [
@@ -226,7 +246,10 @@ def autoscaler(settings: DeploySettings) -> dict:
                     "type": "Pods",
                     "pods": {
                         "metric": {"name": QUEUE_METRIC},
-                        "target": {"type": "AverageValue", "averageValue": str(settings.queue_target_us)},
+                        "target": {
+                            "type": "AverageValue",
+                            "averageValue": str(settings.queue_target_us),
+                        },
                     },
                 }
             ],
@@ -249,11 +272,14 @@ def adapter_rules(settings: DeploySettings) -> dict:
     """prometheus-adapter's rule for the HPA's metric: queue time over successful requests."""
     rule = {
         "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "resources": {
+            "overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+        },
         "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
         "metricsQuery": (
-            "sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>) / "
-            "clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>), 1e-9)"
+            "sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>) /"
+            " clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m])) by"
+            " (<<.GroupBy>>), 1e-9)"
         ),
     }
     return {

@@ -3,7 +3,8 @@
     MerlinTorchServingError
     ├── SchemaError                 a graph edge whose columns, dtypes or shapes do not fit
     ├── InputError                  request data that does not match the ensemble's input schema
-    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as TorchScript)
+    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as
+    TorchScript)
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
     │   ├── ModelCheckError         model.pt does not behave the way its config.pbtxt says
@@ -60,9 +61,13 @@ class InputError(MerlinTorchServingError):
     refused it (``model`` names it then)."""
 
     # how the message reads, so that a refusal that crossed the wire can be read back (from_message)
-    _MESSAGE = re.compile(r"input column '(?P<column>[^']*)': expected (?P<expected>.+?), got (?P<got>.+)", re.S)
+    _MESSAGE = re.compile(
+        r"input column '(?P<column>[^']*)': expected (?P<expected>.+?), got (?P<got>.+)", re.S
+    )
 
-    def __init__(self, column: str, expected: str, got: str, hint: str = "", *, model: str | None = None):
+    def __init__(
+        self, column: str, expected: str, got: str, hint: str = "", *, model: str | None = None
+    ):
         self.column = column
         self.expected = expected
         self.got = got
@@ -76,16 +81,24 @@ class InputError(MerlinTorchServingError):
         super().__init__(message)
 
     @classmethod
-    def from_message(cls, text: str, model: str | None = None) -> "InputError | None":
+    def from_message(cls, text: str, model: str | None = None) -> InputError | None:
         """The InputError whose message ``text`` ends with (as a served step words its refusal), or
-        None; the model is the step the text names (``model 'x': input column ...``), else ``model``."""
+        None; the model is the step the text names (``model 'x': input column ...``), else
+        ``model``.
+        """
         # the last one: a TorchScript error quotes the source of the check before its message
         match = next(reversed(list(cls._MESSAGE.finditer(text))), None)
         if match is None:
             return None
         got, _, hint = match.group("got").partition("; ")
         step = re.findall(r"model '([^']+)'", text[: match.start()])
-        return cls(match.group("column"), match.group("expected"), got, hint, model=step[-1] if step else model)
+        return cls(
+            match.group("column"),
+            match.group("expected"),
+            got,
+            hint,
+            model=step[-1] if step else model,
+        )
 
 
 class ModelPreparationError(MerlinTorchServingError):
@@ -110,8 +123,8 @@ class RepositoryExistsError(ExportError):
         self.path = path
         self.models = list(models)
         super().__init__(
-            f"{path!r} already holds model(s) {', '.join(map(repr, self.models))}; "
-            "pass overwrite=True to replace them or add_version=True to add a new version beside them"
+            f"{path!r} already holds model(s) {', '.join(map(repr, self.models))}; pass"
+            " overwrite=True to replace them or add_version=True to add a new version beside them"
         )
 
 
@@ -124,7 +137,10 @@ class ModelCheckError(ExportError):
         self.tensor = tensor  # e.g. "output 'scores'", None for the model as a whole
         self.expected = expected
         self.got = got
-        message = f"model {model!r} failed the libtorch check: {tensor or 'the model'} expected {expected}, got {got}"
+        message = (
+            f"model {model!r} failed the libtorch check: {tensor or 'the model'} expected"
+            f" {expected}, got {got}"
+        )
         if hint:
             message += f"; {hint}"
         super().__init__(message)
@@ -138,6 +154,8 @@ class ArtifactError(MerlinTorchServingError):
         self.step = step
         self.problem = problem
         super().__init__(f"step {step!r} cannot be loaded: {problem}; {hint}")
+
+
 class ModelNotImportableError(ExportError):
     """An eager model runs on the python backend by unpickling it there, which imports its classes;
     one of them cannot be imported by the server's Python."""
@@ -146,10 +164,10 @@ class ModelNotImportableError(ExportError):
         self.class_path = class_path
         self.reason = reason
         super().__init__(
-            f"the model class {class_path!r} cannot be imported by the server's Python ({reason}), so "
-            "the python backend could not load the eager model; define the class in a module the "
-            "server can import (an installed package, or a module under the directory the server "
-            "starts in), or make the model scriptable with torch.jit.script"
+            f"the model class {class_path!r} cannot be imported by the server's Python ({reason}),"
+            " so the python backend could not load the eager model; define the class in a module"
+            " the server can import (an installed package, or a module under the directory the"
+            " server starts in), or make the model scriptable with torch.jit.script"
         )
 
 
@@ -169,8 +187,9 @@ class ServerNotFoundError(ServerError):
         super().__init__(
             "no tritonserver binary found; looked in: "
             + "; ".join(self.searched)
-            + ". Install the bundled server with `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton), pass "
-            "TritonServer(binary=...), or set MTS_TRITONSERVER to the binary's path"
+            + ". Install the bundled server with `pip install 'merlin-torch-serving[server]'`"
+            " (nvidia-pytriton), pass TritonServer(binary=...), or set MTS_TRITONSERVER to the"
+            " binary's path"
         )
 
 
@@ -236,29 +255,34 @@ class BackendNotAvailableError(ModelLoadError):
         self.available = list(available)
         needs = ", ".join(f"model {m!r} needs backend {b!r}" for m, b in self.missing.items())
         summary = (
-            f"{needs}, which this tritonserver does not have (it has: {', '.join(self.available) or 'none'})."
+            f"{needs}, which this tritonserver does not have (it has:"
+            f" {', '.join(self.available) or 'none'})."
         )
         if "pytorch" in self.missing.values():
             summary += (
-                " The tritonserver bundled with nvidia-pytriton gets it once it is built for this torch: run "
-                "`merlin-torch-serving build-backend pytorch --sources PATH` (PATH: Triton's pytorch_backend "
-                "release sources, builds offline) or `merlin-torch-serving build-backend pytorch` (clones them; "
-                "needs the network), then start the server again."
+                " The tritonserver bundled with nvidia-pytriton gets it once it is built for this"
+                " torch: run `merlin-torch-serving build-backend pytorch --sources PATH` (PATH:"
+                " Triton's pytorch_backend release sources, builds offline) or"
+                " `merlin-torch-serving build-backend pytorch` (clones them; needs the network),"
+                " then start the server again."
             )
         summary += (
-            " Otherwise export with PredictPytorch(..., backend='python'), or run a tritonserver that has the "
-            "backend (for example the NGC image nvcr.io/nvidia/tritonserver:<release>-py3, or "
-            "TritonServer(backend_directory=...) pointing at a folder that holds it). Models that failed"
+            " Otherwise export with PredictPytorch(..., backend='python'), or run a tritonserver"
+            " that has the backend (for example the NGC image"
+            " nvcr.io/nvidia/tritonserver:<release>-py3, or TritonServer(backend_directory=...)"
+            " pointing at a folder that holds it). Models that failed"
         )
         super().__init__(failures, log_tail, summary=summary)
 
 
 class BackendBuildError(MerlinTorchServingError):
-    """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler's error."""
+    """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler's
+    error."""
 
 
 class BundleError(MerlinTorchServingError):
-    """A repository could not be bundled with its Python environment: what is missing and how to get it."""
+    """A repository could not be bundled with its Python environment: what is missing and how to get
+    it."""
 
 
 class InferenceError(MerlinTorchServingError):
@@ -276,6 +300,7 @@ class RequestTimeoutError(InferenceError):
         self.timeout_s = timeout_s
         super().__init__(
             model,
-            f"no answer within timeout_s={timeout_s:g} s{f' ({detail})' if detail else ''}; send fewer rows "
-            "per request (Client(max_rows_per_request=...)) or pass a larger timeout_s",
+            f"no answer within timeout_s={timeout_s:g} s{f' ({detail})' if detail else ''}; send"
+            " fewer rows per request (Client(max_rows_per_request=...)) or pass a larger"
+            " timeout_s",
         )

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class Executor(Protocol):
-    def execute(self, ensemble: "Ensemble", request: TensorTable) -> TensorTable:
+    def execute(self, ensemble: Ensemble, request: TensorTable) -> TensorTable:
         """Run ``ensemble`` on a request table (columns of its input schema) and return the
         table of its output schema."""
 
@@ -42,7 +42,7 @@ class LocalExecutor:
             raise ValueError(f"torch_threads must be at least 1 or None, got {torch_threads!r}")
         self.torch_threads = torch_threads
 
-    def execute(self, ensemble: "Ensemble", request: TensorTable) -> TensorTable:
+    def execute(self, ensemble: Ensemble, request: TensorTable) -> TensorTable:
         with torch_threads(self.torch_threads):
             return ensemble.plan.run(request)
 
@@ -82,7 +82,7 @@ class TritonExecutor:
         self.client = client if isinstance(client, Client) else Client(client, protocol)
         self.model = model
 
-    def execute(self, ensemble: "Ensemble", request: TensorTable) -> TensorTable:
+    def execute(self, ensemble: Ensemble, request: TensorTable) -> TensorTable:
         served = self.client.schemas(self.model)
         if served.output_schema.column_names != ensemble.output_schema.column_names:
             raise SchemaError(

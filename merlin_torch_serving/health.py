@@ -71,7 +71,9 @@ def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:
     """``(model, version) -> requests answered with an error`` since each version loaded, from the
     server's inference statistics (gRPC's JSON leaves zero counts out)."""
     return {
-        (entry["name"], int(entry.get("version") or 0)): int(entry["inference_stats"].get("fail", {}).get("count", 0))
+        (entry["name"], int(entry.get("version") or 0)): int(
+            entry["inference_stats"].get("fail", {}).get("count", 0)
+        )
         for entry in statistics.get("model_stats", [])
     }
 
@@ -98,7 +100,11 @@ def probe_request(config: Mapping) -> dict[str, np.ndarray] | None:
             return None  # a fixed first dimension cannot hold no rows
         dtype = tensor["data_type"].removeprefix("TYPE_")
         try:
-            numpy_dtype = np.dtype(object) if dtype in ("STRING", "BYTES") else np.dtype(dtype.lower().replace("fp", "float"))
+            numpy_dtype = (
+                np.dtype(object)
+                if dtype in ("STRING", "BYTES")
+                else np.dtype(dtype.lower().replace("fp", "float"))
+            )
         except TypeError:
             return None  # e.g. BF16, which numpy has not
         # ragged offsets (rows + 1 entries) hold a single 0 for no rows

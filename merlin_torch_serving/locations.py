@@ -15,7 +15,8 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def protocol_of(location: str | os.PathLike) -> str | None:
-    """The URL scheme of ``location`` (``"s3"``), or None for a local path (``file://`` included)."""
+    """The URL scheme of ``location`` (``"s3"``), or None for a local path (``file://``
+    included)."""
     if not isinstance(location, str):
         return None
     match = _URL.match(location)
@@ -33,7 +34,7 @@ def local_path(location: str | os.PathLike) -> Path:
     text = os.fspath(location)
     for prefix in ("file://", "local://"):
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
     return Path(text)
 
 
@@ -48,8 +49,9 @@ def server_repository(location: str | os.PathLike) -> str | Path:
         return local_path(location)
     if protocol not in SERVER_PROTOCOLS:
         raise ValueError(
-            f"tritonserver cannot read a model repository at {str(location)!r}: it reads local folders and "
-            f"{', '.join(p + '://' for p in SERVER_PROTOCOLS)} URLs; copy the repository to one of those"
+            f"tritonserver cannot read a model repository at {str(location)!r}: it reads local"
+            f" folders and {', '.join(p + '://' for p in SERVER_PROTOCOLS)} URLs; copy the"
+            " repository to one of those"
         )
     return str(location)
 

@@ -33,11 +33,14 @@ class Collected:
         self.totals[key] = self.totals.get(key, 0.0) + value
 
 
-_collected: contextvars.ContextVar[Collected | None] = contextvars.ContextVar("mts_collected", default=None)
+_collected: contextvars.ContextVar[Collected | None] = contextvars.ContextVar(
+    "mts_collected", default=None
+)
 
 
 def count(name: str, value: float = 1, **labels: str) -> None:
-    """Add ``value`` to counter ``name`` of the request being served (nothing outside a served step)."""
+    """Add ``value`` to counter ``name`` of the request being served (nothing outside a served
+    step)."""
     collected = _collected.get()
     if collected is not None and value:
         collected.add(name, float(value), labels)

@@ -117,7 +117,8 @@ class TritonServer:
         """Start the server and return once it serves; on any failure it is stopped, then raised."""
         if self._running is not None:
             raise ServerError(
-                f"this TritonServer already runs (pid {self._pid}); call stop() before starting it again"
+                f"this TritonServer already runs (pid {self._pid}); call stop() before starting it"
+                " again"
             )
         if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError(
@@ -129,12 +130,16 @@ class TritonServer:
         deadline = time.monotonic() + self.config.start_timeout_s
         attempts_left = _PORT_ATTEMPTS
         while True:
-            assigned = free_ports(sum(port is None for port in self.config.requested_ports.values()))
+            assigned = free_ports(
+                sum(port is None for port in self.config.requested_ports.values())
+            )
             self._running = self._launch(binary, assigned)
             try:
                 self._running.wait_until_serving(deadline)
                 self._supervisor = Supervisor(
-                    self, self._running.admin, restart_failed_models=self.config.restart_failed_models
+                    self,
+                    self._running.admin,
+                    restart_failed_models=self.config.restart_failed_models,
                 )
                 self._supervisor.start()
                 return self
@@ -167,7 +172,8 @@ class TritonServer:
 
     @property
     def pid(self) -> int | None:
-        """The pid of the last started tritonserver; kept after stop() so callers can check it is gone."""
+        """The pid of the last started tritonserver; kept after stop() so callers can check it is
+        gone."""
         return self._pid
 
     @property
@@ -194,13 +200,15 @@ class TritonServer:
         return self._log.text()
 
     def backends(self) -> list[str]:
-        """Backends this server can run: the subfolders of its backend directory, plus "ensemble"."""
+        """Backends this server can run: the subfolders of its backend directory, plus
+        "ensemble"."""
         if self._backend_directory is None:
             self._backend_directory = backend_directory(find_tritonserver(self.config.binary))
         return backends_in(self._backend_directory)
 
     def models(self) -> list[ModelStatus]:
-        """The repository index: every model folder, with the state of each version the server knows."""
+        """The repository index: every model folder, with the state of each version the server
+        knows."""
         return self._require_running().admin.models()
 
     def health(self) -> list[ModelHealth]:
@@ -231,7 +239,8 @@ class TritonServer:
         self._require_running().reload(name, timeout_s)
 
     def unload(self, name: str, timeout_s: float = 30.0) -> None:
-        """Unload model ``name`` and wait until the server has released it; needs model_control="explicit"."""
+        """Unload model ``name`` and wait until the server has released it; needs
+        model_control="explicit"."""
         self._require_explicit("unload")
         self._require_running().unload(name, timeout_s)
 
@@ -258,13 +267,16 @@ class TritonServer:
 
     def _port(self, key: str) -> int:
         if self._ports is None:
-            raise ServerError(f"the {key} port is chosen when the server starts; call start() first")
+            raise ServerError(
+                f"the {key} port is chosen when the server starts; call start() first"
+            )
         return int(getattr(self._ports, key))
 
     def _require_running(self) -> RunningServer:
         if self._running is None:
             raise ServerError(
-                "tritonserver is not running; call start() or use the TritonServer in a `with` block first"
+                "tritonserver is not running; call start() or use the TritonServer in a `with`"
+                " block first"
             )
         self._running.raise_if_exited()
         return self._running
@@ -273,8 +285,8 @@ class TritonServer:
         mode = self.config.model_control
         if mode != "explicit":
             raise ServerError(
-                f"{action}() needs a server started with model_control='explicit'; this one runs with "
-                f"model_control={mode!r}, which loads every model of the repository at start"
+                f"{action}() needs a server started with model_control='explicit'; this one runs"
+                f" with model_control={mode!r}, which loads every model of the repository at start"
                 + (" and follows its changes" if mode == "poll" else "")
                 + "; reload() reloads one of them"
             )

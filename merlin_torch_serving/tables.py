@@ -1,4 +1,5 @@
-"""Row operations on ``TensorTable``s (ragged columns included), shared by operators and the client."""
+"""Row operations on ``TensorTable``s (ragged columns included), shared by operators and the
+client."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def take_rows(table: TensorTable, rows: np.ndarray) -> TensorTable:
         lengths = ends - starts
         new_offsets = wire.offsets_from_lengths(lengths)
         # positions of each kept value in the old values array
-        within = np.arange(int(new_offsets[-1])) - np.repeat(new_offsets[:-1].astype(np.int64), lengths)
+        within = np.arange(int(new_offsets[-1])) - np.repeat(
+            new_offsets[:-1].astype(np.int64), lengths
+        )
         columns[name] = (values[np.repeat(starts, lengths) + within], new_offsets)
     return TensorTable(columns, _unsafe=True)
 

@@ -30,7 +30,12 @@ from merlin_torch_serving.exceptions import (
 T = TypeVar("T")
 
 # how tritonserver words the answers of a model that is being (re)loaded or whose stub died
-_NOT_YET_SERVING = ("has no available versions", "is not at ready state", "is not ready", "is not healthy")
+_NOT_YET_SERVING = (
+    "has no available versions",
+    "is not at ready state",
+    "is not ready",
+    "is not healthy",
+)
 
 
 @dataclass(frozen=True)
@@ -44,13 +49,18 @@ class RetryPolicy:
 
     def __post_init__(self):
         if self.retries < 0 or self.backoff_s < 0:
-            raise ValueError(f"retries and backoff_s must not be negative, got {self.retries!r}, {self.backoff_s!r}")
+            raise ValueError(
+                f"retries and backoff_s must not be negative, got {self.retries!r},"
+                f" {self.backoff_s!r}"
+            )
 
     def wait_s(self, attempt: int) -> float:
         return min(self.backoff_s * 2**attempt, self.max_wait_s) * random.uniform(0.5, 1.5)
 
 
-def call(function: Callable[[], T], *, url: str, model: str | None, timeout_s: float, policy: RetryPolicy) -> T:
+def call(
+    function: Callable[[], T], *, url: str, model: str | None, timeout_s: float, policy: RetryPolicy
+) -> T:
     """``function()``, its errors mapped (see ``mapped``) and the retryable ones retried."""
     attempt = 0
     while True:
@@ -64,7 +74,9 @@ def call(function: Callable[[], T], *, url: str, model: str | None, timeout_s: f
             attempt += 1
 
 
-def mapped(error: Exception, *, url: str, model: str | None, timeout_s: float) -> tuple[MerlinTorchServingError, bool]:
+def mapped(
+    error: Exception, *, url: str, model: str | None, timeout_s: float
+) -> tuple[MerlinTorchServingError, bool]:
     """The library's error for what tritonclient raised, and whether retrying it is safe."""
     from tritonclient.utils import InferenceServerException
 
@@ -72,23 +84,41 @@ def mapped(error: Exception, *, url: str, model: str | None, timeout_s: float) -
         return error, False
     if isinstance(error, InferenceServerException):
         return _from_server(error, url=url, model=model, timeout_s=timeout_s)
-    if isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout":  # gevent's
-        return RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"), False
+    if (
+        isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout"
+    ):  # gevent's
+        return (
+            RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"),
+            False,
+        )
     if isinstance(error, ConnectionError):
-        # refused: nothing ran; reset/aborted: inference has no side effect, so running it again is harmless
-        return ServerUnavailableError(url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"), True
+        # refused: nothing ran; reset/aborted: inference has no side effect, so running it again is
+        # harmless
+        return (
+            ServerUnavailableError(
+                url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"
+            ),
+            True,
+        )
     if isinstance(error, OSError):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}"), False
     raise error
 
 
-def _from_server(error, *, url: str, model: str | None, timeout_s: float) -> tuple[MerlinTorchServingError, bool]:
+def _from_server(
+    error, *, url: str, model: str | None, timeout_s: float
+) -> tuple[MerlinTorchServingError, bool]:
     message = error.message() if callable(getattr(error, "message", None)) else str(error)
     status = str(error.status() or "") if callable(getattr(error, "status", None)) else ""
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
         return RequestTimeoutError(model or url, timeout_s, "gRPC deadline exceeded"), False
     if "UNAVAILABLE" in status:
-        return ServerUnavailableError(url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"), True
+        return (
+            ServerUnavailableError(
+                url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"
+            ),
+            True,
+        )
     if model is None:
         return ServerError(f"tritonserver at {url}: {message}"), False
     refused = InputError.from_message(message, model=model)

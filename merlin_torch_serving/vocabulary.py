@@ -29,7 +29,7 @@ class CategoryVocabulary:
     is_item: np.ndarray  # False for padding, null and out-of-vocabulary ids
 
     @classmethod
-    def from_workflow(cls, workflow, column: str) -> "CategoryVocabulary":
+    def from_workflow(cls, workflow, column: str) -> CategoryVocabulary:
         """The vocabulary of ``column`` from the workflow's fitted Categorify operator."""
         from nvtabular.ops import Categorify
 
@@ -49,8 +49,9 @@ class CategoryVocabulary:
         )
 
     @classmethod
-    def from_labels(cls, column: str, values: np.ndarray, labels: np.ndarray) -> "CategoryVocabulary":
-        """From raw values and the encoded id of each (``read_labels``); null values are left out."""
+    def from_labels(cls, column: str, values: np.ndarray, labels: np.ndarray) -> CategoryVocabulary:
+        """From raw values and the encoded id of each (``read_labels``); null values are left
+        out."""
         present = ~pd.isna(values)
         size = int(labels.max()) + 1 if len(labels) else 0
         is_item = np.zeros(size, dtype=bool)
@@ -117,16 +118,20 @@ def read_labels(op, column: str) -> tuple[np.ndarray, np.ndarray]:
             labels = labels + reserved
         else:
             logger.warning(
-                "the Categorify vocabulary of %r stores ids from %d, below the %d reserved ids, and NVTabular "
-                "encodes with them as stored (split_out > 1 or cat_cache=None): its values share ids with "
-                "padding, null and out-of-vocabulary; refit the workflow with NVTabular 23.08 to separate them",
-                column, labels[0], reserved,
+                "the Categorify vocabulary of %r stores ids from %d, below the %d reserved ids, and"
+                " NVTabular encodes with them as stored (split_out > 1 or cat_cache=None): its"
+                " values share ids with padding, null and out-of-vocabulary; refit the workflow"
+                " with NVTabular 23.08 to separate them",
+                column,
+                labels[0],
+                reserved,
             )
     return values, labels
 
 
 def is_single_file(op, column: str) -> bool:
-    """Whether NVTabular wrote the vocabulary of ``column`` as one parquet file (not a folder of parts)."""
+    """Whether NVTabular wrote the vocabulary of ``column`` as one parquet file (not a folder of
+    parts)."""
     path = op.categories.get(op.storage_name.get(column, column))
     return not path or not os.path.isdir(path)
 
@@ -139,7 +144,9 @@ def _read_frame(path: str, column: str) -> pd.DataFrame:
         (name for name in os.listdir(path) if name.endswith(".parquet")),
         key=lambda name: int("".join(filter(str.isdigit, name)) or 0),
     )
-    return pd.concat([pd.read_parquet(os.path.join(path, name), columns=[column]) for name in parts])
+    return pd.concat(
+        [pd.read_parquet(os.path.join(path, name), columns=[column]) for name in parts]
+    )
 
 
 def _oov_buckets(op, column: str) -> int:

@@ -19,8 +19,8 @@ Triton must not batch requests on that dimension.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 from merlin.dtypes.base import ElementType
@@ -103,7 +103,9 @@ def _dims(column: ColumnSchema) -> tuple[int, ...]:
     shape = column.shape
     if shape.dims is None or len(shape.dims) == 0:
         return (-1,)
-    return tuple(-1 if i == 0 or not dim.is_fixed else int(dim.max) for i, dim in enumerate(shape.dims))
+    return tuple(
+        -1 if i == 0 or not dim.is_fixed else int(dim.max) for i, dim in enumerate(shape.dims)
+    )
 
 
 def column_specs(column: ColumnSchema) -> list[TensorSpec]:
@@ -131,7 +133,9 @@ def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
         values = np.asarray(column.values)
         if column.offsets is not None:
             arrays[name + VALUES_SUFFIX] = values
-            arrays[name + OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(OFFSETS_DTYPE, copy=False)
+            arrays[name + OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(
+                OFFSETS_DTYPE, copy=False
+            )
         else:
             arrays[name] = values
     return arrays

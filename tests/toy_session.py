@@ -4,8 +4,6 @@ whose scores depend on every item of the session (so padding and truncation erro
 
 from __future__ import annotations
 
-from typing import Dict
-
 import numpy as np
 import pandas as pd
 import torch
@@ -77,9 +75,11 @@ class PositionalSessionModel(torch.nn.Module):
         generator = torch.Generator().manual_seed(0)
         self.items = torch.nn.Parameter(torch.randn(catalog, dim, generator=generator))
         self.categories = torch.nn.Parameter(torch.randn(categories, dim, generator=generator))
-        self.positions = torch.nn.Parameter(torch.randn(max_sequence_length, 1, generator=generator))
+        self.positions = torch.nn.Parameter(
+            torch.randn(max_sequence_length, 1, generator=generator)
+        )
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         items = inputs["item_id-list"]
         mask = (items != 0).unsqueeze(-1).to(self.items.dtype)
         hidden = (self.items[items] + self.categories[inputs["category-list"]]) * mask
@@ -92,7 +92,9 @@ def scripted_model(workflow, max_sequence_length: int = MAX_SEQUENCE_LENGTH):
     output = workflow.output_schema
     catalog = int(output["item_id-list"].properties["domain"]["max"]) + 1
     categories = int(output["category-list"].properties["domain"]["max"]) + 1
-    model = torch.jit.script(PositionalSessionModel(catalog, categories, max_sequence_length).eval())
+    model = torch.jit.script(
+        PositionalSessionModel(catalog, categories, max_sequence_length).eval()
+    )
     input_schema = output.select_by_name(["item_id-list", "category-list"])
     output_schema = Schema([ColumnSchema("next-item", dtype="float32", dims=(None, catalog))])
     return model, input_schema, output_schema

@@ -1,6 +1,8 @@
-"""Write tiny python-backend models into a Triton model repository, for tests that need a served model.
+"""Write tiny python-backend models into a Triton model repository, for tests that need a served
+model.
 
-Each model is a config.pbtxt written through Triton's protobuf and a model.py around one compute function.
+Each model is a config.pbtxt written through Triton's protobuf and a model.py around one compute
+function.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from tritonclient.grpc import model_config_pb2
 #: a tensor as (Triton data type such as "TYPE_INT64", dims such as [-1])
 TensorSpec = tuple[str, Sequence[int]]
 
-_MODEL_PY = '''\
+_MODEL_PY = """\
 import time
 
 import numpy as np
@@ -44,7 +46,7 @@ class TritonPythonModel:
             tensors = [pb_utils.Tensor(name, np.asarray(outputs[name])) for name in OUTPUT_NAMES]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses
-'''
+"""
 
 
 def write_python_model(
@@ -70,8 +72,14 @@ def write_python_model(
             "name": name,
             "backend": "python",
             "max_batch_size": max_batch_size,
-            "input": [{"name": key, "data_type": dtype, "dims": list(dims)} for key, (dtype, dims) in inputs.items()],
-            "output": [{"name": key, "data_type": dtype, "dims": list(dims)} for key, (dtype, dims) in outputs.items()],
+            "input": [
+                {"name": key, "data_type": dtype, "dims": list(dims)}
+                for key, (dtype, dims) in inputs.items()
+            ],
+            "output": [
+                {"name": key, "data_type": dtype, "dims": list(dims)}
+                for key, (dtype, dims) in outputs.items()
+            ],
         },
         model_config_pb2.ModelConfig(),
     )
@@ -92,7 +100,8 @@ INT64_VECTOR = ("TYPE_INT64", [-1])
 
 
 def write_doubler(repository: str | Path, name: str, **options) -> Path:
-    """A python model that answers ``y = 2 * x`` (int64 vectors); ``options`` as write_python_model's."""
+    """A python model that answers ``y = 2 * x`` (int64 vectors); ``options`` as
+    write_python_model's."""
     return write_python_model(
         repository,
         name,

@@ -8,7 +8,6 @@ probability of each row, float32 ``[batch]``. It is plain TorchScript-able PyTor
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations as types
-from typing import Dict, List
 
 import numpy as np
 import pandas as pd
@@ -21,15 +20,21 @@ OUTPUT_COLUMN = "click_probability"
 class DLRM(torch.nn.Module):
     """Embeddings + bottom MLP -> pairwise interactions -> top MLP -> sigmoid."""
 
-    categorical: List[str]
-    continuous: List[str]
+    categorical: list[str]
+    continuous: list[str]
 
-    def __init__(self, cardinalities: Dict[str, int], continuous: List[str], dim: int = 16, top: int = 64):
+    def __init__(
+        self, cardinalities: dict[str, int], continuous: list[str], dim: int = 16, top: int = 64
+    ):
         super().__init__()
         self.categorical = list(cardinalities)
         self.continuous = list(continuous)
-        self.embeddings = torch.nn.ModuleList([torch.nn.Embedding(n, dim) for n in cardinalities.values()])
-        self.bottom = torch.nn.Sequential(torch.nn.Linear(len(continuous), 32), torch.nn.ReLU(), torch.nn.Linear(32, dim))
+        self.embeddings = torch.nn.ModuleList(
+            [torch.nn.Embedding(n, dim) for n in cardinalities.values()]
+        )
+        self.bottom = torch.nn.Sequential(
+            torch.nn.Linear(len(continuous), 32), torch.nn.ReLU(), torch.nn.Linear(32, dim)
+        )
         n_vectors = len(cardinalities) + 1
         rows, columns = torch.triu_indices(n_vectors, n_vectors, offset=1)
         self.register_buffer("pair_rows", rows)
@@ -38,7 +43,7 @@ class DLRM(torch.nn.Module):
             torch.nn.Linear(dim + len(rows), top), torch.nn.ReLU(), torch.nn.Linear(top, 1)
         )
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         dense = torch.stack([inputs[name].to(torch.float32) for name in self.continuous], dim=1)
         vectors = [self.bottom(dense)]
         for i, embedding in enumerate(self.embeddings):
@@ -55,10 +60,12 @@ def build_model(schema: Schema, *, dim: int = 16, seed: int = 0) -> DLRM:
     continuous = schema.select_by_tag(Tags.CONTINUOUS)
     if not categorical or not continuous:
         raise ValueError(
-            f"the schema needs categorical and continuous columns (tagged so), got {schema.column_names}; "
-            "pass the output schema of the example's workflow"
+            "the schema needs categorical and continuous columns (tagged so), got"
+            f" {schema.column_names}; pass the output schema of the example's workflow"
         )
-    cardinalities = {column.name: int(column.properties["domain"]["max"]) + 1 for column in categorical}
+    cardinalities = {
+        column.name: int(column.properties["domain"]["max"]) + 1 for column in categorical
+    }
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return DLRM(cardinalities, continuous.column_names, dim=dim)
@@ -70,7 +77,10 @@ def output_schema() -> Schema:
 
 def model_inputs(model: DLRM, features: pd.DataFrame) -> dict[str, torch.Tensor]:
     """The columns ``model`` reads, from workflow output rows (what an eager caller passes)."""
-    return {name: torch.from_numpy(features[name].to_numpy()) for name in model.categorical + model.continuous}
+    return {
+        name: torch.from_numpy(features[name].to_numpy())
+        for name in model.categorical + model.continuous
+    }
 
 
 def predict(model: DLRM, features: pd.DataFrame) -> np.ndarray:
@@ -101,7 +111,9 @@ def train(
         batch_losses = []
         for start in range(0, len(targets), batch_size):
             rows = order[start : start + batch_size]
-            loss = torch.nn.functional.binary_cross_entropy(model({k: v[rows] for k, v in inputs.items()}), targets[rows])
+            loss = torch.nn.functional.binary_cross_entropy(
+                model({k: v[rows] for k, v in inputs.items()}), targets[rows]
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -118,4 +130,6 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
         raise ValueError("AUC needs both clicked and not clicked rows")
     ranks = pd.Series(scores).rank().to_numpy()  # ties share their mean rank
     positives = labels.sum()
-    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * (~labels).sum()))
+    return float(
+        (ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * (~labels).sum())
+    )

@@ -114,10 +114,14 @@ class _Catalog:
         self._category_cdf = (cumulative / total).to_numpy() + sorted_categories
 
     @classmethod
-    def generate(cls, rng: np.random.Generator, *, n_items: int, n_categories: int) -> "_Catalog":
+    def generate(cls, rng: np.random.Generator, *, n_items: int, n_categories: int) -> _Catalog:
         # Raw ids are large and arbitrary, as in a real catalog, so nothing can rely on 0..n.
-        raw_item_ids = rng.choice(9_000_000, size=n_items, replace=False).astype(np.int64) + 1_000_000
-        raw_categories = rng.choice(9_000, size=n_categories, replace=False).astype(np.int64) + 1_000
+        raw_item_ids = (
+            rng.choice(9_000_000, size=n_items, replace=False).astype(np.int64) + 1_000_000
+        )
+        raw_categories = (
+            rng.choice(9_000, size=n_categories, replace=False).astype(np.int64) + 1_000
+        )
         # Every category gets at least one item; the rest are spread at random.
         item_category = np.concatenate(
             [np.arange(n_categories), rng.integers(0, n_categories, size=n_items - n_categories)]
@@ -144,13 +148,17 @@ class _Catalog:
 
     def next_items(self, rng: np.random.Generator, previous: np.ndarray) -> np.ndarray:
         draw = rng.random(len(previous))
-        column = rng.choice(len(self.NEIGHBOUR_WEIGHTS), size=len(previous), p=self.NEIGHBOUR_WEIGHTS)
+        column = rng.choice(
+            len(self.NEIGHBOUR_WEIGHTS), size=len(previous), p=self.NEIGHBOUR_WEIGHTS
+        )
         neighbour = self.neighbours[previous, column]
         same_category = self.popular_in_category(rng, self.item_category[previous])
         anything = self.popular(rng, len(previous))
         neighbour_drawn = draw < self.NEIGHBOUR_PROBABILITY
         category_drawn = draw < self.NEIGHBOUR_PROBABILITY + self.SAME_CATEGORY_PROBABILITY
-        return np.select([neighbour_drawn, category_drawn], [neighbour, same_category], default=anything)
+        return np.select(
+            [neighbour_drawn, category_drawn], [neighbour, same_category], default=anything
+        )
 
 
 def write_interactions(interactions: pd.DataFrame, path: str | Path) -> Path:
@@ -175,14 +183,13 @@ def read_interactions(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"interactions file {str(path)!r} does not exist")
-    if _file_format(path) == "parquet":
-        interactions = pd.read_parquet(path)
-    else:
-        interactions = pd.read_csv(path)
+    interactions = pd.read_parquet(path) if _file_format(path) == "parquet" else pd.read_csv(path)
     return validate_interactions(interactions, source=f"interactions file {str(path)!r}")
 
 
-def validate_interactions(interactions: pd.DataFrame, *, source: str = "interactions") -> pd.DataFrame:
+def validate_interactions(
+    interactions: pd.DataFrame, *, source: str = "interactions"
+) -> pd.DataFrame:
     """Return the interactions with the four columns as int64, or raise naming what is wrong."""
     missing = [column for column in INTERACTION_COLUMNS if column not in interactions.columns]
     if missing:
@@ -200,8 +207,9 @@ def validate_interactions(interactions: pd.DataFrame, *, source: str = "interact
         if not pd.api.types.is_integer_dtype(values):
             first = f" (first value {values.iloc[0]!r})" if len(values) else ""
             raise ValueError(
-                f"{source}: column {column!r} must hold integers, got dtype {values.dtype}{first}. "
-                "Map the values to integer ids and drop or fill missing values before using the file"
+                f"{source}: column {column!r} must hold integers, got dtype {values.dtype}{first}."
+                " Map the values to integer ids and drop or fill missing values before using the"
+                " file"
             )
         converted[column] = values.astype(np.int64)
     return interactions.assign(**converted)
@@ -217,7 +225,9 @@ def split_by_time(
     about the future.
     """
     if not 0.0 < held_out_fraction < 1.0:
-        raise ValueError(f"held_out_fraction must be between 0 and 1 (exclusive), got {held_out_fraction!r}")
+        raise ValueError(
+            f"held_out_fraction must be between 0 and 1 (exclusive), got {held_out_fraction!r}"
+        )
     first_click = interactions.groupby("session_id")["timestamp"].min()
     # Ties in the first click are broken by session id so the split does not depend on row order.
     ordered = first_click.reset_index().sort_values(["timestamp", "session_id"], kind="stable")

@@ -50,8 +50,9 @@ def build_model(
     missing = [name for name in MODEL_INPUT_COLUMNS if name not in schema.column_names]
     if missing:
         raise ValueError(
-            f"the schema has no column {missing[0]!r}: the model reads {list(MODEL_INPUT_COLUMNS)}, "
-            f"the schema has {schema.column_names}. Pass the output schema of the example's workflow"
+            f"the schema has no column {missing[0]!r}: the model reads {list(MODEL_INPUT_COLUMNS)},"
+            f" the schema has {schema.column_names}. Pass the output schema of the example's"
+            " workflow"
         )
     input_schema = schema.select_by_name(list(MODEL_INPUT_COLUMNS))
     with torch.random.fork_rng():
@@ -136,9 +137,10 @@ def train(
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     shuffle = torch.Generator().manual_seed(seed)
     epoch_losses = []
-    with torch.random.fork_rng(), tqdm(
-        total=epochs * n_batches, desc="training", unit="batch", disable=not progress
-    ) as bar:
+    with (
+        torch.random.fork_rng(),
+        tqdm(total=epochs * n_batches, desc="training", unit="batch", disable=not progress) as bar,
+    ):
         torch.manual_seed(seed)
         model.train()
         for epoch in range(epochs):
@@ -146,7 +148,9 @@ def train(
             batch_losses = []
             for start in range(0, n_sessions, batch_size):
                 rows = order[start : start + batch_size]
-                output = model({name: values[rows] for name, values in inputs.items()}, training=True)
+                output = model(
+                    {name: values[rows] for name, values in inputs.items()}, training=True
+                )
                 optimizer.zero_grad()
                 output["loss"].backward()
                 optimizer.step()
@@ -165,7 +169,10 @@ def next_item_examples(
     evaluable = processed_sessions[processed_sessions[ITEM_LIST_COLUMN].map(len) >= 2]
     targets = torch.tensor([items[-1] for items in evaluable[ITEM_LIST_COLUMN]], dtype=torch.int64)
     prefixes = evaluable.assign(
-        **{name: evaluable[name].map(lambda values: list(values)[:-1]) for name in MODEL_INPUT_COLUMNS}
+        **{
+            name: evaluable[name].map(lambda values: list(values)[:-1])
+            for name in MODEL_INPUT_COLUMNS
+        }
     )
     return padded_inputs(prefixes, max_sequence_length=max_sequence_length), targets
 
@@ -178,8 +185,8 @@ def recall_at_k(scores: torch.Tensor, targets: torch.Tensor, *, k: int = 10) -> 
     """
     if scores.ndim != 2 or len(scores) != len(targets):
         raise ValueError(
-            f"scores must be [rows, items] with one row per target, got shape {tuple(scores.shape)} "
-            f"for {len(targets)} targets"
+            f"scores must be [rows, items] with one row per target, got shape {tuple(scores.shape)}"
+            f" for {len(targets)} targets"
         )
     if len(targets) == 0:
         raise ValueError("there are no targets to compute recall on")
@@ -204,9 +211,13 @@ def evaluate_recall(
     """
     if max_sequence_length is None:
         max_sequence_length = _max_sequence_length(model)
-    inputs, targets = next_item_examples(processed_held_out, max_sequence_length=max_sequence_length)
+    inputs, targets = next_item_examples(
+        processed_held_out, max_sequence_length=max_sequence_length
+    )
     if len(targets) == 0:
-        raise ValueError("no held-out session has two or more clicks, so there is nothing to predict")
+        raise ValueError(
+            "no held-out session has two or more clicks, so there is nothing to predict"
+        )
     if isinstance(model, torch.nn.Module):
         model.eval()
     with torch.no_grad():
@@ -230,7 +241,9 @@ def popularity_recall(
     most_clicked = np.argsort(-counts, kind="stable")[:k]
     targets = [items[-1] for items in processed_held_out[ITEM_LIST_COLUMN] if len(items) >= 2]
     if not targets:
-        raise ValueError("no held-out session has two or more clicks, so there is nothing to predict")
+        raise ValueError(
+            "no held-out session has two or more clicks, so there is nothing to predict"
+        )
     return float(np.isin(targets, most_clicked).mean())
 
 
@@ -246,7 +259,9 @@ def load_model(directory: str | Path) -> tr.Model:
     """The model saved by ``save_model``, in eval mode."""
     path = Path(directory) / f"{_MODEL_FILE_STEM}.pkl"
     if not path.exists():
-        raise FileNotFoundError(f"{str(path)!r} does not exist; save a model there with save_model()")
+        raise FileNotFoundError(
+            f"{str(path)!r} does not exist; save a model there with save_model()"
+        )
     model = tr.Model.load(directory, model_name=_MODEL_FILE_STEM)
     model.eval()
     return model

@@ -35,7 +35,8 @@ def bundled_tritonserver() -> Path | None:
 
 
 def pytriton_libraries() -> Path | None:
-    """``<site-packages>/nvidia_pytriton.libs``: the wheel's shared libraries, libtritonserver included."""
+    """``<site-packages>/nvidia_pytriton.libs``: the wheel's shared libraries, libtritonserver
+    included."""
     root = pytriton_server_root()
     return root.parent.parent / "nvidia_pytriton.libs" if root is not None else None
 
@@ -60,7 +61,8 @@ def pytriton_version() -> str:
 
 
 def cache_root() -> Path:
-    """$MTS_CACHE_DIR, else ``$XDG_CACHE_HOME/merlin_torch_serving``, else ``~/.cache/merlin_torch_serving``."""
+    """$MTS_CACHE_DIR, else ``$XDG_CACHE_HOME/merlin_torch_serving``, else
+    ``~/.cache/merlin_torch_serving``."""
     chosen = os.environ.get(CACHE_ENV_VAR)
     if chosen:
         return Path(chosen).expanduser()
@@ -101,7 +103,9 @@ def _reported_version(binary: str, _mtime_ns: int, _size: int) -> str | None:
             )
         except (OSError, subprocess.SubprocessError):
             return None
-    match = _SERVER_VERSION.search(finished.stdout.decode(errors="replace") + finished.stderr.decode(errors="replace"))
+    match = _SERVER_VERSION.search(
+        finished.stdout.decode(errors="replace") + finished.stderr.decode(errors="replace")
+    )
     return match.group(1) if match else None
 
 
@@ -113,7 +117,9 @@ def release_of(server_version: str) -> str:
     """
     major, minor = (int(part) for part in server_version.split(".")[:2])
     if major != 2 or minor < 41:
-        raise ValueError(f"no release branch known for tritonserver {server_version} (2.41 and newer are)")
+        raise ValueError(
+            f"no release branch known for tritonserver {server_version} (2.41 and newer are)"
+        )
     months = 12 + (minor - 41)  # months after the end of 2022
     year, month = 23 + (months - 1) // 12, (months - 1) % 12 + 1
     return f"r{year}.{month:02d}"

@@ -59,7 +59,9 @@ class TorchInstall:
     def running(cls) -> TorchInstall:
         spec = importlib.util.find_spec("torch")
         if spec is None or spec.origin is None:
-            raise BackendBuildError("torch is not installed in this interpreter; install it first (pip install torch)")
+            raise BackendBuildError(
+                "torch is not installed in this interpreter; install it first (pip install torch)"
+            )
         return cls(importlib.metadata.version("torch"), Path(spec.origin).parent)
 
     @property
@@ -82,13 +84,17 @@ class BuiltBackend:
         return self.folder / BACKEND_LIBRARY
 
 
-def build_folder(tritonserver_version: str, torch_version: str, cache_dir: Path | None = None) -> Path:
+def build_folder(
+    tritonserver_version: str, torch_version: str, cache_dir: Path | None = None
+) -> Path:
     """Where the build for this pair lives (whether or not it exists)."""
     root = cache_dir if cache_dir is not None else bundle.cache_root() / _BUILDS_FOLDER
     return root / f"libtriton_pytorch-tritonserver-{tritonserver_version}-torch-{torch_version}"
 
 
-def built_pytorch_backend(tritonserver_version: str, torch_version: str, cache_dir: Path | None = None) -> BuiltBackend | None:
+def built_pytorch_backend(
+    tritonserver_version: str, torch_version: str, cache_dir: Path | None = None
+) -> BuiltBackend | None:
     """The cached build for this tritonserver and torch, or None."""
     folder = build_folder(tritonserver_version, torch_version, cache_dir)
     if not (folder / BACKEND_LIBRARY).is_file():
@@ -97,7 +103,8 @@ def built_pytorch_backend(tritonserver_version: str, torch_version: str, cache_d
 
 
 def built_for_running_torch(binary: str | os.PathLike | None = None) -> BuiltBackend | None:
-    """The cached build for ``binary`` (default: the bundled tritonserver) and the running torch, or None."""
+    """The cached build for ``binary`` (default: the bundled tritonserver) and the running torch, or
+    None."""
     binary = binary if binary is not None else bundle.bundled_tritonserver()
     version = bundle.tritonserver_version(binary) if binary is not None else None
     if version is None or importlib.util.find_spec("torch") is None:
@@ -138,14 +145,17 @@ def build_pytorch_backend(
         else:
             release = _release(server_version)
             source_root = _cloned_sources(release, organization, work / "sources", log, progress)
-            options, origin = _upstream_options(release, organization), f"{organization}/pytorch_backend@{release}"
+            options, origin = (
+                _upstream_options(release, organization),
+                f"{organization}/pytorch_backend@{release}",
+            )
         library = _compile(tools, torch, source_root, options, work / "build", log, jobs, progress)
         record = {
             "torch_version": torch.version,
             "torch_root": str(torch.root),
             "tritonserver_version": server_version,
             "sources": origin,
-            "built_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "built_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "build_seconds": round(time.monotonic() - started, 1),
         }
         _install(library, record, work / "result", target)
@@ -161,18 +171,38 @@ def build_pytorch_backend(
     return BuiltBackend(target, torch.version, server_version, built_now=True)
 
 
-def _compile(tools, torch, source_root: Path, options: list[str], build: Path, log: Path, jobs, progress) -> Path:
+def _compile(
+    tools, torch, source_root: Path, options: list[str], build: Path, log: Path, jobs, progress
+) -> Path:
     """Configure and build with cmake; the path of the library it built."""
     progress(f"configuring with cmake for torch {torch.version}")
     _run(
-        [tools.cmake, "-S", str(source_root / "pytorch_backend"), "-B", str(build), "-G", tools.generator, "-Wno-dev",
-         *_cmake_options(torch, tools), *options],
+        [
+            tools.cmake,
+            "-S",
+            str(source_root / "pytorch_backend"),
+            "-B",
+            str(build),
+            "-G",
+            tools.generator,
+            "-Wno-dev",
+            *_cmake_options(torch, tools),
+            *options,
+        ],
         log,
         "cmake configure",
     )
     progress(f"compiling {BACKEND_LIBRARY} (under a minute on 2 cores)")
     _run(
-        [tools.cmake, "--build", str(build), "--target", "triton-pytorch-backend", "-j", str(jobs or os.cpu_count() or 1)],
+        [
+            tools.cmake,
+            "--build",
+            str(build),
+            "--target",
+            "triton-pytorch-backend",
+            "-j",
+            str(jobs or os.cpu_count() or 1),
+        ],
         log,
         "cmake build",
         on_line=lambda line: _report_progress(line, progress),
@@ -181,7 +211,8 @@ def _compile(tools, torch, source_root: Path, options: list[str], build: Path, l
 
 
 def _install(library: Path, record: dict, staging: Path, target: Path) -> None:
-    """The library and its record, renamed into ``target`` whole (a failed build leaves nothing there)."""
+    """The library and its record, renamed into ``target`` whole (a failed build leaves nothing
+    there)."""
     staging.mkdir()
     shutil.copy2(library, staging / BACKEND_LIBRARY)
     (staging / BUILD_RECORD).write_text(json.dumps(record, indent=1) + "\n")
@@ -216,10 +247,17 @@ def _build_tools(cloning: bool) -> _Tools:
         version = _cmake_version(cmake)
         if version is not None and version < _MIN_CMAKE:
             missing.append(f"cmake 3.18 or newer (found {'.'.join(map(str, version))} at {cmake})")
-    generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles" if shutil.which("make") else None
+    generator = (
+        "Ninja" if shutil.which("ninja") else "Unix Makefiles" if shutil.which("make") else None
+    )
     if generator is None:
         missing.append("ninja or make (apt-get install ninja-build, or pip install ninja)")
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    compiler = (
+        os.environ.get("CXX")
+        or shutil.which("g++")
+        or shutil.which("c++")
+        or shutil.which("clang++")
+    )
     if compiler is None:
         missing.append("a C++ compiler (apt-get install g++), or set CXX to one")
     if missing or cmake is None or generator is None or compiler is None:
@@ -232,7 +270,9 @@ def _build_tools(cloning: bool) -> _Tools:
 
 def _cmake_version(cmake: str) -> tuple[int, ...] | None:
     try:
-        text = subprocess.run([cmake, "--version"], capture_output=True, text=True, timeout=30).stdout
+        text = subprocess.run(
+            [cmake, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r"(\d+)\.(\d+)", text)
@@ -243,14 +283,14 @@ def _bundled_server_version() -> str:
     binary = bundle.bundled_tritonserver()
     if binary is None or not binary.is_file():
         raise BackendBuildError(
-            "the pytorch backend is built for the tritonserver bundled with nvidia-pytriton, which is not "
-            "installed; run `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton)"
+            "the pytorch backend is built for the tritonserver bundled with nvidia-pytriton, which"
+            " is not installed; run `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton)"
         )
     version = bundle.tritonserver_version(binary)
     if version is None:
         raise BackendBuildError(
-            f"could not tell the version of {str(binary)!r}: it did not print a server_version when started; "
-            "check that it runs (`tritonserver --help`)"
+            f"could not tell the version of {str(binary)!r}: it did not print a server_version when"
+            " started; check that it runs (`tritonserver --help`)"
         )
     return version
 
@@ -259,15 +299,30 @@ def _release(server_version: str) -> str:
     try:
         return bundle.release_of(server_version)
     except ValueError as error:
-        raise BackendBuildError(f"{error}; pass --sources with Triton's pytorch_backend sources for this server") from error
+        raise BackendBuildError(
+            f"{error}; pass --sources with Triton's pytorch_backend sources for this server"
+        ) from error
 
 
-def _cloned_sources(release: str, organization: str, destination: Path, log: Path, progress) -> Path:
-    """``destination`` holding a shallow clone of pytorch_backend at ``release``; CMake fetches the rest."""
+def _cloned_sources(
+    release: str, organization: str, destination: Path, log: Path, progress
+) -> Path:
+    """``destination`` holding a shallow clone of pytorch_backend at ``release``; CMake fetches the
+    rest."""
     progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
     repository = f"{organization}/pytorch_backend.git"
     _run(
-        ["git", "clone", "--quiet", "--depth", "1", "--branch", release, repository, str(destination / "pytorch_backend")],
+        [
+            "git",
+            "clone",
+            "--quiet",
+            "--depth",
+            "1",
+            "--branch",
+            release,
+            repository,
+            str(destination / "pytorch_backend"),
+        ],
         log,
         "git clone",
     )
@@ -275,7 +330,8 @@ def _cloned_sources(release: str, organization: str, destination: Path, log: Pat
 
 
 def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
-    """The folder holding the five source folders: ``sources`` itself, or where its tarball unpacks."""
+    """The folder holding the five source folders: ``sources`` itself, or where its tarball
+    unpacks."""
     if sources.is_dir():
         root = sources
     elif sources.is_file():
@@ -284,20 +340,23 @@ def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
             with tarfile.open(sources) as archive:
                 archive.extractall(destination, filter="data")
         except (tarfile.TarError, OSError) as error:
-            raise BackendBuildError(f"could not unpack the sources {str(sources)!r}: {error}") from error
+            raise BackendBuildError(
+                f"could not unpack the sources {str(sources)!r}: {error}"
+            ) from error
         root = destination
     else:
         raise BackendBuildError(
-            f"sources {str(sources)!r} do not exist; pass a .tar.gz or a folder holding {', '.join(SOURCE_FOLDERS)}, "
-            f"or leave --sources out to clone them (needs the network)"
+            f"sources {str(sources)!r} do not exist; pass a .tar.gz or a folder holding"
+            f" {', '.join(SOURCE_FOLDERS)}, or leave --sources out to clone them (needs the"
+            " network)"
         )
     missing = [name for name in SOURCE_FOLDERS if not (root / name).is_dir()]
     if missing:
         found = sorted(entry.name for entry in root.iterdir()) if root.is_dir() else []
         raise BackendBuildError(
-            f"sources {str(sources)!r} lack the folder(s) {', '.join(missing)}: expected {', '.join(SOURCE_FOLDERS)} "
-            f"(Triton's pytorch_backend, backend, core and common at one release, and RapidJSON), found "
-            f"{', '.join(found) or 'nothing'}"
+            f"sources {str(sources)!r} lack the folder(s) {', '.join(missing)}: expected"
+            f" {', '.join(SOURCE_FOLDERS)} (Triton's pytorch_backend, backend, core and common at"
+            f" one release, and RapidJSON), found {', '.join(found) or 'nothing'}"
         )
     return root
 
@@ -333,7 +392,10 @@ def _offline_options(source_root: Path) -> list[str]:
         f"-DCMAKE_CXX_FLAGS=-I{rapidjson / 'include'}",
         f"-DRapidJSON_DIR={rapidjson / 'lib' / 'cmake' / 'RapidJSON'}",
         "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
-        *(f"-DFETCHCONTENT_SOURCE_DIR_REPO-{name.upper()}={source_root / name}" for name in ("common", "core", "backend")),
+        *(
+            f"-DFETCHCONTENT_SOURCE_DIR_REPO-{name.upper()}={source_root / name}"
+            for name in ("common", "core", "backend")
+        ),
     ]
 
 
@@ -345,14 +407,21 @@ def _upstream_options(release: str, organization: str) -> list[str]:
     ]
 
 
-def _run(command: Sequence[str], log_path: Path, what: str, on_line: Callable[[str], None] | None = None) -> None:
-    """Run ``command``, appending its output to ``log_path``; a failure raises with the log's tail."""
+def _run(
+    command: Sequence[str], log_path: Path, what: str, on_line: Callable[[str], None] | None = None
+) -> None:
+    """Run ``command``, appending its output to ``log_path``; a failure raises with the log's
+    tail."""
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         try:
             process = subprocess.Popen(
-                list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                list(command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
                 errors="replace",
             )
         except OSError as error:
@@ -364,11 +433,16 @@ def _run(command: Sequence[str], log_path: Path, what: str, on_line: Callable[[s
                     on_line(line.rstrip("\n"))
         code = process.wait()
     if code != 0:
-        tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-_LOG_TAIL_LINES:]
-        raise BackendBuildError(f"{what} failed (exit code {code}); the last lines of its output:\n" + "\n".join(tail))
+        tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[
+            -_LOG_TAIL_LINES:
+        ]
+        raise BackendBuildError(
+            f"{what} failed (exit code {code}); the last lines of its output:\n" + "\n".join(tail)
+        )
 
 
 def _report_progress(line: str, progress: Callable[[str], None]) -> None:
-    """Pass on ninja's ``[3/12] Building ...`` and make's ``[ 25%] Building ...`` lines, shortened."""
+    """Pass on ninja's ``[3/12] Building ...`` and make's ``[ 25%] Building ...`` lines,
+    shortened."""
     if _PROGRESS.match(line):
         progress("  " + re.sub(r" \S*/", " ", line, count=1)[:160])

@@ -33,7 +33,16 @@ from merlin_torch_serving.exceptions import BundleError
 LIBRARY = "merlin-torch-serving"
 PACKED_FILE = "packed.json"
 #: standard-library folders a server never imports (tests, GUIs, the static build config)
-_STDLIB_LEFT_OUT = ("site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-*")
+_STDLIB_LEFT_OUT = (
+    "site-packages",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "config-*",
+)
 _ACTIVATE = """\
 # Made by merlin-torch-serving: puts this relocatable Python first on PATH (as Triton's python
 # backend does before it starts a step's stub). Use with `source`.
@@ -52,7 +61,8 @@ class PackedEnvironment:
 
 
 def requirement_closure(name: str, extras: Iterable[str] = ()) -> set[str]:
-    """``name`` and every distribution it requires (with ``extras``), from the installed metadata."""
+    """``name`` and every distribution it requires (with ``extras``), from the installed
+    metadata."""
     seen: set[tuple[str, frozenset]] = set()
     pending = [(canonicalize_name(name), frozenset(extras))]
     while pending:
@@ -67,7 +77,7 @@ def requirement_closure(name: str, extras: Iterable[str] = ()) -> set[str]:
         for text in requirements:
             requirement = Requirement(text)
             if requirement.marker is None or any(
-                requirement.marker.evaluate({"extra": extra}) for extra in (current_extras or {""})
+                requirement.marker.evaluate({"extra": extra}) for extra in current_extras or {""}
             ):
                 pending.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))
     return {dist for dist, _ in seen}
@@ -106,7 +116,11 @@ def pack_environment(
             packed[name] = _copy_distribution(name, site_packages)
         progress(f"{len(packed)} distributions: {', '.join(names)}")
         (staging / "bin" / "activate").write_text(_ACTIVATE)
-        record = {"python": platform.python_version(), "platform": platform.platform(), "distributions": packed}
+        record = {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "distributions": packed,
+        }
         (staging / PACKED_FILE).write_text(json.dumps(record, indent=1))
         os.rename(staging, target)
     finally:
@@ -121,13 +135,17 @@ def read_packed(path: str | os.PathLike) -> PackedEnvironment:
         record = json.loads((path / PACKED_FILE).read_text())
     except (OSError, ValueError) as error:
         raise BundleError(
-            f"{str(path)!r} is not an environment packed by merlin-torch-serving (no readable {PACKED_FILE}: {error})"
+            f"{str(path)!r} is not an environment packed by merlin-torch-serving (no readable"
+            f" {PACKED_FILE}: {error})"
         ) from error
-    return PackedEnvironment(path, ".".join(record["python"].split(".")[:2]), record["distributions"])
+    return PackedEnvironment(
+        path, ".".join(record["python"].split(".")[:2]), record["distributions"]
+    )
 
 
 def archive(environment: Path, tarball: Path) -> None:
-    """A ``.tar.gz`` of the environment, as the python backend extracts it (paths relative to its root)."""
+    """A ``.tar.gz`` of the environment, as the python backend extracts it (paths relative to its
+    root)."""
     with tarfile.open(tarball, "w:gz", compresslevel=1) as archive_file:
         for entry in sorted(environment.iterdir()):
             archive_file.add(entry, arcname=entry.name)
@@ -146,9 +164,10 @@ def _lay_out_interpreter(prefix: Path, version: str) -> None:
     soname = sysconfig.get_config_var("INSTSONAME") or ""
     if not sysconfig.get_config_var("Py_ENABLE_SHARED") or not (libdir / soname).is_file():
         raise BundleError(
-            f"this Python ({sys.base_prefix}) was built without a shared libpython, which the python-backend "
-            "stub loads; pack from a Python built with --enable-shared (distribution packages, pyenv with "
-            "PYTHON_CONFIGURE_OPTS=--enable-shared, the python.org builds)"
+            f"this Python ({sys.base_prefix}) was built without a shared libpython, which the"
+            " python-backend stub loads; pack from a Python built with --enable-shared"
+            " (distribution packages, pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared, the"
+            " python.org builds)"
         )
     (prefix / "bin").mkdir()
     (prefix / "lib").mkdir()
@@ -168,9 +187,11 @@ def _lay_out_interpreter(prefix: Path, version: str) -> None:
         prefix / "lib" / f"python{version}",
         copy_function=_link_or_copy,
         symlinks=True,
-        ignore=lambda folder, names: shutil.ignore_patterns(*_STDLIB_LEFT_OUT)(folder, names)
-        if Path(folder) == stdlib
-        else [],
+        ignore=lambda folder, names: (
+            shutil.ignore_patterns(*_STDLIB_LEFT_OUT)(folder, names)
+            if Path(folder) == stdlib
+            else []
+        ),
     )
 
 
@@ -182,8 +203,8 @@ def _copy_distribution(name: str, site_packages: Path) -> str:
         dist = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         raise BundleError(
-            f"distribution {name!r} is needed in the packed environment but is not installed in this Python "
-            f"({sys.prefix}); install it, or leave it out of the distributions to pack"
+            f"distribution {name!r} is needed in the packed environment but is not installed in"
+            f" this Python ({sys.prefix}); install it, or leave it out of the distributions to pack"
         ) from None
     root = Path(str(dist.locate_file(""))).resolve()
     if _installed_normally(dist):
@@ -209,20 +230,29 @@ def _installed_normally(dist) -> bool:
 
 
 def _copy_packages_of(dist, name: str, root: Path, site_packages: Path) -> None:
-    """An editable or source-tree install: its import packages as they are, and a minimal dist-info."""
-    top_level = (dist.read_text("top_level.txt") or canonicalize_name(name).replace("-", "_")).split()
+    """An editable or source-tree install: its import packages as they are, and a minimal
+    dist-info."""
+    top_level = (
+        dist.read_text("top_level.txt") or canonicalize_name(name).replace("-", "_")
+    ).split()
     for package in top_level:
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
-            raise BundleError(f"cannot find the import package {package!r} of distribution {name!r} to pack it")
+            raise BundleError(
+                f"cannot find the import package {package!r} of distribution {name!r} to pack it"
+            )
         source = Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin)
         if source.is_dir():
-            shutil.copytree(source, site_packages / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                source, site_packages / source.name, ignore=shutil.ignore_patterns("__pycache__")
+            )
         else:
             shutil.copy2(source, site_packages / source.name)
     info = site_packages / f"{canonicalize_name(name).replace('-', '_')}-{dist.version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {dist.version}\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {dist.version}\n"
+    )
 
 
 def _link_or_copy(source: str, destination: str) -> str:

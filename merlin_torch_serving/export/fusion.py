@@ -9,11 +9,9 @@ column comes in as one more input, so answering filtered sessions costs no pytho
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
-from typing import Dict, List, Optional, Tuple
-
-import torch
 
 import numpy as np
+import torch
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.ops.decode import DecodeItemIds
@@ -41,7 +39,7 @@ class ScoresToTopK(torch.nn.Module):
         self,
         scorer: torch.nn.Module,
         k: int,
-        excluded_ids: List[int],
+        excluded_ids: list[int],
         seen_name: str,
         seen_ragged: bool,
         raw_ids: torch.Tensor,
@@ -56,10 +54,10 @@ class ScoresToTopK(torch.nn.Module):
         self.register_buffer("excluded_ids", torch.tensor(excluded_ids, dtype=torch.int64))
         self.register_buffer("raw_ids", raw_ids.to(torch.int64))
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self.scorer(inputs)
-        seen_values: Optional[torch.Tensor] = None
-        seen_offsets: Optional[torch.Tensor] = None
+        seen_values: torch.Tensor | None = None
+        seen_offsets: torch.Tensor | None = None
         if self.seen_name != "":
             if self.seen_ragged:
                 seen_values = inputs[self.seen_name + "__values"].to(torch.int64)
@@ -70,14 +68,17 @@ class ScoresToTopK(torch.nn.Module):
         size = self.raw_ids.shape[0]
         if size > 0:
             inside = (ids >= 0) & (ids < size)
-            ids = torch.where(inside, self.raw_ids[torch.clamp(ids, 0, size - 1)], torch.full_like(ids, -1))
+            ids = torch.where(
+                inside, self.raw_ids[torch.clamp(ids, 0, size - 1)], torch.full_like(ids, -1)
+            )
         if self.ids_first:
             return ids, best
         return best, ids
 
 
 class BlankOne(torch.nn.Module):
-    """A one-output libtorch module whose output rows are blanked where ``filtered_name`` is True."""
+    """A one-output libtorch module whose output rows are blanked where ``filtered_name`` is
+    True."""
 
     filtered_name: str
 
@@ -86,7 +87,7 @@ class BlankOne(torch.nn.Module):
         self.inner = inner
         self.filtered_name = filtered_name
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return blank_rows(self.inner(inputs), inputs[self.filtered_name])
 
 
@@ -103,7 +104,7 @@ class BlankPair(torch.nn.Module):
         self.filtered_name = filtered_name
         self.swap = swap
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         first, second = self.inner(inputs)
         filtered = inputs[self.filtered_name]
         first = blank_rows(first, filtered)
@@ -122,7 +123,11 @@ def fusable_top_k(
     nothing else reads that output (the scores then never leave the model), and the seen items
     come with the request or from a step that runs before the model.
     """
-    if producer is None or not isinstance(call.op, TopK) or not isinstance(producer.op, PredictPytorch):
+    if (
+        producer is None
+        or not isinstance(call.op, TopK)
+        or not isinstance(producer.op, PredictPytorch)
+    ):
         return False
     if producer.op.backend != "pytorch" or len(producer.output_schema) != 1:
         return False
@@ -133,7 +138,10 @@ def fusable_top_k(
     seen_ref = call.inputs.get(call.op.seen_column) if call.op.seen_column else None
     if seen_ref is None or seen_ref.producer == REQUEST:
         return True
-    return seen_ref.producer in step_of_call and step_of_call[seen_ref.producer] < step_of_call[producer.index]
+    return (
+        seen_ref.producer in step_of_call
+        and step_of_call[seen_ref.producer] < step_of_call[producer.index]
+    )
 
 
 def fusable_decode(
@@ -142,14 +150,22 @@ def fusable_decode(
     """Whether ``call`` (a DecodeItemIds) can run inside the libtorch model that ``producer``, a
     TopK, was fused into (``producer_backend`` is its step's backend): it decodes TopK's ids to
     integers, reads exactly TopK's two outputs, and nothing else reads them."""
-    if producer is None or not isinstance(call.op, DecodeItemIds) or not isinstance(producer.op, TopK):
+    if (
+        producer is None
+        or not isinstance(call.op, DecodeItemIds)
+        or not isinstance(producer.op, TopK)
+    ):
         return False
     if producer_backend != "pytorch":
         return False
-    if call.op.vocabulary.raw_values.dtype.kind not in "iu" or call.op.columns != [producer.op.ids_column]:
+    if call.op.vocabulary.raw_values.dtype.kind not in "iu" or call.op.columns != [
+        producer.op.ids_column
+    ]:
         return False
     produced = {Ref(producer.index, name) for name in producer.output_schema.column_names}
-    return set(call.inputs.values()) == produced and all(consumers.get(ref, 0) == 1 for ref in produced)
+    return set(call.inputs.values()) == produced and all(
+        consumers.get(ref, 0) == 1 for ref in produced
+    )
 
 
 def fusable_blank(
@@ -159,17 +175,27 @@ def fusable_blank(
     consumers: dict[Ref, int],
     step_of_call: dict[int, int],
 ) -> bool:
-    """Whether ``call`` (a BlankFilteredRows) can run inside the libtorch step that ``producer``, the
-    last operator compiled into it, belongs to: it blanks exactly that operator's one or two
+    """Whether ``call`` (a BlankFilteredRows) can run inside the libtorch step that ``producer``,
+    the last operator compiled into it, belongs to: it blanks exactly that operator's one or two
     numeric outputs, nothing else reads them, and the mark comes from an earlier step."""
-    if producer is None or producer_backend != "pytorch" or not isinstance(call.op, BlankFilteredRows):
+    if (
+        producer is None
+        or producer_backend != "pytorch"
+        or not isinstance(call.op, BlankFilteredRows)
+    ):
         return False
     flag_ref = call.inputs[call.op.filtered_column]
     blanked = [ref for name, ref in call.inputs.items() if name != call.op.filtered_column]
     produced = [Ref(producer.index, name) for name in producer.output_schema.column_names]
-    if set(blanked) != set(produced) or len(produced) > 2 or any(consumers.get(ref, 0) != 1 for ref in produced):
+    if (
+        set(blanked) != set(produced)
+        or len(produced) > 2
+        or any(consumers.get(ref, 0) != 1 for ref in produced)
+    ):
         return False
-    if any(producer.output_schema[ref.column].dtype.element_type.value == "string" for ref in produced):
+    if any(
+        producer.output_schema[ref.column].dtype.element_type.value == "string" for ref in produced
+    ):
         return False
     step = step_of_call[producer.index]
     return flag_ref.producer == REQUEST or step_of_call.get(flag_ref.producer, step) < step
@@ -190,7 +216,9 @@ def libtorch_module(
             return torch.jit.script(BlankOne(inner, filtered_name))
         # the inner module returns its last operator's outputs in that operator's order
         inner_order = inner_calls[-1].output_schema.column_names if len(inner_calls) == 1 else None
-        swap = inner_order is not None and inner_order != [ref.column for ref in step_outputs.values()]
+        swap = inner_order is not None and inner_order != [
+            ref.column for ref in step_outputs.values()
+        ]
         return torch.jit.script(BlankPair(inner, filtered_name, swap))
     return _model_module(calls, step_inputs, step_outputs, input_schema)
 
@@ -211,7 +239,14 @@ def _model_module(
     raw_ids = torch.zeros(0, dtype=torch.int64)
     if len(calls) == 3:
         vocabulary = calls[2].op.vocabulary
-        raw_ids = torch.from_numpy(np.where(vocabulary.is_item, vocabulary.raw_values, -1).astype(np.int64))
-    ids_first = [ref.column for ref in step_outputs.values()] == [top_k.ids_column, top_k.scores_column]
-    module = ScoresToTopK(predict.module, top_k.k, top_k.exclude_ids, seen_name, seen_ragged, raw_ids, ids_first)
+        raw_ids = torch.from_numpy(
+            np.where(vocabulary.is_item, vocabulary.raw_values, -1).astype(np.int64)
+        )
+    ids_first = [ref.column for ref in step_outputs.values()] == [
+        top_k.ids_column,
+        top_k.scores_column,
+    ]
+    module = ScoresToTopK(
+        predict.module, top_k.k, top_k.exclude_ids, seen_name, seen_ragged, raw_ids, ids_first
+    )
     return torch.jit.script(module)

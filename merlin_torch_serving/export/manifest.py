@@ -66,8 +66,9 @@ def verify_step(step: str, version_dir: str | os.PathLike, record: Mapping) -> N
     if record.get("format_version") != STEP_FORMAT_VERSION:
         raise ArtifactError(
             step,
-            f"it was exported by merlin-torch-serving {written_with} in step format "
-            f"{record.get('format_version')}, and this is {library_version()}, which reads format {STEP_FORMAT_VERSION}",
+            f"it was exported by merlin-torch-serving {written_with} in step format"
+            f" {record.get('format_version')}, and this is {library_version()}, which reads format"
+            f" {STEP_FORMAT_VERSION}",
             f"{reexport}, or serve it with merlin-torch-serving {written_with}",
         )
     _compare(step, Path(version_dir), record.get("artifacts", {}), reexport)
@@ -79,13 +80,17 @@ def verify_export(repository: str | os.PathLike, name: str, version: int | None 
     model_dir = Path(repository) / name
     versions = sorted(int(p.name) for p in model_dir.glob("*") if p.name.isdigit())
     if version is None and not versions:
-        raise ArtifactError(name, f"{str(model_dir)!r} holds no version folder", "export the ensemble there first")
+        raise ArtifactError(
+            name, f"{str(model_dir)!r} holds no version folder", "export the ensemble there first"
+        )
     version = version if version is not None else versions[-1]
     manifest_path = model_dir / str(version) / MANIFEST_FILE
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as error:
-        raise ArtifactError(name, f"its manifest {str(manifest_path)!r} cannot be read ({error})", "re-export it") from error
+        raise ArtifactError(
+            name, f"its manifest {str(manifest_path)!r} cannot be read ({error})", "re-export it"
+        ) from error
     for step in manifest.get("steps", []):
         step_dir = Path(repository) / step["model"] / str(version)
         _compare(step["model"], step_dir, step.get("artifacts", {}), "re-export the ensemble")
@@ -100,7 +105,7 @@ def _compare(step: str, folder: Path, expected: Mapping[str, str], hint: str) ->
         if found != digest:
             raise ArtifactError(
                 step,
-                f"its file {str(path)!r} has sha256 {found[:16]}..., not the {digest[:16]}... recorded at export "
-                "(it was changed or replaced after the export)",
+                f"its file {str(path)!r} has sha256 {found[:16]}..., not the {digest[:16]}..."
+                " recorded at export (it was changed or replaced after the export)",
                 hint,
             )

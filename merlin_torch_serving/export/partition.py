@@ -45,10 +45,14 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
     calls_by_index = {call.index: call for call in plan.calls}
     consumers = _consumer_counts(plan)
     for call in plan.calls:
-        producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
+        producer_steps = [
+            step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
+        ]
         earliest = max(producer_steps, default=0)
         target = None
-        first_producer = calls_by_index.get(next(iter(call.inputs.values()), Ref(REQUEST, "")).producer)
+        first_producer = calls_by_index.get(
+            next(iter(call.inputs.values()), Ref(REQUEST, "")).producer
+        )
         producer_backend = groups[step_of_call[first_producer.index]][0] if first_producer else None
         if (
             fusable_top_k(call, first_producer, step_of_call, consumers)
@@ -58,7 +62,9 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
             target = step_of_call[first_producer.index]
         elif call.op.backend == "python":
             # any python step at or after the last producer's step already has the inputs ready
-            target = next((i for i in range(earliest, len(groups)) if groups[i][0] == "python"), None)
+            target = next(
+                (i for i in range(earliest, len(groups)) if groups[i][0] == "python"), None
+            )
         if target is None:
             groups.append((call.op.backend, []))
             target = len(groups) - 1
@@ -86,11 +92,17 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
 
     for step in steps:
         own = step.call_indices
-        external = [ref for call in step.calls for ref in call.inputs.values() if ref.producer not in own]
+        external = [
+            ref for call in step.calls for ref in call.inputs.values() if ref.producer not in own
+        ]
         step.inputs = _named(_unique(external))
-        produced = [Ref(call.index, name) for call in step.calls for name in call.output_schema.column_names]
+        produced = [
+            Ref(call.index, name) for call in step.calls for name in call.output_schema.column_names
+        ]
         exported = [
-            ref for ref in produced if ref in final_refs or (consumed_by.get(ref, set()) - {step.index})
+            ref
+            for ref in produced
+            if ref in final_refs or (consumed_by.get(ref, set()) - {step.index})
         ]
         step.outputs = _named(exported)
         step.input_schema = _schema(step.inputs, plan)
@@ -101,7 +113,9 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
 def _consumer_counts(plan: Plan) -> dict[Ref, int]:
     """How many calls (and ensemble outputs) read each ref."""
     counts: dict[Ref, int] = {}
-    for ref in [ref for call in plan.calls for ref in call.inputs.values()] + list(plan.outputs.values()):
+    for ref in [ref for call in plan.calls for ref in call.inputs.values()] + list(
+        plan.outputs.values()
+    ):
         counts[ref] = counts.get(ref, 0) + 1
     return counts
 

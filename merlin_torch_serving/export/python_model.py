@@ -44,7 +44,9 @@ class HostedStep:
         self.output_schema = schema_from_json(spec["output_schema"])
         self.calls = []
         for call in spec["calls"]:
-            op = operator_class(call["class"]).load(call["config"], os.path.join(version_dir, call["artifacts"]))
+            op = operator_class(call["class"]).load(
+                call["config"], os.path.join(version_dir, call["artifacts"])
+            )
             self.calls.append(
                 OpCall(
                     index=call["index"],
@@ -55,14 +57,22 @@ class HostedStep:
                 )
             )
         self.input_specs = wire.schema_specs(self.input_schema)
-        self.entry_check = EntryCheck.for_entry(self.input_schema, self.inputs, self.calls, max_rows)
+        self.entry_check = EntryCheck.for_entry(
+            self.input_schema, self.inputs, self.calls, max_rows
+        )
 
     @classmethod
-    def load(cls, version_dir: str, step: str | None = None, max_rows: int | None = None) -> "HostedStep":
+    def load(
+        cls, version_dir: str, step: str | None = None, max_rows: int | None = None
+    ) -> HostedStep:
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
-        verify_step(step or os.path.basename(os.path.dirname(os.path.abspath(version_dir))), version_dir, spec)
+        verify_step(
+            step or os.path.basename(os.path.dirname(os.path.abspath(version_dir))),
+            version_dir,
+            spec,
+        )
         return cls(spec, version_dir, max_rows)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -72,7 +82,9 @@ class HostedStep:
         table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
         results = TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
-        metrics.count(metrics.SESSIONS, len(next(iter(results.values()))) if results.columns else 0)  # rows
+        metrics.count(
+            metrics.SESSIONS, len(next(iter(results.values()))) if results.columns else 0
+        )  # rows
         return wire.to_wire(results)
 
 
@@ -93,12 +105,16 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
-        self.step = HostedStep.load(version_dir, self.model_name, int(max_rows) if max_rows else None)
+        self.step = HostedStep.load(
+            version_dir, self.model_name, int(max_rows) if max_rows else None
+        )
         self.output_names = [output["name"] for output in config["output"]]
         # python backends before 23.05 have no metrics API: serve without the step's own metrics
         publish = parameters.get(METRICS_PARAMETER, {}).get("string_value") != "false"
         publish = publish and hasattr(pb_utils, "MetricFamily")
-        self.metrics = StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
+        self.metrics = (
+            StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
+        )
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
@@ -113,14 +129,22 @@ class TritonPythonModel:
                     for spec in self.step.input_specs
                 }
                 outputs = self._run(arrays)
-                tensors = [pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names]
+                tensors = [
+                    pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names
+                ]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
             except Exception as exc:  # one failing request must not fail the others
                 if self.metrics is not None:
                     self.metrics.skip_warmup()
-                detail = str(exc) if isinstance(exc, MerlinTorchServingError) else f"{type(exc).__name__}: {exc}"
+                detail = (
+                    str(exc)
+                    if isinstance(exc, MerlinTorchServingError)
+                    else f"{type(exc).__name__}: {exc}"
+                )
                 message = f"model {self.model_name!r}: {detail}"
-                responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
+                responses.append(
+                    pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
+                )
         return responses
 
     def finalize(self):

@@ -1,4 +1,5 @@
-"""Exporting to object storage (any fsspec URL: ``s3://``, ``gs://``, ``az://``, ``memory://``, ...).
+"""Exporting to object storage (any fsspec URL: ``s3://``, ``gs://``, ``az://``, ``memory://``,
+...).
 
 The repository is written by the local writer (``export.repository``) into a scratch folder that
 mirrors the remote one's model and version folders, checked, uploaded, and flipped last: every
@@ -35,7 +36,9 @@ def export_to_url(
     storage_options: dict | None = None,
 ) -> ExportResult:
     """``export_ensemble`` to the repository at ``url``; ``storage_options`` go to the filesystem
-    (e.g. ``{"endpoint_url": ...}`` for an S3-compatible store; credentials as the filesystem reads them)."""
+    (e.g. ``{"endpoint_url": ...}`` for an S3-compatible store; credentials as the filesystem reads
+    them).
+    """
     import fsspec
 
     try:
@@ -57,11 +60,13 @@ def export_to_url(
         replaced = [model for model in result.models if model in before and not add_version]
         removed = [model for model in before if not (local / model).is_dir()]
         try:
-            _upload(fs, root, local, files, name, unpublish=bool(replaced), remove=replaced + removed)
+            _upload(
+                fs, root, local, files, name, unpublish=bool(replaced), remove=replaced + removed
+            )
         except OSError as error:
             raise ExportError(
-                f"uploading the repository to {url!r} failed: {error}; the ensemble {name!r} was not "
-                "published (its config.pbtxt goes up last), so run the export again"
+                f"uploading the repository to {url!r} failed: {error}; the ensemble {name!r} was"
+                " not published (its config.pbtxt goes up last), so run the export again"
             ) from error
     return dataclasses.replace(result, path=url)
 
@@ -117,12 +122,16 @@ def _check_staged(local: Path, files: list[str]) -> None:
             try:
                 configs.from_pbtxt((local / relative).read_text())
             except Exception as error:  # a text_format ParseError
-                raise ExportError(f"the staged {relative!r} is not a valid Triton model config: {error}") from error
+                raise ExportError(
+                    f"the staged {relative!r} is not a valid Triton model config: {error}"
+                ) from error
         elif relative.endswith("/" + MANIFEST_FILE):
             json.loads((local / relative).read_text())
 
 
-def _upload(fs, root: str, local: Path, files: list[str], name: str, *, unpublish: bool, remove: list[str]) -> None:
+def _upload(
+    fs, root: str, local: Path, files: list[str], name: str, *, unpublish: bool, remove: list[str]
+) -> None:
     ensemble_config = f"{name}/{CONFIG_FILE}"
     if unpublish and fs.exists(f"{root}/{ensemble_config}"):
         fs.rm_file(f"{root}/{ensemble_config}")
@@ -143,6 +152,6 @@ def _check_uploaded(fs, root: str, local: Path, files: list[str]) -> None:
         found = fs.size(remote) if fs.exists(remote) else None
         if found != expected:
             raise ExportError(
-                f"after the upload {remote!r} has {found} bytes, expected {expected}; the ensemble was not "
-                "published (its config.pbtxt goes up last), so run the export again"
+                f"after the upload {remote!r} has {found} bytes, expected {expected}; the ensemble"
+                " was not published (its config.pbtxt goes up last), so run the export again"
             )

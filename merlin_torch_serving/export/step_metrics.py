@@ -7,10 +7,11 @@ Triton's own ``nv_inference_count`` counts them too.
 
     mts_requests_total{model}                     requests the step answered
     mts_sessions_total{model}                     rows it answered with (one per session)
-    mts_filtered_sessions_total{model}            sessions the workflow's filters dropped (answered blank)
-    mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met (fast path)
-    mts_fastpath_fallbacks_total{model,operator}  workflow operators run through NVTabular
-    mts_operator_seconds_total{model,operator}    time inside each operator of the (fused) step
+    mts_filtered_sessions_total{model}            sessions the workflow's filters dropped (answered
+    blank) mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met
+    (fast path) mts_fastpath_fallbacks_total{model,operator}  workflow operators run through
+    NVTabular mts_operator_seconds_total{model,operator}    time inside each operator of the (fused)
+    step
 
 A series appears with its first non-zero count. Each increment is a message to the server process
 that waits for its answer (~12 us on an idle machine, a scheduler time slice or more on a busy
@@ -38,7 +39,9 @@ DESCRIPTIONS = {
     metrics.SESSIONS: "Rows (sessions) a python step answered with",
     metrics.FILTERED_SESSIONS: "Sessions of the request that the workflow's filters dropped",
     metrics.OOV_IDS: "Out-of-vocabulary values Categorify met on the fast path, per column",
-    metrics.FASTPATH_FALLBACKS: "Workflow operator runs that went through NVTabular instead of the fast path",
+    metrics.FASTPATH_FALLBACKS: (
+        "Workflow operator runs that went through NVTabular instead of the fast path"
+    ),
     metrics.OPERATOR_SECONDS: "Seconds spent inside each operator of a python step",
 }
 
@@ -56,7 +59,13 @@ class StepMetrics:
     """The counters of one model instance: ``publish`` adds what one request collected to the
     pending totals, which a thread sends to the server every ``flush_interval_s``."""
 
-    def __init__(self, pb_utils, model_name: str, warmup_requests: int, flush_interval_s: float = FLUSH_INTERVAL_S):
+    def __init__(
+        self,
+        pb_utils,
+        model_name: str,
+        warmup_requests: int,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+    ):
         self._pb = pb_utils
         self._model = model_name
         self._warmup_left = warmup_requests
@@ -67,7 +76,10 @@ class StepMetrics:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._flusher = threading.Thread(
-            target=self._flush_every, args=(flush_interval_s,), name=f"mts-metrics-{model_name}", daemon=True
+            target=self._flush_every,
+            args=(flush_interval_s,),
+            name=f"mts-metrics-{model_name}",
+            daemon=True,
         )
         self._flusher.start()
 
@@ -126,5 +138,7 @@ class StepMetrics:
                     kind=self._pb.MetricFamily.COUNTER,
                 )
                 self._families[name] = family
-            series = self._series[key] = family.Metric(labels={"model": self._model, **dict(labels)})
+            series = self._series[key] = family.Metric(
+                labels={"model": self._model, **dict(labels)}
+            )
         series.increment(float(value))

@@ -1,12 +1,13 @@
 """The columns a compiled workflow passes from step to step, in place of a pandas DataFrame.
 
-A list column is flat values plus row offsets; each column also keeps the dtype pandas would give it.
+A list column is flat values plus row offsets; each column also keeps the dtype pandas would give
+it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -44,7 +45,9 @@ class Column:
         starts = self.offsets[:-1][rows]
         row_lengths = self.offsets[1:][rows] - starts
         offsets = offsets_from_lengths(row_lengths)
-        return Column(self.values[segment_positions(starts, row_lengths, offsets)], offsets, self.cells)
+        return Column(
+            self.values[segment_positions(starts, row_lengths, offsets)], offsets, self.cells
+        )
 
 
 class Batch:
@@ -58,7 +61,8 @@ class Batch:
 
     @classmethod
     def of(cls, columns: Mapping[str, Column]) -> Batch:
-        """A batch whose row count comes from its columns (0 without columns, like an empty DataFrame)."""
+        """A batch whose row count comes from its columns (0 without columns, like an empty
+        DataFrame)."""
         num_rows = next(iter(columns.values())).num_rows if columns else 0
         return cls(columns, num_rows)
 
@@ -89,7 +93,9 @@ def offsets_from_lengths(row_lengths: np.ndarray) -> np.ndarray:
     return offsets
 
 
-def segment_positions(starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def segment_positions(
+    starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
     """Flat positions of the segments ``[start, start + length)``, concatenated in row order.
 
     ``offsets`` are the output offsets (from ``row_lengths``); passing them avoids a second cumsum.
@@ -137,11 +143,12 @@ def as_python_scalars(values: np.ndarray) -> np.ndarray:
 
 
 def same_values(left: np.ndarray, right: np.ndarray) -> bool:
-    """Exact equality of two arrays, dtype included, with NaN equal to NaN and -0.0 unequal to 0.0."""
+    """Exact equality of two arrays, dtype included, with NaN equal to NaN and -0.0 unequal to
+    0.0."""
     if left.dtype != right.dtype or left.shape != right.shape:
         return False
     if left.dtype.kind == "O":
-        return all(_same_object(a, b) for a, b in zip(left.tolist(), right.tolist()))
+        return all(_same_object(a, b) for a, b in zip(left.tolist(), right.tolist(), strict=True))
     if left.dtype.kind in "fc":
         if not np.array_equal(left, right, equal_nan=True):
             return False

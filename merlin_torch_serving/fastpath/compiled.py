@@ -1,4 +1,5 @@
-"""A compiled workflow: its steps, run in order on a request the way NVTabular's executor runs nodes.
+"""A compiled workflow: its steps, run in order on a request the way NVTabular's executor runs
+nodes.
 
 The executor's rules for feeding a node are kept exactly (parents that return no rows are dropped,
 missing inputs come from the request, later parents win on shared columns); only the data differs.
@@ -9,8 +10,8 @@ no operator ever sees an empty frame.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 from merlin.schema import Schema
@@ -37,7 +38,9 @@ class Step:
     description: str  # the label, with a Filter's function for messages that name it
     parents: tuple[int, ...]  # earlier steps, in the node's parents-then-dependencies order
     input_columns: tuple[str, ...]
-    root_columns: tuple[str, ...]  # input and dependency columns; from the request if no parent has them
+    root_columns: tuple[
+        str, ...
+    ]  # input and dependency columns; from the request if no parent has them
     kernel: Kernel
     fallback: Kernel | None  # NVTabular's own execution, for calls the kernel delegates
 
@@ -85,7 +88,7 @@ class CompiledWorkflow:
         (which filter drops it), or None when rows reach the output."""
         request = request_batch(columns, self._input_schema)
         outputs = self._outputs(request)
-        for step, output in zip(self._steps, outputs):
+        for step, output in zip(self._steps, outputs, strict=True):
             fed = any(outputs[parent].num_rows > 0 for parent in step.parents) or not step.parents
             if output.num_rows == 0 and fed:
                 return step.description
@@ -109,9 +112,10 @@ class CompiledWorkflow:
                 return _NO_ROWS
             if absent:
                 raise ValueError(
-                    f"step {step.label!r} needs column(s) {absent!r}, which no upstream step produced for "
-                    "this request (NVTabular drops upstream results with no rows) and the request does not "
-                    "hold; NVTabular's own transform fails on this request too"
+                    f"step {step.label!r} needs column(s) {absent!r}, which no upstream step"
+                    " produced for this request (NVTabular drops upstream results with no rows)"
+                    " and the request does not hold; NVTabular's own transform fails on this"
+                    " request too"
                 )
             upstream.append(request.select(from_request))
         if not upstream:
@@ -125,7 +129,9 @@ class CompiledWorkflow:
             if step.fallback is None:
                 raise
             logger.debug(
-                "fast path: %s runs through NVTabular for this request: %s", step.label, delegated.reason
+                "fast path: %s runs through NVTabular for this request: %s",
+                step.label,
+                delegated.reason,
             )
             metrics.count(metrics.FASTPATH_FALLBACKS, operator=step.label)
             return step.fallback(batch)
@@ -169,9 +175,9 @@ def _concat(label: str, parts: list[Batch]) -> Batch:
 def _pad_with_nulls(label: str, name: str, column: Column, num_rows: int) -> Column:
     if column.is_list:
         raise ValueError(
-            f"step {label!r} combines inputs with different row counts; NVTabular would fill the list "
-            f"column {name!r} with nulls, which the fast path cannot hold. Make the branches keep the "
-            "same rows"
+            f"step {label!r} combines inputs with different row counts; NVTabular would fill the"
+            f" list column {name!r} with nulls, which the fast path cannot hold. Make the branches"
+            " keep the same rows"
         )
     values = column.values
     kind = values.dtype.kind

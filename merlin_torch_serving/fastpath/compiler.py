@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import nvtabular as nvt
 from merlin.dag import ColumnSelector, Node
@@ -22,10 +22,15 @@ from merlin.dag.ops.subtraction import SubtractionOp
 from merlin.dag.ops.udf import UDF
 from nvtabular import ops as nvt_ops
 
-from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
+from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.compiled import CompiledWorkflow, Step
-from merlin_torch_serving.fastpath.continuous import FillMissingKernel, LogKernel, NormalizeKernel, NormalizeMinMaxKernel
+from merlin_torch_serving.fastpath.continuous import (
+    FillMissingKernel,
+    LogKernel,
+    NormalizeKernel,
+    NormalizeMinMaxKernel,
+)
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
 from merlin_torch_serving.fastpath.kernel import Kernel, NotCompiled
@@ -54,7 +59,9 @@ _BUILDERS: dict[Callable, KernelBuilder] = {
     nvt_ops.FillMissing.transform: lambda node, selection: FillMissingKernel(node.op, selection),
     nvt_ops.LogOp.transform: lambda node, selection: LogKernel(node.op, selection),
     nvt_ops.Normalize.transform: lambda node, selection: NormalizeKernel(node.op, selection),
-    nvt_ops.NormalizeMinMax.transform: lambda node, selection: NormalizeMinMaxKernel(node.op, selection),
+    nvt_ops.NormalizeMinMax.transform: lambda node, selection: NormalizeMinMaxKernel(
+        node.op, selection
+    ),
     UDF.transform: udf_kernel,
     nvt_ops.Filter.transform: FilterKernel,
 }
@@ -67,13 +74,17 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
     same rules for feeding each step (and the same handling of steps left without rows).
     """
     if not isinstance(workflow, nvt.Workflow):
-        raise TypeError(f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}")
+        raise TypeError(
+            f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}"
+        )
     if not workflow.output_schema or workflow.output_node.input_schema is None:
         raise ValueError(
             "the workflow has no schemas yet; fit it (workflow.fit(dataset)) before compiling it"
         )
     nodes = _nodes_in_run_order(workflow.output_node)
-    unfitted = [node.op.label for node in nodes if isinstance(node.op, StatOperator) and not node.op.fitted]
+    unfitted = [
+        node.op.label for node in nodes if isinstance(node.op, StatOperator) and not node.op.fitted
+    ]
     if unfitted:
         raise ValueError(
             f"operator(s) {unfitted!r} are not fitted; call workflow.fit(dataset) before compiling"
@@ -84,7 +95,9 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
         kernel, fallback, reason = _kernel_for(node) if kernels else _nvtabular_step(node)
         if reason is not None:
             fallbacks.append((node.op.label, reason))
-            logger.warning("fast path: operator %r runs through NVTabular: %s", node.op.label, reason)
+            logger.warning(
+                "fast path: operator %r runs through NVTabular: %s", node.op.label, reason
+            )
         steps.append(
             Step(
                 label=node.op.label if node.op else "input",
@@ -102,7 +115,8 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
 
 
 def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:
-    """The node's kernel, NVTabular's execution of it, and why the two are the same (if they are)."""
+    """The node's kernel, NVTabular's execution of it, and why the two are the same (if they
+    are)."""
     if node.op is None:
         return Identity(), None, None
     selection = node.input_columns.resolve(node.input_schema)

@@ -102,7 +102,9 @@ def from_transform_output(result, label: str) -> Batch:
         for name, value in result.items():
             values, offsets = value if isinstance(value, tuple) else (value, None)
             if offsets is not None:
-                columns[name] = Column(np.asarray(values), np.asarray(offsets, dtype=np.int64), ARRAY_CELLS)
+                columns[name] = Column(
+                    np.asarray(values), np.asarray(offsets, dtype=np.int64), ARRAY_CELLS
+                )
             else:
                 columns[name] = Column(np.asarray(values))
         return Batch.of(columns)

@@ -1,4 +1,5 @@
-"""Compiled NVTabular ``Groupby``: sort, group, and aggregate with numpy, with pandas' exact results.
+"""Compiled NVTabular ``Groupby``: sort, group, and aggregate with numpy, with pandas' exact
+results.
 
 List, first and last come from the grouped rows; count, sum, mean, min and max are reductions per
 group (sums use Kahan summation, as pandas does); the output dtypes follow NVTabular's casts.
@@ -75,7 +76,7 @@ class GroupbyKernel:
         groups = group_rows([batch[name].values[rows] for name in self.groupby_cols])
         grouped_rows = rows[groups.rows]
         output: dict[str, Column] = {
-            name: Column(keys) for name, keys in zip(self.groupby_cols, groups.keys)
+            name: Column(keys) for name, keys in zip(self.groupby_cols, groups.keys, strict=True)
         }
         for column, aggs in self.reductions.items():
             values = batch[column].values[grouped_rows]

@@ -6,8 +6,8 @@ results follow ``merlin_torch_serving.wire`` for the workflow's output schema.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 from merlin.schema import ColumnSchema, Schema
@@ -24,7 +24,8 @@ from merlin_torch_serving.wire import (
 
 
 def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
-    """The request as a batch: the input schema's columns, with strings as object arrays like pandas."""
+    """The request as a batch: the input schema's columns, with strings as object arrays like
+    pandas."""
     if not isinstance(columns, Mapping):
         raise TypeError(
             f"columns must be a mapping of column name to numpy array, got {type(columns).__name__}"
@@ -36,7 +37,9 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
         if name in columns:
             batch_columns[name] = Column(_values(name, columns[name]))
         elif name + VALUES_SUFFIX in columns and name + OFFSETS_SUFFIX in columns:
-            batch_columns[name] = _ragged(name, columns[name + VALUES_SUFFIX], columns[name + OFFSETS_SUFFIX])
+            batch_columns[name] = _ragged(
+                name, columns[name + VALUES_SUFFIX], columns[name + OFFSETS_SUFFIX]
+            )
         else:
             missing.append(name)
     if missing:
@@ -44,7 +47,8 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
             missing[0],
             "an array (or '__values' and '__offsets' arrays for a list column)",
             "no such key",
-            f"the workflow needs {schema.column_names!r}; missing: {missing!r}; given: {sorted(columns)!r}",
+            f"the workflow needs {schema.column_names!r}; missing: {missing!r}; given:"
+            f" {sorted(columns)!r}",
         )
     row_counts = {name: column.num_rows for name, column in batch_columns.items()}
     if len(set(row_counts.values())) > 1:
@@ -56,7 +60,8 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
             odd,
             f"{usual} rows, like {', '.join(map(repr, like))}",
             f"{row_counts[odd]} rows",
-            f"every input column needs one value (or one list) per raw row; rows per column: {row_counts}",
+            "every input column needs one value (or one list) per raw row; rows per column:"
+            f" {row_counts}",
         )
     return Batch(batch_columns, next(iter(row_counts.values()), 0))
 
@@ -66,7 +71,9 @@ def _values(name: str, array) -> np.ndarray:
     got = None
     if values.ndim != 1:
         got = f"an array of shape {values.shape}"
-    elif values.dtype == object and len(values) and isinstance(values[0], (list, tuple, np.ndarray)):
+    elif (
+        values.dtype == object and len(values) and isinstance(values[0], (list, tuple, np.ndarray))
+    ):
         got = "an object array of lists"
     if got:
         raise InputError(
@@ -135,7 +142,8 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
         if is_list != column.is_list:
             want = "a list column" if is_list else "a scalar column"
             raise ValueError(
-                f"output column {name!r} is {want} in the output schema, but the workflow made the other kind"
+                f"output column {name!r} is {want} in the output schema, but the workflow made the"
+                " other kind"
             )
         if output.ragged:
             arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
@@ -144,9 +152,9 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
             row_lengths = column.lengths()
             if np.any(row_lengths != output.width):
                 raise ValueError(
-                    f"output column {name!r} is a list of {output.width} values per row in the output "
-                    f"schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list "
-                    "(ListSlice(pad=True)) or declare the column ragged"
+                    f"output column {name!r} is a list of {output.width} values per row in the"
+                    f" output schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values;"
+                    " pad the list (ListSlice(pad=True)) or declare the column ragged"
                 )
             arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, output.width)
         else:
@@ -155,7 +163,8 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
 
 
 def empty_wire_arrays(layout: list[OutputColumn]) -> dict[str, np.ndarray]:
-    """The wire format of zero rows for every output column (float64 where the schema has no dtype)."""
+    """The wire format of zero rows for every output column (float64 where the schema has no
+    dtype)."""
     arrays = {}
     for output in layout:
         dtype = output.dtype or np.dtype(np.float64)
@@ -173,7 +182,8 @@ def _fixed_length(column: ColumnSchema) -> int:
     dims = column.shape.dims
     if dims is None or len(dims) < 2 or not dims[1].is_fixed:
         raise ValueError(
-            f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}"
+            f"output column {column.name!r} is a list without a fixed or ragged shape:"
+            f" {column.shape}"
         )
     return int(dims[1].max)
 
@@ -183,8 +193,9 @@ def _cast(name: str, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return values
     if dtype.kind in "iub" and values.dtype.kind == "f" and np.isnan(values).any():
         raise ValueError(
-            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold them; "
-            "fill the nulls in the workflow (e.g. FillMissing) or give the column a float dtype"
+            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold"
+            " them; fill the nulls in the workflow (e.g. FillMissing) or give the column a float"
+            " dtype"
         )
     try:
         return values.astype(dtype)

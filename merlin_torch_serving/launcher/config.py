@@ -52,13 +52,19 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         if self.model_control not in MODEL_CONTROL_MODES:
-            raise ValueError(f"model_control must be one of {MODEL_CONTROL_MODES}, got {self.model_control!r}")
+            raise ValueError(
+                f"model_control must be one of {MODEL_CONTROL_MODES}, got {self.model_control!r}"
+            )
         if isinstance(self.load_models, str):
-            raise TypeError(f"load_models must be a sequence of model names, got the string {self.load_models!r}")
+            raise TypeError(
+                "load_models must be a sequence of model names, got the string"
+                f" {self.load_models!r}"
+            )
         if self.load_models and self.model_control != "explicit":
             raise ValueError(
-                f"load_models={list(self.load_models)!r} needs model_control='explicit'; with "
-                f"model_control={self.model_control!r} the server loads every model in the repository"
+                f"load_models={list(self.load_models)!r} needs model_control='explicit'; with"
+                f" model_control={self.model_control!r} the server loads every model in the"
+                " repository"
             )
         for name in ("start_timeout_s", "stop_timeout_s"):
             value = getattr(self, name)
@@ -66,7 +72,8 @@ class ServerConfig:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if int(self.poll_interval_s) != self.poll_interval_s or self.poll_interval_s < 1:
             raise ValueError(
-                f"poll_interval_s must be a whole number of seconds, at least 1, got {self.poll_interval_s!r}"
+                "poll_interval_s must be a whole number of seconds, at least 1, got"
+                f" {self.poll_interval_s!r}"
             )
         normalized = {
             "repository": server_repository(self.repository),
@@ -90,15 +97,23 @@ class ServerConfig:
 
     @property
     def names_shared_memory(self) -> bool:
-        """Whether ``extra_args`` name the python backend's shared memory: the caller then owns it."""
+        """Whether ``extra_args`` name the python backend's shared memory: the caller then owns
+        it."""
         return any(SHM_PREFIX_OPTION in arg for arg in self.extra_args)
 
     def ports(self, assigned: Sequence[int]) -> Ports:
         """The requested ports, with the unset ones taken in order from ``assigned``."""
         free = iter(assigned)
-        return Ports(**{key: port if port is not None else next(free) for key, port in self.requested_ports.items()})
+        return Ports(
+            **{
+                key: port if port is not None else next(free)
+                for key, port in self.requested_ports.items()
+            }
+        )
 
-    def command(self, binary: Path, backend_directory: Path, ports: Ports, shm_prefix: str | None) -> list[str]:
+    def command(
+        self, binary: Path, backend_directory: Path, ports: Ports, shm_prefix: str | None
+    ) -> list[str]:
         """The tritonserver command line; ``shm_prefix`` names the python backend's shared memory
         (None when ``extra_args`` name it)."""
         return [
@@ -109,7 +124,8 @@ class ServerConfig:
             f"--grpc-port={ports.grpc}",
             f"--metrics-port={ports.metrics}",
             *self._model_control_args(),
-            # One bad model must not take the others down; readiness is judged by the launcher instead.
+            # One bad model must not take the others down; readiness is judged by the launcher
+            # instead.
             "--exit-on-error=false",
             # Let the server finish its own shutdown before stop() resorts to SIGKILL.
             f"--exit-timeout-secs={max(1, math.floor(self.stop_timeout_s * 0.75))}",

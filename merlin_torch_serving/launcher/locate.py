@@ -23,7 +23,8 @@ CORE_BACKENDS = ("ensemble",)
 
 
 def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
-    """The tritonserver to run: ``binary``, else $MTS_TRITONSERVER, else PATH, else nvidia-pytriton's.
+    """The tritonserver to run: ``binary``, else $MTS_TRITONSERVER, else PATH, else
+    nvidia-pytriton's.
 
     An explicit choice that does not exist is an error rather than a reason to fall back, so a
     typo never silently runs another server.
@@ -60,7 +61,11 @@ def backend_directory(binary: Path) -> Path:
 
 def backends_in(directory: Path) -> list[str]:
     """The backends a server started with ``directory`` can run: its subfolders, plus the core's."""
-    found = [entry.name for entry in directory.iterdir() if entry.is_dir()] if directory.is_dir() else []
+    found = (
+        [entry.name for entry in directory.iterdir() if entry.is_dir()]
+        if directory.is_dir()
+        else []
+    )
     return sorted({*found, *CORE_BACKENDS})
 
 
@@ -69,7 +74,9 @@ def server_environment() -> dict[str, str]:
     environment = dict(os.environ)
     # The stub embeds CPython but ignores PYTHONPATH: it takes its prefix from the first python3 on
     # PATH, so this interpreter goes first and models import what this process imports.
-    environment["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), environment.get("PATH", os.defpath)])
+    environment["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), environment.get("PATH", os.defpath)]
+    )
     # The copied backend's RPATH ($ORIGIN/...) no longer reaches the wheel's libraries, and the
     # stub links against this interpreter's libpython.
     libraries = []

@@ -3,7 +3,8 @@ that turn them into a ``ModelHealth`` per model.
 
 The stubs are children of tritonserver, one per model instance; they are compared with the
 instances each model's config asks for. A stub that is a zombie or stopped, or missing, makes its
-model unhealthy; how it ended (killed by SIGKILL, exited with code 1) becomes the model's last error.
+model unhealthy; how it ended (killed by SIGKILL, exited with code 1) becomes the model's last
+error.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def stub_of(process: ProcessInfo) -> Stub | None:
 
 
 class StubRecord:
-    """The stubs seen so far, so that one that died (a zombie has no command line) is still known."""
+    """The stubs seen so far, so that one that died (a zombie has no command line) is still
+    known."""
 
     def __init__(self):
         self._known: dict[int, Stub] = {}
@@ -67,7 +69,9 @@ class StubRecord:
                 live.setdefault(key, set()).add(process.pid)
                 continue
             how = describe_exit(process.exit_status) if process.state in ("Z", "X") else "stopped"
-            deaths.setdefault(key, []).append(f"the stub of instance {stub.instance!r} (pid {stub.pid}) {how}")
+            deaths.setdefault(key, []).append(
+                f"the stub of instance {stub.instance!r} (pid {stub.pid}) {how}"
+            )
         for pid in set(self._known) - present:
             del self._known[pid]  # reaped: it ended the normal way (unload)
         return live, deaths
@@ -107,7 +111,10 @@ def assess(
             stubs_alive = running >= instances[key]
             if not stubs_alive:
                 missing = instances[key] - running
-                error = "; ".join(deaths.get(key, [])) or f"{missing} of its {instances[key]} stub process(es) are gone"
+                error = (
+                    "; ".join(deaths.get(key, []))
+                    or f"{missing} of its {instances[key]} stub process(es) are gone"
+                )
                 error += "; every request to it fails until it is reloaded"
         report.append(
             ModelHealth(

@@ -96,7 +96,8 @@ class ServingOperator(BaseOperator):
 
     def non_null_inputs(self) -> list[str]:
         """Input columns in which a null (NaN, None) is a broken request rather than a missing
-        value: ids, and keys that group rows. Requests holding one are refused at the step's entry."""
+        value: ids, and keys that group rows. Requests holding one are refused at the step's entry.
+        """
         return []
 
     def returned_columns(self) -> list[str]:
@@ -128,7 +129,7 @@ class ServingOperator(BaseOperator):
         """Write the files this operator needs (model, vocabulary) into ``artifact_path``."""
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> "ServingOperator":
+    def load(cls, config: dict[str, Any], artifact_path: str) -> ServingOperator:
         """Rebuild the operator from ``config()`` and the files ``save_artifacts`` wrote."""
         return cls(**config)
 
@@ -165,7 +166,7 @@ def _shapes_fit(want: ColumnSchema, got: ColumnSchema) -> bool:
             return True
         max_length = want_dims[1].max
         return max_length is None or (got_dims[1].is_fixed and got_dims[1].max <= max_length)
-    for want_dim, got_dim in zip(want_dims[1:], got_dims[1:]):
+    for want_dim, got_dim in zip(want_dims[1:], got_dims[1:], strict=True):
         if want_dim.is_fixed and (not got_dim.is_fixed or got_dim.max != want_dim.max):
             return False
     return True

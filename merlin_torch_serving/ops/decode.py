@@ -6,7 +6,8 @@ Columns it is not asked to decode pass through unchanged, so it can sit at the e
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from merlin.schema import Schema
@@ -35,7 +36,9 @@ class DecodeItemIds(ServingOperator):
         Reserved or unknown ids decode to -1 (integers), NaN (floats) or None (strings).
     """
 
-    def __init__(self, vocabulary, source_column: str = "item_id", columns: Sequence[str] = ("item_ids",)):
+    def __init__(
+        self, vocabulary, source_column: str = "item_id", columns: Sequence[str] = ("item_ids",)
+    ):
         super().__init__()
         if not isinstance(vocabulary, CategoryVocabulary):
             vocabulary = CategoryVocabulary.from_workflow(vocabulary, source_column)
@@ -46,7 +49,9 @@ class DecodeItemIds(ServingOperator):
     def label(self) -> str:
         return f"DecodeItemIds({self.vocabulary.column!r})"
 
-    def validate_schemas(self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False):
+    def validate_schemas(
+        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
+    ):
         for name in self.columns:
             column = input_schema.get(name)
             if column is None:
@@ -54,10 +59,13 @@ class DecodeItemIds(ServingOperator):
                     self.label,
                     name,
                     "an int column of encoded ids",
-                    f"no such column (it receives {', '.join(map(repr, input_schema.column_names))})",
+                    "no such column (it receives"
+                    f" {', '.join(map(repr, input_schema.column_names))})",
                 )
             if column.dtype.element_type.value != "int":
-                raise SchemaError(self.label, name, "an int column of encoded ids", describe_column(column))
+                raise SchemaError(
+                    self.label, name, "an int column of encoded ids", describe_column(column)
+                )
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         raw_dtype = self.vocabulary.raw_values.dtype
@@ -65,7 +73,9 @@ class DecodeItemIds(ServingOperator):
         columns = []
         for column in input_schema:
             if column.name in self.columns:
-                properties = {k: v for k, v in column.properties.items() if k not in ("domain", "value_count")}
+                properties = {
+                    k: v for k, v in column.properties.items() if k not in ("domain", "value_count")
+                }
                 column = column.with_dtype(raw_dtype).with_properties(properties)
             columns.append(column)
         return Schema(columns)
@@ -86,8 +96,11 @@ class DecodeItemIds(ServingOperator):
     def save_artifacts(self, artifact_path=None) -> None:
         raw_values = self.vocabulary.raw_values
         if raw_values.dtype == np.dtype(object):
-            # object arrays need pickle; strings are stored as fixed-width text, so loading needs none
-            raw_values = np.array(["" if value is None else str(value) for value in raw_values], dtype=str)
+            # object arrays need pickle; strings are stored as fixed-width text, so loading needs
+            # none
+            raw_values = np.array(
+                ["" if value is None else str(value) for value in raw_values], dtype=str
+            )
         np.savez(
             os.path.join(artifact_path, VOCABULARY_FILE),
             raw_values=raw_values,
@@ -95,7 +108,7 @@ class DecodeItemIds(ServingOperator):
         )
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> "DecodeItemIds":
+    def load(cls, config: dict[str, Any], artifact_path: str) -> DecodeItemIds:
         with np.load(os.path.join(artifact_path, VOCABULARY_FILE), allow_pickle=False) as saved:
             raw_values, is_item = saved["raw_values"], saved["is_item"]
         if raw_values.dtype.kind == "U":

@@ -9,7 +9,8 @@ TorchScript, so a libtorch step blanks its own outputs the same way (see ``expor
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,7 +47,8 @@ def blank_value(dtype: np.dtype):
 
 
 class BlankFilteredRows(ServingOperator):
-    """Blanks ``columns`` on the rows where ``filtered_column`` is True; returns only ``columns``."""
+    """Blanks ``columns`` on the rows where ``filtered_column`` is True; returns only
+    ``columns``."""
 
     def __init__(self, filtered_column: str, columns: Sequence[str]):
         super().__init__()
@@ -80,7 +82,9 @@ class BlankFilteredRows(ServingOperator):
         return {"filtered_column": self.filtered_column, "columns": self.columns}
 
 
-def _emptied(values: np.ndarray, offsets: np.ndarray, filtered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _emptied(
+    values: np.ndarray, offsets: np.ndarray, filtered: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """A ragged column with the filtered rows' lists emptied."""
     if not filtered.any():
         return values, offsets

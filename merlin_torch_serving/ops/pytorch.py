@@ -18,7 +18,11 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import InputError, SchemaError
-from merlin_torch_serving.model_prep.eager import EAGER_MODEL_FILE, load_eager_model, save_eager_model
+from merlin_torch_serving.model_prep.eager import (
+    EAGER_MODEL_FILE,
+    load_eager_model,
+    save_eager_model,
+)
 from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
 from merlin_torch_serving.model_prep.sample import named_inputs
 from merlin_torch_serving.model_prep.schemas import model_schemas
@@ -90,16 +94,26 @@ class PredictPytorch(ServingOperator):
         _check_choice("execution", execution, ("auto", "torchscript", "eager"))
         _check_choice("pad_side", pad_side, ("right", "left"))
         if backend == "pytorch" and execution == "eager":
-            raise ValueError("backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run eagerly")
+            raise ValueError(
+                "backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run"
+                " eagerly"
+            )
         saved_input_schema = None
         if isinstance(model, (str, os.PathLike)):
             model, saved_input_schema = load_model(model)
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}")
+            raise TypeError(
+                f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}"
+            )
         model = model.eval()
         sample_inputs = None if sample is None else named_inputs(model, sample, "PredictPytorch")
         input_schema, output_schema = model_schemas(
-            model, input_schema, output_schema, saved_input_schema=saved_input_schema, sample=sample_inputs, label="PredictPytorch"
+            model,
+            input_schema,
+            output_schema,
+            saved_input_schema=saved_input_schema,
+            sample=sample_inputs,
+            label="PredictPytorch",
         )
         self.pad_value = float(pad_value)
         self.pad_side = pad_side
@@ -118,7 +132,9 @@ class PredictPytorch(ServingOperator):
             sample=sample_inputs,
         )
         self.execution = prepared.execution
-        self.backend_choice: Backend = backend or ("pytorch" if prepared.execution == "torchscript" else "python")
+        self.backend_choice: Backend = backend or (
+            "pytorch" if prepared.execution == "torchscript" else "python"
+        )
         # what save_artifacts writes: the compiled module, or the user's own eager module
         self.model = prepared.module if prepared.execution == "torchscript" else model
         wire_model = WireModel(
@@ -130,8 +146,12 @@ class PredictPytorch(ServingOperator):
             pad_left=pad_side == "left",
             id_limits=catalog_limits(self.model_input_schema),
         )
-        self.module = torch.jit.script(wire_model) if prepared.execution == "torchscript" else wire_model
-        self.model_output_schema = _observed_output_schema(self.module, self.model_input_schema, output_schema)
+        self.module = (
+            torch.jit.script(wire_model) if prepared.execution == "torchscript" else wire_model
+        )
+        self.model_output_schema = _observed_output_schema(
+            self.module, self.model_input_schema, output_schema
+        )
 
     # `backend` is what the exporter reads; it is per instance here
     @property
@@ -152,7 +172,10 @@ class PredictPytorch(ServingOperator):
         return self.model_output_schema
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
-        inputs = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in wire.to_wire(transformable).items()}
+        inputs = {
+            name: torch.from_numpy(np.ascontiguousarray(array))
+            for name, array in wire.to_wire(transformable).items()
+        }
         # TorchScript's optimizing executor re-specialises the graph for every new input shape, and
         # requests of varying sessions and lengths keep bringing new ones (~0.3 s each on 2 cores)
         with torch.inference_mode(), torch.jit.optimized_execution(False):
@@ -167,7 +190,10 @@ class PredictPytorch(ServingOperator):
                 raise refused from None
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         return TensorTable(
-            {column.name: tensor.numpy() for column, tensor in zip(self.model_output_schema, outputs)},
+            {
+                column.name: tensor.numpy()
+                for column, tensor in zip(self.model_output_schema, outputs, strict=True)
+            },
             _unsafe=True,
         )
 
@@ -190,7 +216,7 @@ class PredictPytorch(ServingOperator):
             torch.jit.save(self.model, os.path.join(artifact_path, MODEL_FILE))
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> "PredictPytorch":
+    def load(cls, config: dict[str, Any], artifact_path: str) -> PredictPytorch:
         if config["execution"] == "eager":
             model = load_eager_model(os.path.join(artifact_path, EAGER_MODEL_FILE))
         else:
@@ -229,15 +255,22 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
         raise SchemaError(
             "PredictPytorch",
             None,
-            f"{len(declared)} output(s) as its output_schema declares ({', '.join(declared.column_names)})",
+            f"{len(declared)} output(s) as its output_schema declares"
+            f" ({', '.join(declared.column_names)})",
             f"{len(outputs)} tensor(s) from the model",
         )
     columns = []
-    for column, tensor in zip(declared, outputs):
+    for column, tensor in zip(declared, outputs, strict=True):
         dims = (None,) + tuple(int(d) for d in tensor.shape[1:])
         dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
         columns.append(
-            ColumnSchema(column.name, tags=column.tags, properties=_without_value_count(column.properties), dtype=dtype, dims=dims)
+            ColumnSchema(
+                column.name,
+                tags=column.tags,
+                properties=_without_value_count(column.properties),
+                dtype=dtype,
+                dims=dims,
+            )
         )
     return Schema(columns)
 

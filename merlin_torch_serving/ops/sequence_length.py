@@ -28,7 +28,9 @@ def model_sequence_lengths(model: torch.nn.Module) -> dict[str, int]:
         return {}
     lengths: dict[str, int] = {}
     for head in cast(torch.nn.ModuleList, model.heads):
-        sizes = getattr(getattr(getattr(head, "body", None), "inputs", None), "input_size", None) or {}
+        sizes = (
+            getattr(getattr(getattr(head, "body", None), "inputs", None), "input_size", None) or {}
+        )
         for name, size in sizes.items():
             if len(size) >= 2 and int(size[1]) > 0:
                 lengths[name] = int(size[1])
@@ -60,14 +62,21 @@ def with_model_lengths(
             raise SchemaError(
                 OPERATOR,
                 name,
-                f"the model's own sequence length, {length} (its Transformers4Rec sequence features are built for it)",
+                f"the model's own sequence length, {length} (its Transformers4Rec sequence features"
+                " are built for it)",
                 f"max_sequence_length={max_sequence_length}",
                 "leave max_sequence_length out: the model's own length is used",
             )
     columns = []
     for column in schema:
         if column.name in model_lengths:
-            columns.append(_padded_to(column, model_lengths[column.name], "the model's sequence features are built for"))
+            columns.append(
+                _padded_to(
+                    column,
+                    model_lengths[column.name],
+                    "the model's sequence features are built for",
+                )
+            )
         elif wire.is_ragged(column) and max_sequence_length is not None:
             columns.append(_padded_to(column, int(max_sequence_length), "max_sequence_length is"))
         elif wire.is_ragged(column) and column.shape.dims[1].max is None:
@@ -84,7 +93,8 @@ def with_model_lengths(
 
 
 def _padded_to(column: ColumnSchema, length: int, source: str) -> ColumnSchema:
-    """``column`` as a ragged list of up to ``length`` items, if its schema allows no longer lists."""
+    """``column`` as a ragged list of up to ``length`` items, if its schema allows no longer
+    lists."""
     longest = _longest_list(column)
     if longest is not None and longest > length:
         raise SchemaError(
@@ -92,8 +102,8 @@ def _padded_to(column: ColumnSchema, length: int, source: str) -> ColumnSchema:
             column.name,
             f"lists of at most {length} items ({source} {length})",
             f"a schema that allows lists of {longest} items",
-            f"slice the workflow's lists to the model's length (nvt.ops.ListSlice(-{length})) so the "
-            f"{length} most recent items reach the model, or give the model a matching schema",
+            f"slice the workflow's lists to the model's length (nvt.ops.ListSlice(-{length})) so"
+            f" the {length} most recent items reach the model, or give the model a matching schema",
         )
     return column.with_shape((None, (0, length)))
 

@@ -6,7 +6,8 @@ python backend, or fused into a libtorch model.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,9 +24,9 @@ def top_k_items(
     scores: torch.Tensor,
     k: int,
     excluded_ids: torch.Tensor,
-    seen_values: Optional[torch.Tensor] = None,
-    seen_offsets: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    seen_values: torch.Tensor | None = None,
+    seen_offsets: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ids and scores of the ``k`` highest-scoring items per row, best first.
 
     ``excluded_ids`` are never returned (padding and reserved ids); ``seen_values`` /
@@ -53,7 +54,8 @@ def top_k_items(
 
 
 class TopK(ServingOperator):
-    """Per row, the ``k`` best items of a ``[-1, catalog]`` score matrix: ids and scores ``[-1, k]``.
+    """Per row, the ``k`` best items of a ``[-1, catalog]`` score matrix: ids and scores ``[-1,
+    k]``.
 
     Parameters
     ----------
@@ -106,14 +108,31 @@ class TopK(ServingOperator):
         expected = [input_schema[scores_name]]
         if self.seen_column is not None:
             seen = input_schema.get(self.seen_column)
-            expected.append(seen if seen is not None else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None)))
+            expected.append(
+                seen
+                if seen is not None
+                else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None))
+            )
         return Schema(expected)
 
-    def validate_schemas(self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False):
+    def validate_schemas(
+        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
+    ):
         scores = input_schema[self._scores_column(input_schema)]
         dims = scores.shape.dims
-        if scores.dtype.element_type.value != "float" or dims is None or len(dims) != 2 or dims[1].max is None or not dims[1].is_fixed:
-            raise SchemaError(self.label, scores.name, "float scores of shape [-1, catalog]", describe_column(scores))
+        if (
+            scores.dtype.element_type.value != "float"
+            or dims is None
+            or len(dims) != 2
+            or dims[1].max is None
+            or not dims[1].is_fixed
+        ):
+            raise SchemaError(
+                self.label,
+                scores.name,
+                "float scores of shape [-1, catalog]",
+                describe_column(scores),
+            )
         catalog = int(dims[1].max)
         available = catalog - sum(1 for i in self.exclude_ids if 0 <= i < catalog)
         if self.k > available:
@@ -127,16 +146,28 @@ class TopK(ServingOperator):
         if self.seen_column is not None:
             seen = input_schema[self.seen_column]
             if seen.dtype.element_type.value != "int" or not seen.is_list:
-                raise SchemaError(self.label, seen.name, "an int list of item ids", describe_column(seen))
+                raise SchemaError(
+                    self.label, seen.name, "an int list of item ids", describe_column(seen)
+                )
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         scores = input_schema[self._scores_column(input_schema)]
-        catalog = scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
+        catalog = (
+            scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
+        )
         id_properties = {"domain": {"min": 0, "max": int(catalog) - 1}} if catalog else {}
         return Schema(
             [
-                ColumnSchema(self.ids_column, tags=[Tags.ITEM_ID], properties=id_properties, dtype="int64", dims=(None, self.k)),
-                ColumnSchema(self.scores_column, dtype=scores.dtype.without_shape, dims=(None, self.k)),
+                ColumnSchema(
+                    self.ids_column,
+                    tags=[Tags.ITEM_ID],
+                    properties=id_properties,
+                    dtype="int64",
+                    dims=(None, self.k),
+                ),
+                ColumnSchema(
+                    self.scores_column, dtype=scores.dtype.without_shape, dims=(None, self.k)
+                ),
             ]
         )
 
@@ -148,7 +179,9 @@ class TopK(ServingOperator):
             seen = transformable[self.seen_column]
             seen_values = torch.from_numpy(np.asarray(seen.values).astype(np.int64, copy=False))
             if seen.offsets is not None:
-                seen_offsets = torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+                seen_offsets = torch.from_numpy(
+                    np.asarray(seen.offsets).astype(np.int64, copy=False)
+                )
         ids, best = top_k_items(
             torch.from_numpy(np.asarray(scores)),
             self.k,
@@ -156,7 +189,9 @@ class TopK(ServingOperator):
             seen_values,
             seen_offsets,
         )
-        return TensorTable({self.ids_column: ids.numpy(), self.scores_column: best.numpy()}, _unsafe=True)
+        return TensorTable(
+            {self.ids_column: ids.numpy(), self.scores_column: best.numpy()}, _unsafe=True
+        )
 
     def config(self) -> dict[str, Any]:
         return {
@@ -169,7 +204,7 @@ class TopK(ServingOperator):
         }
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> "TopK":
+    def load(cls, config: dict[str, Any], artifact_path: str) -> TopK:
         config = dict(config)
         seen_column = config.pop("seen_column")
         op = cls(**config)
@@ -185,13 +220,17 @@ class TopK(ServingOperator):
                     self.label,
                     self.scores_name,
                     "a float score column of shape [-1, catalog]",
-                    f"no such column (it receives {', '.join(map(repr, input_schema.column_names))})",
+                    "no such column (it receives"
+                    f" {', '.join(map(repr, input_schema.column_names))})",
                 )
             return self.scores_name
         candidates = [
             c.name
             for c in input_schema
-            if c.name != self.seen_column and c.dtype.element_type.value == "float" and c.shape.dims is not None and len(c.shape.dims) == 2
+            if c.name != self.seen_column
+            and c.dtype.element_type.value == "float"
+            and c.shape.dims is not None
+            and len(c.shape.dims) == 2
         ]
         if len(candidates) != 1:
             raise SchemaError(
@@ -207,7 +246,9 @@ class TopK(ServingOperator):
 def _single_column(source: Node | str) -> str:
     if isinstance(source, str):
         return source
-    names = source.selector.names if isinstance(source, Node) and source.selector is not None else []
+    names = (
+        source.selector.names if isinstance(source, Node) and source.selector is not None else []
+    )
     if len(names) != 1:
         raise TypeError(
             "seen_items must select exactly one column, e.g. features['item_id-list'], "

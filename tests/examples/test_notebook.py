@@ -1,6 +1,7 @@
 """Runs notebooks/session_based_recommendations.ipynb top to bottom, small, on a real tritonserver.
 
-The kernel is ipykernel on this interpreter (``sys.executable``), whatever kernelspecs are installed.
+The kernel is ipykernel on this interpreter (``sys.executable``), whatever kernelspecs are
+installed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def kernel_on_this_python() -> AsyncKernelManager:
     With no kernel folders to search, jupyter_client falls back to ipykernel's own spec, which
     launches the running interpreter; an installed `python3` spec could name another Python.
     """
-    manager = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]))
+    manager = AsyncKernelManager(
+        kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[])
+    )
     if manager.kernel_spec.argv[0] != sys.executable:
         raise RuntimeError(
             f"the notebook kernel would run {manager.kernel_spec.argv[0]!r}, not this Python "
@@ -80,7 +83,9 @@ def executed_notebook(tmp_path_factory, pytorch_backend):
     if failure is not None:
         executed = output / NOTEBOOK.name
         nbformat.write(notebook, executed)
-        pytest.fail(f"{NOTEBOOK.name} failed; the executed copy is {executed}\n{failure}", pytrace=False)
+        pytest.fail(
+            f"{NOTEBOOK.name} failed; the executed copy is {executed}\n{failure}", pytrace=False
+        )
     return notebook, output / "run"
 
 
@@ -117,17 +122,21 @@ def test_notebook_writes_the_workflow_and_the_repository_into_the_output_dir(exe
     listing = outputs_text(code_cell(notebook, "export"))
     assert "; the mixed repository: TransformWorkflow on the python backend" in listing
     assert "session_recs/    config.pbtxt: name 'session_recs', platform 'ensemble'" in listing
-    assert "session_recs-0-transformworkflow/    config.pbtxt: name 'session_recs-0-transformworkflow', backend 'python'" in listing
+    assert (
+        "session_recs-0-transformworkflow/    config.pbtxt: name"
+        " 'session_recs-0-transformworkflow', backend 'python'" in listing
+    )
     assert (
         "session_recs-1-predictpytorch_topk_decodeitemids/    config.pbtxt: name "
-        "'session_recs-1-predictpytorch_topk_decodeitemids', backend 'pytorch'"
-    ) in listing
+        "'session_recs-1-predictpytorch_topk_decodeitemids', backend 'pytorch'" in listing
+    )
 
 
 def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(executed_notebook):
     notebook, _ = executed_notebook
     served = outputs_text(code_cell(notebook, "serve"))
-    assert "item_ids" in served and "item_scores" in served
+    assert "item_ids" in served
+    assert "item_scores" in served
     assert "from the mixed repository" in served
     assert "tritonserver stopped: True" in served
     pid = int(re.search(r"tritonserver \(pid (\d+)\)", served).group(1))
@@ -135,9 +144,13 @@ def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(exe
     assert not (cmdline.exists() and b"tritonserver" in cmdline.read_bytes())
 
     check = outputs_text(code_cell(notebook, "check"))
-    shown = re.search(r"served == in-process: same top-10 item ids and scores for sessions \[([\d, ]+)\]", check)
+    shown = re.search(
+        r"served == in-process: same top-10 item ids and scores for sessions \[([\d, ]+)\]", check
+    )
     assert shown is not None, check
     sessions = [int(session) for session in shown.group(1).split(", ")]
     assert len(sessions) == 3
     for session in sessions:
-        assert re.search(rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check)
+        assert re.search(
+            rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check
+        )

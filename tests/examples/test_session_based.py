@@ -4,6 +4,7 @@ small enough to run in seconds (the full-size demo is not a unit test)."""
 from __future__ import annotations
 
 import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,8 +118,12 @@ def test_previous_item_predicts_the_next_better_than_popularity(full_size_intera
     pairs = pd.DataFrame(
         {"previous": ordered.groupby("session_id")["item_id"].shift(), "next": ordered["item_id"]}
     ).dropna()
-    followers = pairs.groupby(["previous", "next"]).size().sort_values(ascending=False, kind="stable")
-    top_followers = followers.reset_index().groupby("previous")["next"].apply(lambda s: set(s.iloc[:10]))
+    followers = (
+        pairs.groupby(["previous", "next"]).size().sort_values(ascending=False, kind="stable")
+    )
+    top_followers = (
+        followers.reset_index().groupby("previous")["next"].apply(lambda s: set(s.iloc[:10]))
+    )
     popular = set(train["item_id"].value_counts().index[:10])
 
     sessions = held_out.sort_values("timestamp").groupby("session_id")["item_id"].apply(list)
@@ -217,7 +222,8 @@ def test_workflow_output_schema_has_ragged_int64_lists_with_the_model_tags(workf
     assert Tags.ITEM not in categories.tags
     for column in (items, categories):
         assert column.dtype.name == "int64"
-        assert column.is_list and column.is_ragged
+        assert column.is_list
+        assert column.is_ragged
         assert column.properties["value_count"]["max"] == MAX_SEQUENCE_LENGTH
 
 
@@ -232,7 +238,9 @@ def test_workflow_keeps_each_sessions_last_clicks_in_time_order(workflow, split,
     )
     decoded = {
         session: raw_item_of[np.asarray(items)].tolist()
-        for session, items in zip(processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN], strict=True)
+        for session, items in zip(
+            processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN], strict=True
+        )
     }
     assert decoded == expected.to_dict()
 
@@ -244,7 +252,10 @@ def test_workflow_lists_are_ragged_int_lists_no_longer_than_the_maximum(processe
         assert lengths.max() == MAX_SEQUENCE_LENGTH
         assert lengths.min() == 1  # no padding added
         assert all(np.asarray(values).dtype == np.int64 for values in processed_train[column])
-    assert (processed_train[features.ITEM_LIST_COLUMN].map(len) <= processed_train[features.SESSION_LENGTH_COLUMN]).all()
+    assert (
+        processed_train[features.ITEM_LIST_COLUMN].map(len)
+        <= processed_train[features.SESSION_LENGTH_COLUMN]
+    ).all()
 
 
 def test_workflow_encodes_unseen_items_as_out_of_vocabulary(workflow, split):
@@ -362,18 +373,23 @@ def test_training_twice_with_the_same_seed_gives_the_same_weights(workflow, proc
             workflow.output_schema, max_sequence_length=MAX_SEQUENCE_LENGTH, d_model=16
         )
         losses = model.train(session_model, processed_train, epochs=2, progress=False)
-        assert len(losses) == 2 and all(np.isfinite(losses))
+        assert len(losses) == 2
+        assert all(np.isfinite(losses))
         weights.append(session_model.state_dict())
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
 
-def test_trained_model_scores_every_encoded_item_for_each_session(workflow, processed, trained_model):
+def test_trained_model_scores_every_encoded_item_for_each_session(
+    workflow, processed, trained_model
+):
     _, processed_held_out = processed
     inputs = model.padded_inputs(processed_held_out, max_sequence_length=MAX_SEQUENCE_LENGTH)
     with torch.no_grad():
         scores = trained_model(inputs)
-    n_encoded_items = workflow.output_schema[features.ITEM_LIST_COLUMN].properties["domain"]["max"] + 1
+    n_encoded_items = (
+        workflow.output_schema[features.ITEM_LIST_COLUMN].properties["domain"]["max"] + 1
+    )
     assert scores.shape == (len(processed_held_out), n_encoded_items)
     assert scores.dtype == torch.float32
     assert 0.0 <= model.evaluate_recall(trained_model, processed_held_out) <= 1.0

@@ -1,5 +1,5 @@
-"""The compiled FillMissing, LogOp, Normalize and NormalizeMinMax: the same bits as NVTabular's pandas
-arithmetic."""
+"""The compiled FillMissing, LogOp, Normalize and NormalizeMinMax: the same bits as NVTabular's
+pandas arithmetic."""
 
 from __future__ import annotations
 
@@ -40,15 +40,25 @@ def continuous(request):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    x=st.lists(st.one_of(st.floats(-1e3, 1e6), st.just(np.nan), st.just(-1.0), st.just(0.0)), min_size=1, max_size=30),
+    x=st.lists(
+        st.one_of(st.floats(-1e3, 1e6), st.just(np.nan), st.just(-1.0), st.just(0.0)),
+        min_size=1,
+        max_size=30,
+    ),
     data=st.data(),
 )
 def test_continuous_operators_equal_nvtabular(continuous, x, data):
     rows = len(x)
     request = {
         "x": np.array(x),
-        "n": np.array(data.draw(st.lists(st.integers(-10**6, 10**6), min_size=rows, max_size=rows)), dtype=np.int64),
-        "x32": np.array(data.draw(st.lists(st.floats(-1e4, 1e4, width=32), min_size=rows, max_size=rows)), dtype=np.float32),
+        "n": np.array(
+            data.draw(st.lists(st.integers(-(10**6), 10**6), min_size=rows, max_size=rows)),
+            dtype=np.int64,
+        ),
+        "x32": np.array(
+            data.draw(st.lists(st.floats(-1e4, 1e4, width=32), min_size=rows, max_size=rows)),
+            dtype=np.float32,
+        ),
     }
     compiled = compile_workflow(continuous)
     assert compiled.fallbacks == []
@@ -72,13 +82,16 @@ def ragged_log():
 def test_log_op_of_a_ragged_request_column_equals_nvtabular(ragged_log, rows):
     request = {
         "prices" + VALUES: np.array([value for row in rows for value in row], dtype=np.float64),
-        "prices" + OFFSETS: np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int32),
+        "prices" + OFFSETS: (
+            np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int32)
+        ),
     }
     assert_wire_equal(compile_workflow(ragged_log).transform(request), oracle(ragged_log, request))
 
 
 def test_fill_missing_with_a_value_float32_cannot_hold_equals_nvtabular():
-    # pandas moves such a column to float64 when it has a NaN to fill; the kernel leaves it to NVTabular
+    # pandas moves such a column to float64 when it has a NaN to fill; the kernel leaves it to
+    # NVTabular
     workflow = fit(["x32"] >> nvt.ops.FillMissing(fill_val=0.1), TRAIN[["x32"]])
     request = {"x32": np.array([np.nan, 1.0], dtype=np.float32)}
     assert_wire_equal(compile_workflow(workflow).transform(request), oracle(workflow, request))

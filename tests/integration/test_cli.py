@@ -1,15 +1,15 @@
 """The command line: serve in the foreground, infer from a file, list models, stop on Ctrl-C."""
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-
-import threading
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,10 @@ SERVER_ID = "cli-test-server"
 
 def run_cli(*args, timeout_s=120):
     return subprocess.run(
-        [sys.executable, "-m", "merlin_torch_serving", *args], capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "merlin_torch_serving", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
 
 
@@ -40,7 +43,9 @@ def read_until(process, pattern, timeout_s=180):
         lines.append(line)
         if re.search(pattern, line):
             return lines
-    raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s; got:\n{''.join(lines)}")
+    raise AssertionError(
+        f"no line matching {pattern!r} within {timeout_s} s; got:\n{''.join(lines)}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +58,21 @@ def served_repository(tmp_path_factory, ensemble):
     repository = tmp_path_factory.mktemp("cli") / "repository"
     ensemble.export(repository, "reco")  # ModelOptions' default: at most 100,000 rows per request
     process = subprocess.Popen(
-        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--", f"--id={SERVER_ID}"],
+        [
+            sys.executable,
+            "-m",
+            "merlin_torch_serving",
+            "serve",
+            str(repository),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--",
+            f"--id={SERVER_ID}",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -75,7 +94,9 @@ def test_serve_prints_urls_and_the_loaded_models(served_repository):
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
-def test_infer_sends_a_file_of_rows_and_prints_one_line_per_session(served_repository, tmp_path, suffix):
+def test_infer_sends_a_file_of_rows_and_prints_one_line_per_session(
+    served_repository, tmp_path, suffix
+):
     _, urls, _ = served_repository
     rows = toy_session.interactions(3, seed=31, first_session=4200)
     path = tmp_path / f"rows{suffix}"
@@ -93,7 +114,17 @@ def test_infer_writes_the_answer_to_a_file(served_repository, tmp_path):
     _, urls, _ = served_repository
     rows = toy_session.interactions(2, seed=32)
     rows.to_parquet(tmp_path / "rows.parquet")
-    result = run_cli("infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["HTTP"], "--protocol", "http", "-o", str(tmp_path / "answer.parquet"))
+    result = run_cli(
+        "infer",
+        "reco",
+        str(tmp_path / "rows.parquet"),
+        "--url",
+        urls["HTTP"],
+        "--protocol",
+        "http",
+        "-o",
+        str(tmp_path / "answer.parquet"),
+    )
     assert result.returncode == 0, result.stderr
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     assert answer["session_id"].tolist() == list(pd.unique(rows["session_id"]))
@@ -128,10 +159,8 @@ class PeakMemory:
         processes = [self.server, *self.server.children(recursive=True)]
         total = 0
         for process in processes:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 total += process.memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
         return total
 
     def __enter__(self):
@@ -164,7 +193,9 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
     rows = SESSIONS * CLICKS_PER_SESSION
     clicks = pd.DataFrame(
         {
-            "session_id": rng.permutation(np.repeat(np.arange(SESSIONS, dtype=np.int64), CLICKS_PER_SESSION)),
+            "session_id": rng.permutation(
+                np.repeat(np.arange(SESSIONS, dtype=np.int64), CLICKS_PER_SESSION)
+            ),
             "item_id": rng.integers(500, 540, rows),
             "category": rng.integers(0, 7, rows),
             "timestamp": rng.integers(0, 10**6, rows),
@@ -175,17 +206,29 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
         client.infer("reco", clicks.iloc[:ROW_LIMIT])  # the memory of one full request, once
     with PeakMemory(int(re.search(r"ready \(pid (\d+)\)", output).group(1))) as memory:
         baseline = memory.now_bytes()
-        result = run_cli("infer", "reco", str(tmp_path / "clicks.parquet"), "--url", urls["gRPC"], "-o", str(tmp_path / "answer.parquet"), timeout_s=600)
+        result = run_cli(
+            "infer",
+            "reco",
+            str(tmp_path / "clicks.parquet"),
+            "--url",
+            urls["gRPC"],
+            "-o",
+            str(tmp_path / "answer.parquet"),
+            timeout_s=600,
+        )
 
     assert result.returncode == 0, result.stderr
     progress = re.findall(r"^sent ([\d,]+) of 1,000,000 rows", result.stderr, flags=re.M)
-    assert len(progress) == rows // ROW_LIMIT and progress[-1] == "1,000,000"
+    assert len(progress) == rows // ROW_LIMIT
+    assert progress[-1] == "1,000,000"
     assert memory.peak_bytes - baseline < MEMORY_BOUND_BYTES, (memory.peak_bytes - baseline) / 2**20
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     assert answer["session_id"].tolist() == list(pd.unique(clicks["session_id"]))
     # in-process, the same requests: a batch of other sessions may round scores differently
     request = frames.frame_to_table(clicks, ensemble.input_schema)
-    expected = tables.concat([ensemble.run(part) for part in chunks.split(request, ["session_id"], ROW_LIMIT)])
+    expected = tables.concat(
+        [ensemble.run(part) for part in chunks.split(request, ["session_id"], ROW_LIMIT)]
+    )
     np.testing.assert_array_equal(np.stack(answer["item_ids"]), expected["item_ids"].values)
     np.testing.assert_array_equal(np.stack(answer["item_scores"]), expected["item_scores"].values)
 
@@ -200,7 +243,10 @@ def test_version_names_the_library_python_and_tritonserver_and_prints_no_warning
     for args in (["--version"], ["serve", "--version"], ["models", "--version"]):
         result = run_cli(*args)
         assert result.returncode == 0, result.stderr
-        assert re.fullmatch(r"merlin-torch-serving \S+ \(Python 3\.11\.\d+; tritonserver 2\.\d+\.\d+ at \S+\)\n", result.stdout)
+        assert re.fullmatch(
+            r"merlin-torch-serving \S+ \(Python 3\.11\.\d+; tritonserver 2\.\d+\.\d+ at \S+\)\n",
+            result.stdout,
+        )
         assert result.stderr == ""
 
 
@@ -220,7 +266,9 @@ def test_arguments_after_a_double_dash_are_refused_by_commands_other_than_serve(
 def test_ctrl_c_stops_the_server_cleanly(served_repository):
     process, _, output = served_repository
     server_pid = int(re.search(r"ready \(pid (\d+)\)", output).group(1))
-    stubs = subprocess.run(["pgrep", "-P", str(server_pid)], capture_output=True, text=True).stdout.split()
+    stubs = subprocess.run(
+        ["pgrep", "-P", str(server_pid)], capture_output=True, text=True
+    ).stdout.split()
     assert stubs, "the server should have python-backend stubs while serving"
 
     process.send_signal(signal.SIGINT)

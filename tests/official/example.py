@@ -1,5 +1,6 @@
 """An official example made ready for the tests: fitted workflow, trained model, serving graph, and
-raw requests shaped like the sessions users send (shuffled rows, one-click, over-long, unseen items).
+raw requests shaped like the sessions users send (shuffled rows, one-click, over-long, unseen
+items).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class Example:
 
     @property
     def scores_column(self) -> str:
-        """Transformers4Rec names the scores of its own top k ``item_id_scores``; TopK ``item_scores``."""
+        """Transformers4Rec names the scores of its own top k ``item_id_scores``; TopK
+        ``item_scores``."""
         return "item_id_scores" if self.has_top_k else "item_scores"
 
     @property
@@ -59,7 +61,9 @@ class Example:
 def prepare(module: ModuleType, categories_path: str) -> Example:
     train = module.interactions(seed=0)
     workflow = module.workflow(categories_path)
-    processed = workflow.fit_transform(Dataset(train, cpu=True)).to_ddf().compute().reset_index(drop=True)
+    processed = (
+        workflow.fit_transform(Dataset(train, cpu=True)).to_ddf().compute().reset_index(drop=True)
+    )
     model = module.model(workflow.output_schema)
     training.train(model, processed, module.MODEL_COLUMNS, module.SESSIONS_MAX_LENGTH)
     if module.__name__.endswith("end_to_end"):
@@ -81,7 +85,10 @@ def request_rows(example: Example, n_sessions: int, seed: int) -> pd.DataFrame:
     if n_sessions >= 2:
         sessions[1] = _lengthened(sessions[1], rows["item_id"].to_numpy(), rng)
     request = pd.concat(
-        [session.assign(session_id=900_000 + seed * 1000 + number) for number, session in enumerate(sessions)]
+        [
+            session.assign(session_id=900_000 + seed * 1000 + number)
+            for number, session in enumerate(sessions)
+        ]
     )
     unseen = rng.random(len(request)) < 0.2
     request.loc[unseen, "item_id"] = UNSEEN_ITEM_ID + np.arange(unseen.sum())

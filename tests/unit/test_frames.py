@@ -41,11 +41,18 @@ def test_safe_casts_are_applied_silently():
 
 
 def test_extra_columns_are_refused_and_missing_ones_named():
-    with pytest.raises(InputError, match="input column 'extra': expected no such column \\(the inputs are 'session_id', 'items'"):
+    with pytest.raises(
+        InputError,
+        match=(
+            "input column 'extra': expected no such column \\(the inputs are 'session_id', 'items'"
+        ),
+    ):
         frames.frame_to_table(request(extra=[0, 0]), SCHEMA)
     data = request()
     del data["items"]
-    with pytest.raises(InputError, match="input column 'items': expected int64 ragged list, got no such column"):
+    with pytest.raises(
+        InputError, match="input column 'items': expected int64 ragged list, got no such column"
+    ):
         frames.frame_to_table(data, SCHEMA)
 
 
@@ -60,12 +67,17 @@ def test_missing_values_are_named_as_such():
 
 
 def test_fixed_length_lists_must_have_that_length():
-    with pytest.raises(InputError, match="'embedding': expected float32 fixed list \\[-1, 2\\], got lists of length 1, 2"):
+    with pytest.raises(
+        InputError,
+        match="'embedding': expected float32 fixed list \\[-1, 2\\], got lists of length 1, 2",
+    ):
         frames.frame_to_table(request(embedding=[[1.0], [1.0, 2.0]]), SCHEMA)
 
 
 def test_a_scalar_where_a_list_is_expected_is_named():
-    with pytest.raises(InputError, match="'items': expected int64 ragged list, got one int64 value per row"):
+    with pytest.raises(
+        InputError, match="'items': expected int64 ragged list, got one int64 value per row"
+    ):
         frames.frame_to_table(request(items=[1, 2]), SCHEMA)
 
 
@@ -80,11 +92,14 @@ def test_empty_sessions_keep_the_column_dtype():
 
 def test_a_request_without_rows_gives_empty_columns_of_every_shape():
     table = frames.frame_to_table({"session_id": [], "items": [], "embedding": []}, SCHEMA)
-    assert table["session_id"].values.dtype == np.int64 and len(table["session_id"].values) == 0
+    assert table["session_id"].values.dtype == np.int64
+    assert len(table["session_id"].values) == 0
     assert table["items"].offsets.tolist() == [0]
     assert table["embedding"].values.shape == (0, 2)
 
 
 def test_bools_are_not_taken_for_ids():
-    with pytest.raises(InputError, match="'session_id': expected int64 scalar, got bool values; send int64 values"):
+    with pytest.raises(
+        InputError, match="'session_id': expected int64 scalar, got bool values; send int64 values"
+    ):
         frames.frame_to_table(request(session_id=[True, False]), SCHEMA)

@@ -7,6 +7,7 @@ path is written as /srv/models, and this interpreter's prefix as /home/user/.ven
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -43,25 +44,29 @@ def write_ensemble(repository: Path, name: str, step: str) -> None:
 
 
 class Recorder:
-    """Runs each situation in a fresh repository and writes what the server said, paths shortened."""
+    """Runs each situation in a fresh repository and writes what the server said, paths
+    shortened."""
 
     def __init__(self, root: Path):
         self._root = root
 
-    def situation(self, name: str, run: Callable[[Path, Path], None], *, keep_log: bool = True) -> None:
+    def situation(
+        self, name: str, run: Callable[[Path, Path], None], *, keep_log: bool = True
+    ) -> None:
         repository = self._root / name / "models"
         repository.mkdir(parents=True)
         log = self._root / name / "server.log"
-        try:
+        # the error is the situation; the log says what the server did
+        with contextlib.suppress(MerlinTorchServingError):
             run(repository, log)
-        except MerlinTorchServingError:
-            pass  # the error is the situation; the log says what the server did
         if keep_log:
             self.write(f"{name}.log", log.read_text(), repository)
         print(f"recorded {name}", flush=True)
 
     def write(self, file_name: str, text: str, repository: Path) -> None:
-        text = text.replace(str(repository.resolve()), REPOSITORY).replace(str(repository), REPOSITORY)
+        text = text.replace(str(repository.resolve()), REPOSITORY).replace(
+            str(repository), REPOSITORY
+        )
         (LOGS / file_name).write_text(text.replace(sys.prefix, PREFIX))
 
 
@@ -95,7 +100,9 @@ def record(root: Path) -> None:
 
     def start_with_failing_models(repository: Path, log: Path) -> None:
         write_doubler(repository, "good")
-        write_doubler(repository, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')")
+        write_doubler(
+            repository, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')"
+        )
         write_invalid_config(repository, "invalid_config")
         write_onnx_model(repository, "needs_onnx")
         TritonServer(repository, log_path=log).start()
@@ -125,7 +132,9 @@ def record(root: Path) -> None:
 
     def poll_reloads(repository: Path, log: Path) -> None:
         write_doubler(repository, "doubler")
-        with TritonServer(repository, model_control="poll", poll_interval_s=1, log_path=log) as server:
+        with TritonServer(
+            repository, model_control="poll", poll_interval_s=1, log_path=log
+        ) as server:
             server.reload("doubler")
             write_doubler(repository, "doubler", initialize="raise ImportError('gone')")
             server.reload("doubler")

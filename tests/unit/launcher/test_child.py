@@ -37,14 +37,17 @@ def test_the_log_holds_stdout_and_stderr_and_reads_from_an_offset(tmp_path):
     wait_for(lambda: process.exit_code() is not None)
     assert process.exit_code() == 3
     assert log.text() == "out\nerr\n"
-    assert log.since(4) == "err\n" and log.size() == 8
+    assert log.since(4) == "err\n"
+    assert log.size() == 8
     process.stop(graceful=True, timeout_s=1.0)
 
 
 def test_an_exit_is_seen_without_reaping_so_the_pid_stays_taken_until_stop(tmp_path):
     process = start("exit 0", ServerLog(tmp_path / "server.log"))
     wait_for(lambda: process.exit_code() is not None)
-    assert process_info(process.pid, with_argv=False).state == "Z"  # still ours: nobody else gets the pid
+    assert (
+        process_info(process.pid, with_argv=False).state == "Z"
+    )  # still ours: nobody else gets the pid
     process.stop(graceful=True, timeout_s=1.0)
     assert process_info(process.pid, with_argv=False) is None
 
@@ -58,7 +61,9 @@ def test_a_signal_that_ended_the_process_is_its_negative_exit_code(tmp_path):
 
 def test_a_graceful_stop_sends_sigint_first(tmp_path):
     log = ServerLog(tmp_path / "server.log")
-    process = start("trap 'echo interrupted; exit 0' INT; echo ready; while :; do sleep 0.05; done", log)
+    process = start(
+        "trap 'echo interrupted; exit 0' INT; echo ready; while :; do sleep 0.05; done", log
+    )
     wait_for(lambda: "ready" in log.text())
     process.stop(graceful=True, timeout_s=10.0)
     assert log.text() == "ready\ninterrupted\n"
@@ -74,7 +79,8 @@ def test_stop_kills_the_whole_group_when_sigint_is_ignored(tmp_path):
     started = time.monotonic()
     process.stop(graceful=True, timeout_s=0.3)
     assert time.monotonic() - started < 5.0
-    assert is_gone(process.pid) and is_gone(grandchild)
+    assert is_gone(process.pid)
+    assert is_gone(grandchild)
     process.stop(graceful=True, timeout_s=0.3)  # a second stop does nothing
 
 
@@ -86,19 +92,26 @@ def test_stop_removes_the_shared_memory_under_the_servers_prefix_only(tmp_path):
     try:
         process = start("exit 0", ServerLog(tmp_path / "server.log"), shm_prefix=prefix)
         process.stop(graceful=False, timeout_s=1.0)
-        assert not ours.exists() and theirs.exists()
+        assert not ours.exists()
+        assert theirs.exists()
     finally:
         for path in (ours, theirs):
             path.unlink(missing_ok=True)
 
 
 def test_a_binary_that_cannot_run_is_a_server_error_naming_it(tmp_path):
-    with pytest.raises(ServerError, match=r"could not run '/nonexistent/tritonserver': .*No such file"):
-        ServerProcess(["/nonexistent/tritonserver"], ServerLog(tmp_path / "server.log"), dict(os.environ))
+    with pytest.raises(
+        ServerError, match=r"could not run '/nonexistent/tritonserver': .*No such file"
+    ):
+        ServerProcess(
+            ["/nonexistent/tritonserver"], ServerLog(tmp_path / "server.log"), dict(os.environ)
+        )
 
 
 def test_a_log_path_that_cannot_be_written_asks_for_a_writable_one(tmp_path):
-    with pytest.raises(ServerError, match=r"could not open the server log .*; pass a writable log_path"):
+    with pytest.raises(
+        ServerError, match=r"could not open the server log .*; pass a writable log_path"
+    ):
         ServerLog(tmp_path / "missing" / "server.log").open_for_writing()
 
 
@@ -107,7 +120,8 @@ def test_a_temporary_log_is_removed_with_its_owner_and_reads_as_empty_before_the
     assert (log.text(), log.size()) == ("", 0)
     log.open_for_writing().close()
     path = log.path
-    assert path is not None and path.exists()
+    assert path is not None
+    assert path.exists()
     del log
     gc.collect()
     assert not path.exists()
@@ -115,4 +129,5 @@ def test_a_temporary_log_is_removed_with_its_owner_and_reads_as_empty_before_the
 
 def test_free_ports_are_distinct():
     ports = free_ports(3)
-    assert len(set(ports)) == 3 and all(0 < port < 65536 for port in ports)
+    assert len(set(ports)) == 3
+    assert all(0 < port < 65536 for port in ports)
