@@ -86,7 +86,7 @@ class TritonServer:
         log_path: str | os.PathLike | None = None,
     ):
         self.config = ServerConfig(
-            repository=repository,
+            repository=repository if isinstance(repository, str) else Path(repository),
             binary=Path(binary) if binary is not None else None,
             backend_directory=Path(backend_directory) if backend_directory is not None else None,
             http_port=http_port,

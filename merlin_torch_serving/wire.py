@@ -141,11 +141,15 @@ def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
     return arrays
 
 
+#: a TensorTable column as this package builds one: values, or a ragged list's (values, offsets)
+TableColumn = np.ndarray | tuple[np.ndarray, np.ndarray]
+
+
 def from_wire(arrays: Mapping[str, np.ndarray], schema: Schema | None = None) -> TensorTable:
     """Group wire arrays into a table; with a schema, take exactly its columns, in its order."""
     if schema is None:
         return TensorTable(dict(arrays), _unsafe=True)
-    columns = {}
+    columns: dict[str, TableColumn] = {}
     for column in schema:
         if is_ragged(column):
             columns[column.name] = (

@@ -34,6 +34,8 @@ class ScoresToTopK(torch.nn.Module):
     seen_name: str
     seen_ragged: bool
     ids_first: bool
+    excluded_ids: torch.Tensor
+    raw_ids: torch.Tensor
 
     def __init__(
         self,

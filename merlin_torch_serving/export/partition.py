@@ -54,7 +54,7 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
             next(iter(call.inputs.values()), Ref(REQUEST, "")).producer
         )
         producer_backend = groups[step_of_call[first_producer.index]][0] if first_producer else None
-        if (
+        if first_producer is not None and (
             fusable_top_k(call, first_producer, step_of_call, consumers)
             or fusable_decode(call, first_producer, producer_backend, consumers)
             or fusable_blank(call, first_producer, producer_backend, consumers, step_of_call)

@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -194,7 +195,7 @@ def _write_step(
         )
         check_libtorch_model(step.name, version_dir / MODEL_FILE, config, warmup_arrays)
     else:
-        spec = {
+        spec: dict[str, Any] = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
             "outputs": {name: [ref.producer, ref.column] for name, ref in step.outputs.items()},
             "input_schema": schema_to_json(step.input_schema),

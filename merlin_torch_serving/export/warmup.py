@@ -83,7 +83,7 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
     filler = sample_table(missing, rows=rows) if len(missing) else None
     columns = {}
     for name in plan.input_schema.column_names:
-        source = candidate if name in candidate.columns else filler
+        source = filler if filler is not None and name not in candidate.columns else candidate
         column = source[name]
         columns[name] = (
             (column.values, column.offsets) if column.offsets is not None else column.values

@@ -36,7 +36,16 @@ class Column:
         return len(self.offsets) - 1 if self.offsets is not None else len(self.values)
 
     def lengths(self) -> np.ndarray:
+        """Values per row: one for every row of a scalar column."""
+        if self.offsets is None:
+            return np.ones(len(self.values), dtype=np.int64)
         return np.diff(self.offsets)
+
+    def list_offsets(self) -> np.ndarray:
+        """The row offsets of a list column (a scalar column has none)."""
+        if self.offsets is None:
+            raise ValueError("a scalar column has no row offsets")
+        return self.offsets
 
     def take(self, rows: np.ndarray) -> Column:
         """The rows at the given positions, in that order."""
@@ -114,7 +123,9 @@ def null_mask(values: np.ndarray) -> np.ndarray:
     if kind == "O":
         try:
             # A value unequal to itself is NaN-like (float NaN, NaT, Decimal NaN).
-            return np.equal(values, None) | np.not_equal(values, values)
+            # numpy's stubs take no None here, numpy compares each object with it
+            is_none = np.equal(values, None)  # type: ignore[call-overload]
+            return is_none | np.not_equal(values, values)
         except TypeError as error:
             # pd.NA refuses a truth value; let pandas judge such data.
             raise Delegate(f"object values without a truth value ({error})") from None

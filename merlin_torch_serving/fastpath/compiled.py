@@ -139,7 +139,7 @@ class CompiledWorkflow:
 
 def _merge(label: str, batches: list[Batch]) -> Batch:
     """Combine a node's inputs like LocalExecutor._merge_upstream_columns: later inputs win."""
-    combined = None
+    combined: Batch | None = None
     seen: set[str] = set()
     for batch in batches:
         names = set(batch.columns)
@@ -157,6 +157,8 @@ def _merge(label: str, batches: list[Batch]) -> Batch:
             seen |= new
         if parts:
             combined = parts[0] if len(parts) == 1 else _concat(label, parts)
+    if combined is None:
+        raise ValueError(f"step {label!r} has no input to merge")
     return combined
 
 

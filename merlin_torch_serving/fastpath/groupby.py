@@ -56,7 +56,7 @@ class GroupbyKernel:
         output_names += [self._name(column, "list") for column in self.list_cols]
         output_names += [self._name(column, agg) for column, agg in self.picks]
         # NVTabular casts by the output name's suffix, whatever the column holds.
-        self.casts = {}
+        self.casts: dict[str, np.dtype] = {}
         for name in output_names:
             if re.search(f"{op.name_sep}(count|nunique)$", name):
                 self.casts[name] = np.dtype(np.int32)
@@ -94,10 +94,10 @@ class GroupbyKernel:
             positions = offsets[:-1] if take_first else offsets[1:] - 1
             output[self._name(column, agg)] = Column(values[positions])
         for name, dtype in self.casts.items():
-            column = output[name]
-            if column.is_list:
+            aggregated = output[name]
+            if aggregated.is_list:
                 raise Delegate(f"list column {name!r} whose name asks for a {dtype} cast")
-            output[name] = Column(column.values.astype(dtype))
+            output[name] = Column(aggregated.values.astype(dtype))
         return Batch(output, len(groups.counts))
 
 
@@ -120,7 +120,8 @@ def _reduce(agg: str, values: np.ndarray, groups: Groups) -> np.ndarray:
             raise Delegate(f"{agg} of booleans")
         if len(groups.counts) == 0:
             return values[:0]
-        reduce = {"min": np.fmin, "max": np.fmax}[agg]  # fmin/fmax skip NaN, as pandas does
+        # fmin/fmax skip NaN, as pandas does
+        reduce: np.ufunc = np.fmin if agg == "min" else np.fmax
         return reduce.reduceat(values, groups.starts)
     if kind in "iub":
         integers = values.astype(np.int64)

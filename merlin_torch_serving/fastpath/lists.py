@@ -49,7 +49,9 @@ class ListSliceKernel:
         starts = _bound(self.start, row_lengths)
         kept = np.maximum(_bound(self.end, row_lengths) - starts, 0)
         offsets = offsets_from_lengths(kept)
-        values = column.values[segment_positions(column.offsets[:-1] + starts, kept, offsets)]
+        values = column.values[
+            segment_positions(column.list_offsets()[:-1] + starts, kept, offsets)
+        ]
         if not (self.pad and column.cells == LIST_CELLS):
             return Column(values, offsets, column.cells)
         padded = np.maximum(kept, self.max_elements)

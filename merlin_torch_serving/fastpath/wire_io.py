@@ -147,7 +147,7 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
             )
         if output.ragged:
             arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
-            arrays[name + OFFSETS_SUFFIX] = column.offsets.astype(OFFSETS_DTYPE)
+            arrays[name + OFFSETS_SUFFIX] = column.list_offsets().astype(OFFSETS_DTYPE)
         elif output.width is not None:
             row_lengths = column.lengths()
             if np.any(row_lengths != output.width):

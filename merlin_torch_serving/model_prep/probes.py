@@ -17,9 +17,7 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.exceptions import SchemaError
-from merlin_torch_serving.samples import list_length
-from merlin_torch_serving.schemas import describe_column
+from merlin_torch_serving.samples import padded_length
 
 
 @dataclass(frozen=True)
@@ -76,15 +74,7 @@ def _column_input(
     column: ColumnSchema, plan: _Plan, rng, observed, pad_value: float, pad_left: bool
 ) -> torch.Tensor:
     if wire.is_ragged(column):
-        max_length = list_length(column)
-        if max_length is None:
-            raise SchemaError(
-                "PredictPytorch",
-                column.name,
-                "a ragged list with a maximum length (value_count.max) to pad to",
-                f"{describe_column(column)} without one",
-                "pass max_sequence_length=...",
-            )
+        max_length = padded_length(column)
         lengths = _row_lengths(plan, max_length)
         values = _values(column, plan, rng, observed, lengths)
         return torch.from_numpy(_padded(values, lengths, max_length, pad_value, pad_left))

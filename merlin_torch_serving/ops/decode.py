@@ -112,6 +112,6 @@ class DecodeItemIds(ServingOperator):
         with np.load(os.path.join(artifact_path, VOCABULARY_FILE), allow_pickle=False) as saved:
             raw_values, is_item = saved["raw_values"], saved["is_item"]
         if raw_values.dtype.kind == "U":
-            raw_values = np.where(is_item, raw_values.astype(object), None)
+            raw_values = np.where(is_item, raw_values.astype(object), np.array(None, dtype=object))
         vocabulary = CategoryVocabulary(config["source_column"], raw_values, is_item)
         return cls(vocabulary, config["source_column"], config["columns"])

@@ -18,6 +18,7 @@ from merlin.schema import Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.wire import TableColumn
 
 
 def blank_rows(values: torch.Tensor, filtered: torch.Tensor) -> torch.Tensor:
@@ -64,7 +65,7 @@ class BlankFilteredRows(ServingOperator):
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         filtered = np.asarray(transformable[self.filtered_column].values, dtype=bool)
-        columns = {}
+        columns: dict[str, TableColumn] = {}
         for name in self.columns:
             column = transformable[name]
             values = np.asarray(column.values)

@@ -30,7 +30,7 @@ from merlin_torch_serving.model_prep.sources import load_model
 from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.torch_module import WireModel
-from merlin_torch_serving.samples import list_length, sample_table
+from merlin_torch_serving.samples import padded_length, sample_table
 from merlin_torch_serving.schemas import catalog_limits, schema_from_json, schema_to_json
 
 MODEL_FILE = "model.pt"
@@ -140,7 +140,7 @@ class PredictPytorch(ServingOperator):
         wire_model = WireModel(
             prepared.module,
             ragged_inputs=[c.name for c in self.model_input_schema if wire.is_ragged(c)],
-            max_lengths=[list_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
+            max_lengths=[padded_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
             dense_inputs=[c.name for c in self.model_input_schema if not wire.is_ragged(c)],
             pad_value=self.pad_value,
             pad_left=pad_side == "left",

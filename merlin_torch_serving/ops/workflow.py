@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from merlin.dag import postorder_iter_nodes
@@ -24,6 +24,9 @@ from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
+
+if TYPE_CHECKING:
+    from merlin_torch_serving.fastpath.compiled import CompiledWorkflow
 
 WORKFLOW_DIR = "workflow"
 
@@ -75,9 +78,9 @@ class TransformWorkflow(ServingOperator):
                 "a workflow output of that name",
                 "rename that output, or pass keep_request_order=False",
             )
-        self._compiled = None
+        self._compiled: CompiledWorkflow | None = None
 
-    def compiled_workflow(self):
+    def compiled_workflow(self) -> CompiledWorkflow:
         """The workflow compiled for the fast path (or step by step through NVTabular, without
         it); built on first use (it reads the vocabularies)."""
         if self._compiled is None:
