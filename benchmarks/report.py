@@ -1,5 +1,5 @@
 """The run written out: latest.json (everything), latest.md (tables, targets, environment) and
-latest.png (p50 latency and throughput by system and setting).
+latest.png (this project against Merlin Systems, see ``chart``).
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks import chart
 from benchmarks.environment import BUSY_MACHINE_CORES
 from benchmarks.results import (
     MIXED,
@@ -75,18 +76,17 @@ def write_markdown(
         "",
         "## Latency and throughput",
         "",
-        (
-            "Each server first answers its cold-start requests (below) and then every request of"
-            f" every setting {run['settings']['steady_state_passes']} times, so rows measure a"
-            " server that has been serving for a while. Each row:"
-            f" {run['settings']['warmup_requests']} warm-up requests, then up to"
-            f" {run['settings']['timed_requests']} timed requests or"
-            f" {run['settings']['time_budget_s']:g} s, whichever comes first (`n` is how many were"
-            " timed). Latency is from the call to the full answer in the client. `other CPU` is"
-            " how many cores other processes, or other virtual machines (steal), took meanwhile; a"
-            f" row measured while it exceeded {BUSY_MACHINE_CORES:g} was measured once more after a"
-            " pause, and the less disturbed attempt kept; rows marked `!` stayed above it."
-        ),
+        f"![p50 latency and sessions per second, this project against Merlin Systems 23.08, with the in-process limit "
+        f"and the Triton floor as reference lines]({path.with_suffix('.png').name})",
+        "",
+        "Each server first answers its cold-start requests (below) and then every request of every setting "
+        f"{run['settings']['steady_state_passes']} times, so rows measure a server that has been serving for a while. "
+        f"Each row: {run['settings']['warmup_requests']} warm-up requests, then up to "
+        f"{run['settings']['timed_requests']} timed requests or {run['settings']['time_budget_s']:g} s, whichever "
+        "comes first (`n` is how many were timed). Latency is from the call to the full answer in the client. "
+        "`other CPU` is how many cores other processes, or other virtual machines (steal), took meanwhile; a row measured while it "
+        f"exceeded {BUSY_MACHINE_CORES:g} was measured once more after a pause, and the less disturbed attempt kept; "
+        "rows marked `!` stayed above it.",
         "",
         (
             "| system | protocol | client | sessions | clients | n | p50 ms | p90 ms | p99 ms |"
@@ -274,47 +274,4 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
 
 
 def write_chart(path: Path, measurements: list[Measurement]) -> None:
-    """Grouped bars, one group per (sessions, clients) setting, one bar per system path; log
-    scales."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    settings = sorted({(m.sessions, m.concurrency) for m in measurements})
-    series = list(dict.fromkeys((m.system, m.protocol, m.client) for m in measurements))
-    figure, axes = plt.subplots(2, 1, figsize=(13, 9), sharex=True)
-    width = 0.8 / len(series)
-    for index, (system, protocol, client) in enumerate(series):
-        latency, throughput = [], []
-        for sessions, concurrency in settings:
-            match = [
-                m
-                for m in measurements
-                if (m.system, m.protocol, m.client, m.sessions, m.concurrency)
-                == (system, protocol, client, sessions, concurrency)
-            ]
-            latency.append(match[0].p50_ms if match else 0.0)
-            throughput.append(match[0].sessions_per_s if match else 0.0)
-        positions = [
-            setting + (index - (len(series) - 1) / 2) * width for setting in range(len(settings))
-        ]
-        label = f"{SYSTEM_LABELS[system]} · {protocol} · {client}"
-        axes[0].bar(positions, latency, width, label=label, color=f"C{index}")
-        axes[1].bar(positions, throughput, width, color=f"C{index}")
-    axes[0].set_yscale("log")
-    axes[0].set_ylabel("p50 latency, ms (log)")
-    axes[0].set_title("p50 latency per request (lower is better)")
-    axes[1].set_yscale("log")
-    axes[1].set_ylabel("sessions / s (log)")
-    axes[1].set_title("throughput (higher is better)")
-    axes[1].set_xticks(range(len(settings)))
-    axes[1].set_xticklabels(
-        [f"{s} session{'s' * (s > 1)} per request\n{c} client{'s' * (c > 1)}" for s, c in settings]
-    )
-    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    for axis in axes:
-        axis.grid(axis="y", which="both", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    chart.draw(path, measurements)

@@ -75,7 +75,13 @@ class Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = _parse_arguments(argv)
+    arguments, rest = _parse_arguments(argv)
+    if arguments.only == "catalog":
+        from benchmarks import catalog
+
+        return catalog.main(rest + (["--quick"] if arguments.quick else []) + ["--output-dir", str(arguments.output_dir)])
+    if rest:
+        raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
     if built_for_running_torch() is None:
         print(
@@ -118,15 +124,13 @@ def _measurement_count() -> int:
 
 def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="./run bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*")
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*"
+        "--only",
+        choices=["catalog"],
+        help="run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g. --sizes, --index)",
     )
-    parser.add_argument(
-        "--output-dir",
-        type=Path,
-        default=RESULTS_DIR,
-        help=f"where results go (default {RESULTS_DIR})",
-    )
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help=f"where results go (default {RESULTS_DIR})")
     parser.add_argument(
         "--work-dir",
         type=Path,
@@ -136,7 +140,7 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
             " removed)"
         ),
     )
-    return parser.parse_args(argv)
+    return parser.parse_known_args(argv)
 
 
 @contextlib.contextmanager

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
+    AddressError,
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
@@ -19,6 +21,7 @@ from merlin_torch_serving.exceptions import (
     InferenceError,
     InputError,
     MerlinTorchServingError,
+    MissingColumnsError,
     ModelCheckError,
     ModelLoadError,
     ModelNotImportableError,
@@ -32,9 +35,12 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
     ServerUnavailableError,
+    UnknownModelError,
+    WorkflowNotFittedError,
+    WrongProtocolError,
 )
 
-__version__ = "0.1.0"
+__version__ = metadata.version("merlin-torch-serving")  # pyproject.toml's
 
 # merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
 # so the warning only hides real ones (it was printed on every command).
@@ -48,12 +54,16 @@ _LAZY = {
     "DecodeItemIds": "merlin_torch_serving.ops",
     "Ensemble": "merlin_torch_serving.ensemble",
     "Executor": "merlin_torch_serving.executors",
+    "ExactIndex": "merlin_torch_serving.retrieval",
     "ExportResult": "merlin_torch_serving.export.repository",
+    "HNSWIndex": "merlin_torch_serving.retrieval",
+    "IVFIndex": "merlin_torch_serving.retrieval",
     "LocalExecutor": "merlin_torch_serving.executors",
     "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
     "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "RetrieveTopK": "merlin_torch_serving.ops",
     "ServingOperator": "merlin_torch_serving.ops",
     "TopK": "merlin_torch_serving.ops",
     "TransformWorkflow": "merlin_torch_serving.ops",
@@ -61,45 +71,37 @@ _LAZY = {
     "TritonServer": "merlin_torch_serving.server",
 }
 
-__all__ = [
-    "ArtifactError",
-    "BackendBuildError",
-    "BackendNotAvailableError",
-    "BundleError",
-    "CategoryVocabulary",
-    "Client",
-    "DecodeItemIds",
-    "Ensemble",
-    "Executor",
-    "ExportError",
-    "ExportResult",
-    "InferenceError",
-    "InputError",
-    "LocalExecutor",
-    "MerlinTorchServingError",
-    "ModelCheckError",
-    "ModelHealth",
-    "ModelLoadError",
-    "ModelNotImportableError",
-    "ModelOptions",
-    "ModelPreparationError",
-    "ModelStatus",
-    "PortInUseError",
-    "PredictPytorch",
-    "RepositoryExistsError",
-    "RequestTimeoutError",
-    "SchemaError",
-    "ServerError",
-    "ServerExitedError",
-    "ServerNotFoundError",
-    "ServerStartTimeoutError",
-    "ServerUnavailableError",
-    "ServingOperator",
-    "TopK",
-    "TransformWorkflow",
-    "TritonExecutor",
-    "TritonServer",
-]
+__all__ = sorted(
+    [
+        *_LAZY,
+        "AddressError",
+        "ArtifactError",
+        "BackendBuildError",
+        "BackendNotAvailableError",
+        "BundleError",
+        "ExportError",
+        "InferenceError",
+        "InputError",
+        "MerlinTorchServingError",
+        "MissingColumnsError",
+        "ModelCheckError",
+        "ModelLoadError",
+        "ModelNotImportableError",
+        "ModelPreparationError",
+        "PortInUseError",
+        "RepositoryExistsError",
+        "RequestTimeoutError",
+        "SchemaError",
+        "ServerError",
+        "ServerExitedError",
+        "ServerNotFoundError",
+        "ServerStartTimeoutError",
+        "ServerUnavailableError",
+        "UnknownModelError",
+        "WorkflowNotFittedError",
+        "WrongProtocolError",
+    ]
+)
 
 
 def __getattr__(name: str):
@@ -118,11 +120,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.health import ModelHealth, ModelStatus
     from merlin_torch_serving.ops import (
-        DecodeItemIds,
-        PredictPytorch,
-        ServingOperator,
-        TopK,
-        TransformWorkflow,
+        DecodeItemIds, PredictPytorch, RetrieveTopK, ServingOperator, TopK, TransformWorkflow,
     )
+    from merlin_torch_serving.retrieval import ExactIndex, HNSWIndex, IVFIndex
     from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

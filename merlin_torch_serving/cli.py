@@ -19,7 +19,8 @@ import sys
 import threading
 from pathlib import Path
 
-from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving import column_names
+from merlin_torch_serving.exceptions import MerlinTorchServingError, PortInUseError, ServerError
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
@@ -39,20 +40,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except MerlinTorchServingError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_without_log(error, args.verbose)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _without_log(error: MerlinTorchServingError, verbose: bool) -> str:
+    """The error's message; tritonserver's log tail only with --verbose (its first line says what to do)."""
+    if isinstance(error, ServerError) and error.log_tail and not verbose:
+        return f"{error.summary}\n(--verbose shows the last lines of tritonserver's log)"
+    return str(error)
 
 
 def serve(args) -> int:
     from merlin_torch_serving.server import TritonServer
 
     # the supervisor says here when a model failed and was reloaded
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
-    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    # Until it serves, Ctrl-C (KeyboardInterrupt) and SIGTERM end start-up at once: start() kills
+    # the half-started server and re-raises; once it serves, they stop it gracefully.
+    signal.signal(signal.SIGTERM, _interrupt)
     stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     server = TritonServer(
         args.repository,
         http_port=args.http_port or None,
@@ -65,7 +75,16 @@ def serve(args) -> int:
         start_timeout_s=args.start_timeout,
         extra_args=args.tritonserver_args,
     )
-    with server:
+    print(f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...", flush=True)
+    try:
+        server.start()
+    except PortInUseError as error:
+        flag = f"--{error.protocol.lower()}-port"
+        hint = f"pass {flag} 0 (the OS picks a free port, printed when ready) or another free port"
+        raise PortInUseError(error.port, error.protocol, error.log_tail, hint=hint) from None
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
         print(f"tritonserver is ready (pid {server.pid})")
         print(f"  gRPC    {server.grpc_url}")
         print(f"  HTTP    {server.http_url}")
@@ -80,8 +99,14 @@ def serve(args) -> int:
                 )
                 return 1
         print("stopping tritonserver ...", flush=True)
+    finally:
+        server.stop()
     print("stopped")
     return 0
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def infer(args) -> int:
@@ -101,13 +126,16 @@ def infer(args) -> int:
         retries=args.retries,
     ) as client:
         client.wait_until_ready(args.model, timeout_s=args.wait)
-        answer = client.infer(args.model, rows, progress=_progress_printer())
+        answer = client.infer(args.model, rows, columns=args.columns, progress=_progress_printer())
     if args.output:
         _write(answer, Path(args.output))
         print(f"wrote {len(answer)} rows to {args.output}")
     else:
+        shown = answer if args.head is None else answer.head(args.head)
         with pd.option_context("display.max_colwidth", 120, "display.width", 200):
-            print(answer.to_string(index=False))
+            print(shown.to_string(index=False))
+        if len(shown) < len(answer):
+            print(f"({len(shown)} of {len(answer)} rows; -o FILE writes them all)")
     return 0
 
 
@@ -261,18 +289,15 @@ def _parser() -> argparse.ArgumentParser:
             "Serve session-based PyTorch recommenders and their NVTabular workflows on Triton."
         ),
     )
-    version = argparse.ArgumentParser(add_help=False)
-    version.add_argument(
-        "--version",
-        action=_VersionAction,
-        help="show the versions of this library and tritonserver",
-    )
-    parser._add_action(version._actions[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--version", action=_VersionAction, help="show the versions of this library and tritonserver")
+    common.add_argument("--verbose", "-v", action="store_true", help="show tritonserver's log tail with server errors")
+    parser._add_action(common._actions[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve_parser = commands.add_parser(
         "serve",
-        parents=[version],
+        parents=[common],
         help="run tritonserver on a model repository (foreground)",
         usage="%(prog)s REPOSITORY [options] [-- TRITONSERVER ARGS ...]",
         epilog=(
@@ -288,6 +313,12 @@ def _parser() -> argparse.ArgumentParser:
             " s3://http://HOST:PORT/BUCKET/PATH)"
         ),
     )
+    for protocol, default in (("http", DEFAULT_HTTP_PORT), ("grpc", DEFAULT_GRPC_PORT), ("metrics", DEFAULT_METRICS_PORT)):
+        serve_parser.add_argument(
+            f"--{protocol}-port", type=int, default=default, metavar="PORT", help="default %(default)s; 0 lets the OS choose a free one"
+        )
+    serve_parser.add_argument("--model-control", choices=("none", "explicit", "poll"), default="none")
+    serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
     serve_parser.add_argument(
         "--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose"
     )
@@ -321,20 +352,12 @@ def _parser() -> argparse.ArgumentParser:
 
     bundle_parser = commands.add_parser(
         "bundle",
-        parents=[version],
-        help=(
-            "copy a model repository so that it serves on a tritonserver whose Python lacks this"
-            " library"
-        ),
-        description=(
-            "Copy REPOSITORY to OUT, giving every python step a packed Python environment (this"
-            " Python, its standard library, and the installed distributions this library needs to"
-            " serve), the python-backend stub for that Python, and EXECUTION_ENV_PATH pointing at"
-            " it. NVIDIA's tritonserver containers then serve OUT without installing anything."
-        ),
-    )
-    bundle_parser.add_argument(
-        "repository", help="the model repository (e.g. what Ensemble.export wrote)"
+        parents=[common],
+        help="copy a model repository so that it serves on a tritonserver whose Python lacks this library",
+        description="Copy REPOSITORY to OUT, giving every python step a packed Python environment (this Python, "
+        "its standard library, and the installed distributions this library needs to serve), the python-backend "
+        "stub for that Python, and EXECUTION_ENV_PATH pointing at it. NVIDIA's tritonserver containers then "
+        "serve OUT without installing anything.",
     )
     bundle_parser.add_argument("out", help="the folder to write (must not exist)")
     bundle_parser.add_argument(
@@ -362,18 +385,12 @@ def _parser() -> argparse.ArgumentParser:
 
     deploy_parser = commands.add_parser(
         "deploy-files",
-        parents=[version],
-        help=(
-            "write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a"
-            " repository"
-        ),
-        description=(
-            "Render the deployment files (Dockerfile; k8s/ Deployment, Service,"
-            " HorizontalPodAutoscaler, PodDisruptionBudget, prometheus-adapter rule; kserve/"
-            " InferenceService) into OUT, from one set of settings so that ports, repository,"
-            " shared memory and cache agree. Unset options keep the defaults of the repository's"
-            " own deploy/ folder."
-        ),
+        parents=[common],
+        help="write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a repository",
+        description="Render the deployment files (Dockerfile; k8s/ Deployment, Service, HorizontalPodAutoscaler, "
+        "PodDisruptionBudget, prometheus-adapter rule; kserve/ InferenceService) into OUT, from one set of "
+        "settings so that ports, repository, shared memory and cache agree. Unset options keep the defaults "
+        "of the repository's own deploy/ folder.",
     )
     deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
     for field in _deploy_fields():
@@ -387,18 +404,12 @@ def _parser() -> argparse.ArgumentParser:
 
     build_parser = commands.add_parser(
         "build-backend",
-        parents=[version],
-        help=(
-            "build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch"
-            " (cached)"
-        ),
-        description=(
-            "Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the"
-            " torch of this interpreter, into the cache ($MTS_CACHE_DIR, else"
-            ' ~/.cache/merlin_torch_serving); TritonServer then serves `backend: "pytorch"` models.'
-            " Needs cmake, ninja or make, and a C++ compiler; takes under a minute on 2 cores, and"
-            " a second call with the same torch returns at once."
-        ),
+        parents=[common],
+        help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
+        description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
+        "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
+        "serves `backend: \"pytorch\"` models. Needs cmake, ninja or make, and a C++ compiler; takes under a minute "
+        "on 2 cores, and a second call with the same torch returns at once.",
     )
     build_parser.add_argument("backend", choices=("pytorch",), help="the backend to build")
     build_parser.add_argument(
@@ -426,14 +437,18 @@ def _parser() -> argparse.ArgumentParser:
         ),
         ("models", models, "list the models the server knows, with version and state"),
     ):
-        sub = commands.add_parser(name, parents=[version], help=help_text)
+        sub = commands.add_parser(name, parents=[common], help=help_text)
         if name == "infer":
             sub.add_argument("model", help="the ensemble's model name")
             sub.add_argument("file", help="a .parquet or .csv file of raw rows")
+            sub.add_argument("--output", "-o", help="write the answer to .parquet, .csv or .json instead of printing")
+            sub.add_argument("--head", type=int, default=None, metavar="N", help="print only the first N rows of the answer")
             sub.add_argument(
-                "--output",
-                "-o",
-                help="write the answer to .parquet, .csv or .json instead of printing",
+                "--columns",
+                type=column_names.argument,
+                default=None,
+                metavar="YOURS=INPUT,...",
+                help="the file's column names for the model's inputs, e.g. user_session=session_id,product=item_id",
             )
             sub.add_argument(
                 "--max-rows",
@@ -445,26 +460,13 @@ def _parser() -> argparse.ArgumentParser:
                     " model's limit)"
                 ),
             )
-            sub.add_argument(
-                "--wait",
-                type=float,
-                default=30.0,
-                metavar="SECONDS",
-                help="how long to wait for the model to be ready",
-            )
-            sub.add_argument(
-                "--retries",
-                type=int,
-                default=3,
-                help="how often to retry errors that are safe to retry",
-            )
-        sub.add_argument(
-            "--timeout", type=float, default=60.0, metavar="SECONDS", help="per request"
-        )
+            sub.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait for the model to be ready")
+            sub.add_argument("--retries", type=int, default=3, help="how often to retry errors that are safe to retry")
+        sub.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per request")
         sub.add_argument(
             "--url",
             default=None,
-            help="host:port (default: localhost and the protocol's default port)",
+            help=f"host:port, no scheme (default: localhost:{DEFAULT_GRPC_PORT} for grpc, localhost:{DEFAULT_HTTP_PORT} for http)",
         )
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)

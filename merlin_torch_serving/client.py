@@ -23,8 +23,15 @@ import pandas as pd
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import chunks, frames, tables, transport, wire
-from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerUnavailableError
+from merlin_torch_serving import chunks, column_names, frames, tables, transport, wire
+from merlin_torch_serving.exceptions import (
+    AddressError,
+    InferenceError,
+    MerlinTorchServingError,
+    ServerUnavailableError,
+    UnknownModelError,
+    WrongProtocolError,
+)
 from merlin_torch_serving.export.config import (
     INPUT_SCHEMA_PARAMETER,
     MAX_REQUEST_ROWS_PARAMETER,
@@ -68,7 +75,7 @@ class Client:
     ----------
     url
         ``host:port`` of the server's gRPC or HTTP endpoint (``TritonServer.grpc_url`` /
-        ``.http_url``).
+        ``.http_url``), without a scheme.
     protocol
         ``"grpc"`` or ``"http"``.
     timeout_s
@@ -101,10 +108,8 @@ class Client:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         if max_rows_per_request is not None and max_rows_per_request < 1:
-            raise ValueError(
-                f"max_rows_per_request must be at least 1 or None, got {max_rows_per_request!r}"
-            )
-        self.url = url
+            raise ValueError(f"max_rows_per_request must be at least 1 or None, got {max_rows_per_request!r}")
+        self.url = _checked_address(url, protocol)
         self.protocol = protocol
         self.timeout_s = float(timeout_s)
         self.max_rows_per_request = max_rows_per_request
@@ -138,7 +143,11 @@ class Client:
         """The model's schemas: from the ensemble config's parameters when this library exported
         it, else derived from its config's tensors (``__values``/``__offsets`` pairs are ragged)."""
         if model not in self._schemas:
-            self._schemas[model] = _schemas_from_config(self._config(model))
+            try:
+                config = self._config(model)
+            except InferenceError as error:
+                raise self._unknown(model) or error
+            self._schemas[model] = _schemas_from_config(config)
         return self._schemas[model]
 
     def models(self) -> list[ModelStatus]:
@@ -179,19 +188,31 @@ class Client:
         """Return once the server (and ``model``, if given) is ready; ``ServerUnavailableError``
         with the last reason after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        reason = "no answer yet"
+        reason, hint = "no answer yet", ""
         while True:
             try:
                 if not self._client.is_server_ready():
                     reason = "the server is not ready (models still loading?)"
                 elif model is not None and not self._client.is_model_ready(model):
                     reason = f"model {model!r} is not ready (not loaded, or loading)"
+                    unknown = self._unknown(model)
+                    if unknown is not None:
+                        raise unknown
                 else:
                     return
+            except UnknownModelError:
+                raise
             except Exception as error:  # connection refused while it starts, ...
+                try:
+                    mapped, _ = transport.mapped(error, url=self.url, model=model, timeout_s=self.timeout_s)
+                except Exception:
+                    mapped = error
+                if isinstance(mapped, WrongProtocolError):
+                    raise mapped from error
                 reason = f"{type(error).__name__}: {error}"
+                hint = mapped.hint if isinstance(mapped, ServerUnavailableError) else ""
             if time.monotonic() >= deadline:
-                raise ServerUnavailableError(self.url, f"not ready after {timeout_s:g} s: {reason}")
+                raise ServerUnavailableError(self.url, f"not ready after {timeout_s:g} s: {reason}", hint)
             time.sleep(_READY_POLL_S)
 
     # ---- inference --------------------------------------------------------------------------
@@ -201,13 +222,19 @@ class Client:
         model: str,
         data: pd.DataFrame | Mapping[str, object],
         *,
+        columns: Mapping[str, str] | None = None,
         progress: Progress | None = None,
     ) -> pd.DataFrame:
         """Send raw rows (a DataFrame, or a dict of columns whose list cells are ragged lists)
-        and get a DataFrame with one row per output row, columns in output-schema order."""
+        and get a DataFrame with one row per output row, columns in output-schema order.
+
+        ``columns`` maps the data's column names to the model's input names
+        (``{"user_session": "session_id"}``); answer columns named like a mapped input (the
+        session id) come back under the data's name."""
         schemas = self.schemas(model)
-        request = frames.frame_to_table(data, schemas.input_schema)
-        return frames.table_to_frame(self.infer_table(model, request, progress=progress))
+        request = frames.frame_to_table(column_names.rename(data, columns), schemas.input_schema)
+        answer = frames.table_to_frame(self.infer_table(model, request, progress=progress))
+        return column_names.restore(answer, columns)
 
     def infer_table(
         self, model: str, request: TensorTable, *, progress: Progress | None = None
@@ -287,6 +314,14 @@ class Client:
             return answered, "" if answered else str(error)
         return True, ""
 
+    def _unknown(self, model: str) -> UnknownModelError | None:
+        """An UnknownModelError listing the server's models, when it has none named ``model``."""
+        try:
+            known = [status.name for status in self.models()]
+        except MerlinTorchServingError:
+            return None
+        return None if model in known else UnknownModelError(model, sorted(set(known)))
+
     def _config(self, model: str) -> dict:
         config = self._call(model, self._client.get_model_config, model, **self._json_flag())
         return config.get("config", config)
@@ -305,6 +340,19 @@ class Client:
             timeout_s=self.timeout_s,
             policy=self.retry_policy,
         )
+
+
+def _checked_address(url: str, protocol: str) -> str:
+    """``url`` when it is ``host:port``; tritonclient takes no scheme (its HTTP client refuses
+    one, its gRPC client fails to resolve it)."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        address = rest.rstrip("/")
+        guess = "http" if scheme.lower() in ("http", "https") else protocol
+        raise AddressError(
+            url, f"drop the scheme: Client({address!r}, protocol={guess!r}) (--url {address})", "the address must be host:port"
+        )
+    return url
 
 
 def _schemas_from_config(config: dict) -> ModelSchemas:

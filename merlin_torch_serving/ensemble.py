@@ -46,7 +46,7 @@ class Ensemble:
         safe dtypes first).
         """
         self._entry_check.check(wire.to_wire(request))
-        return (executor or LocalExecutor()).execute(self, request)
+        return (executor or LocalExecutor()).execute(self.plan, request)
 
     def transform(
         self, data: pd.DataFrame | Mapping[str, object], executor: Executor | None = None

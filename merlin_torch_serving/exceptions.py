@@ -3,8 +3,11 @@
     MerlinTorchServingError
     ├── SchemaError                 a graph edge whose columns, dtypes or shapes do not fit
     ├── InputError                  request data that does not match the ensemble's input schema
-    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as
-    TorchScript)
+    │   └── MissingColumnsError     input columns the request does not have (all of them)
+    ├── WorkflowNotFittedError      an NVTabular workflow handed over before it was fitted
+    ├── AddressError                a server address that cannot be used as given
+    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as TorchScript)
+    ├── WorkflowError               an NVTabular workflow cannot be compiled or run on a request
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
     │   ├── ModelCheckError         model.pt does not behave the way its config.pbtxt says
@@ -16,15 +19,18 @@
     │   ├── ServerStartTimeoutError the server did not become ready in time
     │   ├── ServerExitedError       the server process ended on its own
     │   ├── ServerUnavailableError  the server cannot be reached, or is not ready
+    │   │   └── WrongProtocolError  the port answers in the other protocol (HTTP vs gRPC)
     │   └── ModelLoadError          one or more models failed to load
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
     ├── BackendBuildError           the pytorch backend could not be built
     ├── BundleError                 a repository could not be made self-sufficient (bundle)
     └── InferenceError              the server answered a request with an error
+        ├── UnknownModelError       the server has no model of that name
         └── RequestTimeoutError     no answer came within the client's timeout
 
 Each class builds its own message from structured fields, so messages stay consistent and the
-fields stay available to code that handles the error.
+fields stay available to code that handles the error. The first line of a message says what to
+do; details (a server's log tail) follow on the next lines.
 """
 
 from __future__ import annotations
@@ -101,6 +107,45 @@ class InputError(MerlinTorchServingError):
         )
 
 
+class MissingColumnsError(InputError):
+    """The request lacks input columns; all of them are named, with what the request has instead."""
+
+    def __init__(self, missing: Mapping[str, str], present: Sequence[str]):
+        self.missing = dict(missing)  # column -> what it should hold
+        self.present = list(present)
+        first = next(iter(self.missing))
+        self.column, self.expected, self.got, self.model = first, self.missing[first], "no such column", None
+        wanted = ", ".join(f"{name!r} ({described})" for name, described in self.missing.items())
+        self.hint = f"the request has {', '.join(map(repr, self.present)) or 'no columns'}"
+        MerlinTorchServingError.__init__(
+            self,
+            "name the request's columns as the model's inputs, or map yours to them: "
+            f"columns={{'<your column>': {first!r}, ...}} (--columns YOURS={first},...)\n"
+            f"missing input columns: {wanted}; {self.hint}",
+        )
+
+
+class WorkflowNotFittedError(MerlinTorchServingError):
+    """An NVTabular workflow whose statistics (vocabularies, ranges) were never computed: it has
+    no output schema, or some of its operators are not fitted."""
+
+    def __init__(self, operators: Sequence[str]):
+        self.operators = list(operators)
+        unfitted = f" (operators without statistics: {', '.join(self.operators)})" if self.operators else ""
+        super().__init__(
+            "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with "
+            f"nvtabular.Workflow.load(path); this one is not fitted{unfitted}"
+        )
+
+
+class AddressError(MerlinTorchServingError, ValueError):
+    """A server address that cannot be used as given, e.g. with a scheme tritonclient refuses."""
+
+    def __init__(self, url: str, fix: str, problem: str):
+        self.url = url
+        super().__init__(f"{fix}: {problem} (got {url!r})")
+
+
 class ModelPreparationError(MerlinTorchServingError):
     """A PyTorch model cannot be prepared the way it was asked: it does not become TorchScript that
     answers like the eager module (libtorch needs TorchScript), or its file cannot be read."""
@@ -112,6 +157,14 @@ class ModelPreparationError(MerlinTorchServingError):
         if hint:
             message += f"; {hint}"
         super().__init__(message)
+
+
+class WorkflowError(MerlinTorchServingError, ValueError):
+    """An NVTabular workflow cannot be compiled for serving, or cannot transform a request the way
+    its schemas say (an output column of the wrong kind, nulls where its dtype has none, ...).
+
+    Also a ``ValueError``, which is what callers caught before the fast path had errors of its own.
+    """
 
 
 class ExportError(MerlinTorchServingError):
@@ -150,12 +203,10 @@ class ArtifactError(MerlinTorchServingError):
     """An exported step refuses to load: a file differs from the sha256 its manifest records, is
     missing, or the step was written in a format this library version does not read."""
 
-    def __init__(self, step: str, problem: str, hint: str):
+    def __init__(self, step: str, problem: str, hint: str, kind: str = "step"):
         self.step = step
         self.problem = problem
-        super().__init__(f"step {step!r} cannot be loaded: {problem}; {hint}")
-
-
+        super().__init__(f"{kind} {step!r} cannot be loaded: {problem}; {hint}")
 class ModelNotImportableError(ExportError):
     """An eager model runs on the python backend by unpickling it there, which imports its classes;
     one of them cannot be imported by the server's Python."""
@@ -176,6 +227,7 @@ class ServerError(MerlinTorchServingError):
 
     def __init__(self, message: str, log_tail: str = ""):
         self.log_tail = log_tail
+        self.summary = message  # the message without the log tail
         if log_tail:
             message = f"{message}\n--- tritonserver log (last lines) ---\n{log_tail}"
         super().__init__(message)
@@ -194,14 +246,13 @@ class ServerNotFoundError(ServerError):
 
 
 class PortInUseError(ServerError):
-    def __init__(self, port: int, protocol: str, log_tail: str = ""):
+    """A port the server was asked to listen on is taken (another tritonserver, most often)."""
+
+    def __init__(self, port: int, protocol: str, log_tail: str = "", hint: str = ""):
         self.port = port
         self.protocol = protocol
-        super().__init__(
-            f"the {protocol} port {port} is already in use; pass another port or leave it unset "
-            "so the operating system assigns a free one",
-            log_tail,
-        )
+        hint = hint or f"pass another {protocol} port, or 0 (or None) to let the operating system choose a free one"
+        super().__init__(f"{hint}: the {protocol} port {port} is already in use", log_tail)
 
 
 class ServerStartTimeoutError(ServerError):
@@ -227,8 +278,25 @@ class ServerUnavailableError(ServerError):
 
     def __init__(self, url: str, detail: str, hint: str = ""):
         self.url = url
+        self.detail = detail
+        self.hint = hint
         message = f"tritonserver at {url} is not available: {detail}"
-        super().__init__(message + (f"; {hint}" if hint else ""))
+        super().__init__(f"{hint}\n{message}" if hint else message)
+
+
+class WrongProtocolError(ServerUnavailableError):
+    """The address answers, but in the other protocol: an HTTP client on the gRPC port, or the
+    reverse."""
+
+    def __init__(self, url: str, protocol: str, detail: str):
+        self.protocol = protocol
+        other = "http" if protocol == "grpc" else "grpc"
+        super().__init__(
+            url,
+            detail,
+            f"{url} does not answer {protocol}: it looks like tritonserver's {other} port; pass protocol={other!r} "
+            f"(--protocol {other}) or the server's {protocol} port",
+        )
 
 
 class ModelLoadError(ServerError):
@@ -291,6 +359,16 @@ class InferenceError(MerlinTorchServingError):
     def __init__(self, model: str, message: str):
         self.model = model
         super().__init__(f"inference on {model!r} failed: {message}")
+
+
+class UnknownModelError(InferenceError):
+    """The server has no model of that name; ``available`` lists the ones it has."""
+
+    def __init__(self, model: str, available: Sequence[str]):
+        self.available = list(available)
+        names = ", ".join(map(repr, self.available)) or "none"
+        Exception.__init__(self, f"use one of the models this server has: {names}; it has no model {model!r}")
+        self.model = model
 
 
 class RequestTimeoutError(InferenceError):

@@ -1,7 +1,7 @@
 """Where an ensemble runs: in this process or on a Triton server, behind one small interface.
 
-``Ensemble.transform(data, executor=...)`` hands the request table to an executor and gets the
-response table back; which executor it is does not change anything else.
+``Ensemble.transform(data, executor=...)`` hands its plan and the request table to an executor and
+gets the response table back; which executor it is does not change anything else.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving.exceptions import SchemaError
 
-if TYPE_CHECKING:
-    from merlin_torch_serving.ensemble import Ensemble
+if TYPE_CHECKING:  # the plan imports the operators, and with them torch
+    from merlin_torch_serving.plan import Plan
 
 
 class Executor(Protocol):
-    def execute(self, ensemble: Ensemble, request: TensorTable) -> TensorTable:
-        """Run ``ensemble`` on a request table (columns of its input schema) and return the
-        table of its output schema."""
+    def execute(self, plan: Plan, request: TensorTable) -> TensorTable:
+        """Run an ensemble's ``plan`` on a request table (columns of its input schema) and return
+        the table of its output schema."""
 
 
 class LocalExecutor:
@@ -42,9 +42,9 @@ class LocalExecutor:
             raise ValueError(f"torch_threads must be at least 1 or None, got {torch_threads!r}")
         self.torch_threads = torch_threads
 
-    def execute(self, ensemble: Ensemble, request: TensorTable) -> TensorTable:
+    def execute(self, plan: Plan, request: TensorTable) -> TensorTable:
         with torch_threads(self.torch_threads):
-            return ensemble.plan.run(request)
+            return plan.run(request)
 
 
 @contextlib.contextmanager
@@ -82,13 +82,13 @@ class TritonExecutor:
         self.client = client if isinstance(client, Client) else Client(client, protocol)
         self.model = model
 
-    def execute(self, ensemble: Ensemble, request: TensorTable) -> TensorTable:
+    def execute(self, plan: Plan, request: TensorTable) -> TensorTable:
         served = self.client.schemas(self.model)
-        if served.output_schema.column_names != ensemble.output_schema.column_names:
+        if served.output_schema.column_names != plan.output_schema.column_names:
             raise SchemaError(
                 f"served model {self.model!r}",
                 None,
-                f"the ensemble's outputs {ensemble.output_schema.column_names}",
+                f"the ensemble's outputs {plan.output_schema.column_names}",
                 f"{served.output_schema.column_names}",
                 "export this ensemble under that name, or point the executor at the right model",
             )

@@ -17,7 +17,7 @@ from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.exceptions import InputError
+from merlin_torch_serving.exceptions import InputError, MissingColumnsError
 from merlin_torch_serving.schemas import describe_column
 
 
@@ -58,12 +58,7 @@ def frame_to_table(
         return TensorTable(converted, _unsafe=True)
     missing = [c.name for c in schema if c.name not in columns]
     if missing:
-        raise InputError(
-            missing[0],
-            describe_column(schema[missing[0]]),
-            "no such column",
-            f"the request has {', '.join(map(repr, columns)) or 'no columns'}",
-        )
+        raise MissingColumnsError({name: describe_column(schema[name]) for name in missing}, list(columns))
     extra = [name for name in columns if name not in schema.column_names]
     if extra:
         raise InputError(
@@ -172,6 +167,8 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
         return values.astype(want)  # e.g. int64 ids that fit the schema's int32
     elif got.kind == "f" and want.kind == "f":
         return values.astype(want)
+    elif got.kind == "f" and want.kind in "iu" and _integral(values, want):
+        return values.astype(want)  # e.g. ids a CSV reader or a join made float64: 8382491.0
     kind = "str" if got.kind in "US" else got
     raise InputError(
         schema.name,
@@ -190,6 +187,18 @@ def _no_rows(schema: ColumnSchema):
     if dims is not None and len(dims) > 1:
         return values.reshape((0, *(int(d.max) for d in dims[1:])))
     return values
+
+
+def _integral(values: np.ndarray, want: np.dtype) -> bool:
+    """Whether float ``values`` are whole numbers inside ``want``'s range (so casting keeps them)."""
+    limits = np.iinfo(want)
+    with np.errstate(invalid="ignore"):
+        return bool(
+            np.isfinite(values).all()
+            and (values >= limits.min).all()
+            and (values <= limits.max).all()
+            and (np.floor(values) == values).all()
+        )
 
 
 def _same_values(converted: np.ndarray, original: np.ndarray) -> bool:

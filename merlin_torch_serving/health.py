@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from merlin_torch_serving import wire
+
 
 @dataclass(frozen=True)
 class ModelStatus:
@@ -98,17 +100,12 @@ def probe_request(config: Mapping) -> dict[str, np.ndarray] | None:
         dims = [int(d) for d in tensor.get("dims", [-1])]
         if dims and dims[0] != -1:
             return None  # a fixed first dimension cannot hold no rows
-        dtype = tensor["data_type"].removeprefix("TYPE_")
         try:
-            numpy_dtype = (
-                np.dtype(object)
-                if dtype in ("STRING", "BYTES")
-                else np.dtype(dtype.lower().replace("fp", "float"))
-            )
+            numpy_dtype = wire.numpy_dtype(tensor["data_type"])
         except TypeError:
             return None  # e.g. BF16, which numpy has not
         # ragged offsets (rows + 1 entries) hold a single 0 for no rows
-        rows = 1 if tensor["name"].endswith("__offsets") else 0
+        rows = 1 if tensor["name"].endswith(wire.OFFSETS_SUFFIX) else 0
         arrays[tensor["name"]] = np.zeros([rows] + [max(d, 0) for d in dims[1:]], dtype=numpy_dtype)
     return arrays
 

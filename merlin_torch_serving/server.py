@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from merlin_torch_serving import preflight
 from merlin_torch_serving.backends.layout import python_backend_directory
 from merlin_torch_serving.exceptions import PortInUseError, ServerError
 from merlin_torch_serving.health import ModelHealth, ModelStatus
@@ -122,9 +123,10 @@ class TritonServer:
             )
         if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError(
-                f"model repository {str(self.repository)!r} is not a directory; create it or pass "
-                "the folder that holds the model folders"
+                "pass the folder that holds the model folders (the one Ensemble.export wrote into): "
+                f"model repository {str(self.repository)!r} is not a directory"
             )
+        preflight.check(self.repository, self.config.requested_ports)
         binary = find_tritonserver(self.config.binary)
         self._backend_directory = self.config.backend_directory or backend_directory(binary)
         deadline = time.monotonic() + self.config.start_timeout_s

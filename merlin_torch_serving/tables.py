@@ -21,19 +21,10 @@ def take_rows(table: TensorTable, rows: np.ndarray) -> TensorTable:
     """The given rows of every column, in the given order (ragged columns included)."""
     columns = {}
     for name, column in table.items():
-        values = np.asarray(column.values)
         if column.offsets is None:
-            columns[name] = values[rows]
-            continue
-        offsets = np.asarray(column.offsets).astype(np.int64)
-        starts, ends = offsets[:-1][rows], offsets[1:][rows]
-        lengths = ends - starts
-        new_offsets = wire.offsets_from_lengths(lengths)
-        # positions of each kept value in the old values array
-        within = np.arange(int(new_offsets[-1])) - np.repeat(
-            new_offsets[:-1].astype(np.int64), lengths
-        )
-        columns[name] = (values[np.repeat(starts, lengths) + within], new_offsets)
+            columns[name] = np.asarray(column.values)[rows]
+        else:
+            columns[name] = wire.take_ragged(column.values, column.offsets, rows)
     return TensorTable(columns, _unsafe=True)
 
 

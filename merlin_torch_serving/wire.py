@@ -26,28 +26,16 @@ import numpy as np
 from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 VALUES_SUFFIX = "__values"
 OFFSETS_SUFFIX = "__offsets"
 OFFSETS_DTYPE = np.dtype(np.int32)
 RESPONSE_SUFFIX = "__out"
-
-_TRITON_BY_NUMPY = {
-    np.dtype(np.bool_): "BOOL",
-    np.dtype(np.int8): "INT8",
-    np.dtype(np.int16): "INT16",
-    np.dtype(np.int32): "INT32",
-    np.dtype(np.int64): "INT64",
-    np.dtype(np.uint8): "UINT8",
-    np.dtype(np.uint16): "UINT16",
-    np.dtype(np.uint32): "UINT32",
-    np.dtype(np.uint64): "UINT64",
-    np.dtype(np.float16): "FP16",
-    np.dtype(np.float32): "FP32",
-    np.dtype(np.float64): "FP64",
-    np.dtype(np.object_): "BYTES",
-}
-_NUMPY_BY_TRITON = {v: k for k, v in _TRITON_BY_NUMPY.items()}
+#: Triton's protocol calls text tensors BYTES; model configs call the same type STRING
+_PROTOCOL_TEXT, _CONFIG_TEXT = "BYTES", "STRING"
+#: numpy has no bfloat16 of its own (tritonclient maps it to ml_dtypes'), and nothing here makes one
+_UNSUPPORTED = ("BF16",)
 
 
 @dataclass(frozen=True)
@@ -63,25 +51,41 @@ class TensorSpec:
         """The dtype as Triton's protocol names it (``INT64``, ``FP32``, ``BYTES``, ...)."""
         return triton_dtype(self.dtype)
 
+    @property
+    def config_dtype(self) -> str:
+        """The dtype as a model config names it (``TYPE_INT64``, ``TYPE_STRING``, ...)."""
+        name = self.triton_dtype
+        return "TYPE_" + (_CONFIG_TEXT if name == _PROTOCOL_TEXT else name)
+
 
 def triton_dtype(dtype: np.dtype) -> str:
+    """Triton's name (``INT64``, ``BYTES``, ...) of a numpy dtype; text of any kind is BYTES."""
     dtype = np.dtype(dtype)
     if dtype.kind in "USO":
-        return "BYTES"
-    try:
-        return _TRITON_BY_NUMPY[dtype]
-    except KeyError:
-        raise TypeError(f"dtype {dtype} has no Triton equivalent") from None
+        return _PROTOCOL_TEXT
+    name = np_to_triton_dtype(dtype)
+    if name is None or name in _UNSUPPORTED:
+        raise TypeError(f"dtype {dtype} has no Triton equivalent")
+    return name
 
 
 def numpy_dtype(triton: str) -> np.dtype:
-    """The numpy dtype for a Triton dtype name (``INT64`` or ``TYPE_INT64``)."""
+    """The numpy dtype for a Triton dtype name (``INT64``, ``TYPE_INT64``, ``TYPE_STRING``)."""
     name = triton.removeprefix("TYPE_")
-    name = "BYTES" if name == "STRING" else name
-    try:
-        return _NUMPY_BY_TRITON[name]
-    except KeyError:
-        raise TypeError(f"Triton dtype {triton!r} has no numpy equivalent") from None
+    name = _PROTOCOL_TEXT if name == _CONFIG_TEXT else name
+    found = None if name in _UNSUPPORTED else triton_to_np_dtype(name)
+    if found is None:
+        raise TypeError(f"Triton dtype {triton!r} has no numpy equivalent")
+    return np.dtype(found)
+
+
+def tensor_numpy_dtype(dtype) -> np.dtype:
+    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``), by torch's own conversion
+    (merlin-core's map lacks torch's unsigned types above 8 bits); ``TypeError`` for a dtype numpy
+    has not, such as bfloat16."""
+    import torch  # only callers that hold tensors pay for it
+
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
 def column_numpy_dtype(column: ColumnSchema) -> np.dtype:
@@ -166,11 +170,31 @@ def lengths(offsets: np.ndarray) -> np.ndarray:
     return np.diff(np.asarray(offsets))
 
 
-def offsets_from_lengths(row_lengths: np.ndarray) -> np.ndarray:
-    """Offsets (int32, starting at 0) from row lengths."""
-    offsets = np.zeros(len(row_lengths) + 1, dtype=OFFSETS_DTYPE)
+def offsets_from_lengths(row_lengths: np.ndarray, dtype: np.dtype = OFFSETS_DTYPE) -> np.ndarray:
+    """Offsets (starting at 0; int32 as they travel unless ``dtype`` says otherwise) from row lengths."""
+    offsets = np.zeros(len(row_lengths) + 1, dtype=dtype)
     np.cumsum(row_lengths, out=offsets[1:])
     return offsets
+
+
+def segment_positions(starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Flat positions of the segments ``[start, start + length)``, concatenated in row order.
+
+    ``offsets`` are the output offsets (from ``row_lengths``); passing them avoids a second cumsum.
+    """
+    shift = np.repeat(starts - offsets[:-1], row_lengths)
+    return shift + np.arange(offsets[-1], dtype=np.int64)
+
+
+def take_ragged(
+    values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, dtype: np.dtype = OFFSETS_DTYPE
+) -> tuple[np.ndarray, np.ndarray]:
+    """The given rows of a ragged column, in that order: its values and new offsets (of ``dtype``)."""
+    offsets = np.asarray(offsets)
+    starts = offsets[:-1][rows]
+    row_lengths = offsets[1:][rows] - starts
+    new_offsets = offsets_from_lengths(row_lengths, dtype)
+    return np.asarray(values)[segment_positions(starts, row_lengths, new_offsets)], new_offsets
 
 
 def response_name(column_name: str, request_names) -> str:

@@ -77,3 +77,24 @@ class DictScores(torch.nn.Module):
 
 
 SIGNED_INPUTS = Schema([ColumnSchema("x", dtype="float32", dims=(None, 4))])
+
+
+class QueryTower(torch.nn.Module):
+    """A model of its own making (not Transformers4Rec) that scores its catalog as a query vector
+    times an item table and returns both: RetrieveTopK is given the query output by name and the
+    table as the item vectors."""
+
+    def __init__(self, n_items: int = 600, dimension: int = 8, seed: int = 0):
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.encoder = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, dimension))
+            self.items = torch.nn.Embedding(n_items, dimension)
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        query = self.encoder(inputs["x"])
+        return {"query": query, "scores": query @ self.items.weight.t()}
+
+
+QUERY_INPUTS = Schema([ColumnSchema("x", dtype="float32", dims=(None, 4))])
+QUERY_OUTPUTS = Schema([ColumnSchema("query"), ColumnSchema("scores")])

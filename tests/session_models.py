@@ -59,8 +59,9 @@ def xlnet(workflow, train: pd.DataFrame) -> SessionModel:
     return SessionModel("xlnet", xlnet_model, xlnet_model, {})
 
 
-def gpt2(workflow, seed: int = 0) -> SessionModel:
-    """A GPT2 next-item model as Transformers4Rec builds one (causal masking, tied embeddings)."""
+def gpt2(workflow, seed: int = 0, **task_options) -> SessionModel:
+    """A GPT2 next-item model as Transformers4Rec builds one (causal masking, tied embeddings
+    unless ``task_options`` of ``NextItemPredictionTask`` say otherwise)."""
     import transformers4rec.torch as tr
 
     schema = workflow.output_schema.select_by_name(list(model.MODEL_INPUT_COLUMNS))
@@ -79,7 +80,10 @@ def gpt2(workflow, seed: int = 0) -> SessionModel:
         body = tr.SequentialBlock(
             inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking)
         )
-        head = tr.Head(body, tr.NextItemPredictionTask(weight_tying=True), inputs=inputs)
+        config = tr.GPT2Config.build(d_model=32, n_head=2, n_layer=2, total_seq_length=MAX_SEQUENCE_LENGTH)
+        body = tr.SequentialBlock(inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking))
+        task = tr.NextItemPredictionTask(**{"weight_tying": True, **task_options})
+        head = tr.Head(body, task, inputs=inputs)
         gpt2_model = tr.Model(head, max_sequence_length=MAX_SEQUENCE_LENGTH).eval()
     return SessionModel("gpt2", gpt2_model, gpt2_model, {})
 

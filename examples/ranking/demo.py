@@ -14,7 +14,6 @@ import argparse
 import logging
 import sys
 import time
-import warnings
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -45,7 +44,6 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     output.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("merlin").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message="Initializing an NVTabular Dataset in CPU mode")
 
     _step("1/5 impressions")
     impressions = data.generate_impressions(args.rows, seed=args.seed)

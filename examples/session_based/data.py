@@ -174,29 +174,43 @@ def write_interactions(interactions: pd.DataFrame, path: str | Path) -> Path:
     return path
 
 
-def read_interactions(path: str | Path) -> pd.DataFrame:
+def read_interactions(path: str | Path, columns: dict[str, str] | None = None) -> pd.DataFrame:
     """Read an interactions file (``.parquet`` or ``.csv``) and check it has the four columns.
 
-    Integer columns of any width come back as int64 and datetime timestamps as int64 seconds,
-    so files from other tools work as long as the columns are named as this module expects.
+    Integer columns of any width come back as int64, whole floats (``8382491.0``, as CSV readers
+    and joins make them) as int64, and datetime timestamps as int64 seconds. ``columns`` maps the
+    file's names to the four expected ones (``{"user_session": "session_id"}``).
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"interactions file {str(path)!r} does not exist")
-    interactions = pd.read_parquet(path) if _file_format(path) == "parquet" else pd.read_csv(path)
-    return validate_interactions(interactions, source=f"interactions file {str(path)!r}")
+    if _file_format(path) == "parquet":
+        interactions = pd.read_parquet(path)
+    else:
+        interactions = pd.read_csv(path)
+    return validate_interactions(interactions, source=f"interactions file {str(path)!r}", columns=columns)
 
 
 def validate_interactions(
-    interactions: pd.DataFrame, *, source: str = "interactions"
+    interactions: pd.DataFrame, *, source: str = "interactions", columns: dict[str, str] | None = None
 ) -> pd.DataFrame:
-    """Return the interactions with the four columns as int64, or raise naming what is wrong."""
+    """Return the interactions with the four columns as int64, or raise naming what is wrong.
+
+    ``columns`` renames the data's columns first (its name -> the expected name)."""
+    unknown = [name for name in (columns or {}) if name not in interactions.columns]
+    if unknown:
+        raise ValueError(
+            f"fix the column mapping: {source} has no column {', '.join(map(repr, unknown))} "
+            f"(its columns: {list(interactions.columns)})"
+        )
+    interactions = interactions.rename(columns=columns or {})
     missing = [column for column in INTERACTION_COLUMNS if column not in interactions.columns]
     if missing:
+        example = ",".join(f"YOURS={column}" for column in missing)
         raise ValueError(
-            f"{source} has no column {missing[0]!r}: expected columns {list(INTERACTION_COLUMNS)}, "
-            f"got {list(interactions.columns)}. Rename your columns to these names "
-            "(session id, raw item id, item category, timestamp in seconds)"
+            f"name the columns of {source} session_id, item_id, category and timestamp, or map yours "
+            f"with --columns {example} (columns={{'yours': {missing[0]!r}, ...}}): it has no column "
+            f"{', '.join(map(repr, missing))}; its columns: {list(interactions.columns)}"
         )
     converted = {}
     for column in INTERACTION_COLUMNS:
@@ -204,6 +218,8 @@ def validate_interactions(
         if column == "timestamp" and pd.api.types.is_datetime64_any_dtype(values):
             # Seconds since the epoch, whatever the column's time unit and zone.
             values = (values - pd.Timestamp(0, tz=values.dt.tz)) // pd.Timedelta(seconds=1)
+        if pd.api.types.is_float_dtype(values) and values.notna().all() and (values == np.floor(values)).all():
+            values = values.astype(np.int64)  # whole numbers stored as floats
         if not pd.api.types.is_integer_dtype(values):
             first = f" (first value {values.iloc[0]!r})" if len(values) else ""
             raise ValueError(

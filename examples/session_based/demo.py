@@ -1,7 +1,7 @@
 """Session-based recommendations end to end, on one machine without a GPU.
 
-    python examples/session_based/demo.py [--interactions clicks.parquet] [--output demo-output]
-                                          [--backend pytorch|python]
+    python examples/session_based/demo.py [--interactions clicks.parquet [--columns YOURS=session_id,...]]
+                                          [--output demo-output] [--backend pytorch|python]
 
 raw clicks -> NVTabular workflow -> Transformers4Rec XLNet (trained here, on CPU) ->
 ``TransformWorkflow >> PredictPytorch >> TopK >> DecodeItemIds`` -> Triton model repository ->
@@ -18,7 +18,6 @@ import argparse
 import logging
 import sys
 import time
-import warnings
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -28,15 +27,7 @@ if __package__ in (None, ""):
 import pandas as pd
 
 from examples.session_based import data, features, model
-from merlin_torch_serving import (
-    Client,
-    DecodeItemIds,
-    Ensemble,
-    PredictPytorch,
-    TopK,
-    TransformWorkflow,
-    TritonServer,
-)
+from merlin_torch_serving import Client, DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow, TritonServer, column_names
 from merlin_torch_serving.backends import built_for_running_torch
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND
 
@@ -97,12 +88,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     output = Path(args.output).resolve()
     output.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # NVTabular warns on every CPU dataset; CPU is the point here
-    warnings.filterwarnings("ignore", message="Initializing an NVTabular Dataset in CPU mode")
 
     _step("1/6 interactions")
     if args.interactions:
-        clicks = data.read_interactions(args.interactions)
+        try:
+            clicks = data.read_interactions(args.interactions, columns=args.columns)
+        except (FileNotFoundError, ValueError) as error:
+            raise SystemExit(f"error: {error}") from None
     else:
         clicks = data.generate_interactions(n_sessions=args.sessions, seed=args.seed)
         data.write_interactions(clicks, output / "interactions.parquet")
@@ -169,24 +161,13 @@ def _parse_args(argv):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
-    add(
-        "--interactions",
-        help=(
-            "a .parquet or .csv file of clicks (session_id, item_id, category, "
-            "timestamp); default: synthetic clicks"
-        ),
-    )
-    add(
-        "--output",
-        default="demo-output",
-        help="folder for the workflow, the data and the model repository (default: %(default)s)",
-    )
-    add(
-        "--sessions",
-        type=int,
-        default=5000,
-        help="synthetic sessions to generate (default: %(default)s)",
-    )
+    add("--interactions", help="a .parquet or .csv file of clicks (session_id, item_id, category, "
+        "timestamp); default: synthetic clicks")
+    add("--columns", type=column_names.argument, default=None, metavar="YOURS=EXPECTED,...", help="the file's names "
+        "for the four columns, e.g. user_session=session_id,product=item_id,category_code=category,ts=timestamp")
+    add("--output", default="demo-output", help="folder for the workflow, the data and the model "
+        "repository (default: %(default)s)")
+    add("--sessions", type=int, default=5000, help="synthetic sessions to generate (default: %(default)s)")
     add("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
     add(
         "--show",

@@ -39,11 +39,14 @@ def build_model(
     dropout: float = 0.0,
     mlm_probability: float = 0.3,
     seed: int = 0,
+    n_items: int | None = None,
 ) -> tr.Model:
     """An XLNet next-item model (masked language modeling, tied item embeddings).
 
     ``schema`` is the workflow's output schema; the model reads the item and category lists.
-    The same seed gives the same initial weights. The dropout and masking rate differ from
+    ``n_items`` sets the size of the item table (the catalog the model scores) when it should be
+    larger than the workflow's vocabulary: a model of a million items, to measure serving, without
+    data or training for a million items. The same seed gives the same initial weights. The dropout and masking rate differ from
     Transformers4Rec's defaults (0.3 and 0.15) because with those a small model learns too slowly
     to be trained in under a minute on CPU.
     """
@@ -55,6 +58,8 @@ def build_model(
             " workflow"
         )
     input_schema = schema.select_by_name(list(MODEL_INPUT_COLUMNS))
+    if n_items is not None:
+        input_schema = with_item_catalog(input_schema, n_items)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         inputs = tr.TabularSequenceFeatures.from_schema(
@@ -80,6 +85,15 @@ def build_model(
         )
         head = tr.Head(body, tr.NextItemPredictionTask(weight_tying=True), inputs=inputs)
         return tr.Model(head, max_sequence_length=max_sequence_length)
+
+
+def with_item_catalog(schema: Schema, n_items: int) -> Schema:
+    """``schema`` with the item list's ids ranging over ``n_items`` encoded ids (0 to n_items - 1)."""
+    def widened(column):
+        domain = {**column.properties.get("domain", {}), "min": 0, "max": int(n_items) - 1}
+        return column.with_properties({**column.properties, "domain": domain})
+
+    return Schema([widened(c) if c.name == ITEM_LIST_COLUMN else c for c in schema])
 
 
 def padded_inputs(

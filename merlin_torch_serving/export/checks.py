@@ -48,9 +48,8 @@ def check_libtorch_schemas(model_name: str, input_schema: Schema, output_schema:
                         tensor,
                         f"a dtype Triton's pytorch backend accepts ({', '.join(LIBTORCH_DTYPES)})",
                         f"{spec.triton_dtype} ({spec.dtype})",
-                        "cast the column to a signed integer or float type before this step (for"
-                        " example in the workflow), or run the step on the python backend with"
-                        " PredictPytorch(..., backend='python')",
+                        "cast the column to a signed integer or float type before this step (for example in the "
+                        "workflow), or run the step's model on the python backend (its operator's backend='python')",
                     )
 
 
@@ -94,7 +93,7 @@ def check_libtorch_model(
                 model_name, f"output {spec.name!r}", "a tensor", type(tensor).__name__
             )
         want_dtype = wire.numpy_dtype(model_config_pb2.DataType.Name(spec.data_type))
-        got_dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        got_dtype = wire.tensor_numpy_dtype(tensor.dtype)
         if got_dtype != want_dtype:
             raise ModelCheckError(
                 model_name, f"output {spec.name!r}", f"dtype {want_dtype}", f"{got_dtype}"

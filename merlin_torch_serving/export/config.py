@@ -35,6 +35,8 @@ MAX_REQUEST_ROWS_PARAMETER = "merlin_torch_serving.max_request_rows"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
+#: the TorchScript file of a libtorch step
+LIBTORCH_MODEL_FILE = "model.pt"
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class ModelOptions:
 def tensor_configs(schema: Schema) -> list[dict]:
     """``input``/``output`` entries for a schema, in wire format."""
     return [
-        {"name": spec.name, "data_type": "TYPE_" + _config_dtype(spec), "dims": list(spec.dims)}
+        {"name": spec.name, "data_type": spec.config_dtype, "dims": list(spec.dims)}
         for spec in wire.schema_specs(schema)
     ]
 
@@ -195,9 +197,8 @@ def pytorch_model_config(
             "input": tensor_configs(input_schema),
             "output": tensor_configs(output_schema),
             "instance_group": _instance_group(options),
-            "default_model_filename": "model.pt",
-            # as PredictPytorch runs it in-process: no per-shape re-optimisation (see
-            # ops/pytorch.py)
+            "default_model_filename": LIBTORCH_MODEL_FILE,
+            # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
             "parameters": _parameters(
                 {
                     **(options.parameters or {}),
@@ -291,21 +292,16 @@ def _parameters(values: dict) -> dict:
 
 
 def _warmup(warmup_files: dict, options: ModelOptions) -> list[dict]:
-    """One warm-up sample; ``warmup_files`` maps input name -> (file name, dtype, dims)."""
+    """One warm-up sample; ``warmup_files`` maps input name -> (file name, config dtype, dims)."""
     if options.warmup_count == 0 or not warmup_files:
         return []
     inputs = {
-        name: {"data_type": "TYPE_" + dtype, "dims": list(dims), "input_data_file": file_name}
+        name: {"data_type": dtype, "dims": list(dims), "input_data_file": file_name}
         for name, (file_name, dtype, dims) in warmup_files.items()
     }
     # batch_size 1: Triton skips samples of batch size 0, and with max_batch_size 0 the dims are
     # the whole request shape
     return [{"name": "sample", "batch_size": 1, "count": options.warmup_count, "inputs": inputs}]
-
-
-def _config_dtype(spec: wire.TensorSpec) -> str:
-    # model configs call Triton's BYTES type STRING
-    return "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
 
 
 def _parse(config: dict, option: str | None = None) -> model_config_pb2.ModelConfig:

@@ -1,254 +1,134 @@
-"""Compiling a TopK, the DecodeItemIds after it, and the blanking of filtered sessions' rows into
-the libtorch model of the PredictPytorch they follow.
+"""One TorchScript module for a libtorch step: its operators' TorchScript forms run one after the
+other, as Triton's pytorch backend will call the step.
 
-The libtorch step then answers with ``[-1, k]`` (raw) ids and scores instead of the whole catalog's
-``[-1, catalog]`` scores, and the request crosses one or two python stubs fewer. The selection is
-the same scripted ``top_k_items`` that runs in-process, the decoding the same lookup, and the
-blanking the same ``blank_rows``, so both give the same answer; the workflow's ``filtered_out``
-column comes in as one more input, so answering filtered sessions costs no python hop.
+A libtorch step starts with an operator whose backend is ``"pytorch"``; ``partition`` adds the later
+operators that have a TorchScript form (``ServingOperator.torchscript``) and read the step's
+outputs that nothing else reads (a top-k selection over a model's scores, the decoding of the ids it
+picks, the blanking of filtered sessions). Here each operator's module reads its inputs from the
+step's input tensors and from the outputs of the operators before it, and the step returns its
+outputs as the config lists them: one Tensor, or a tuple in that order. Every operator's module is
+the one its ``transform`` runs in-process, so both answer alike.
+
+The step's ``forward`` is written out as straight-line TorchScript (one call per operator, every
+tensor looked up where it is known at export), so the chain costs no more per request than a
+hand-written module would.
 """
 
-# no `from __future__ import annotations`: TorchScript reads the class annotations below as types
+from __future__ import annotations
 
-import numpy as np
+import json
+
 import torch
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.ops.decode import DecodeItemIds
-from merlin_torch_serving.ops.filtered import BlankFilteredRows, blank_rows
-from merlin_torch_serving.ops.pytorch import PredictPytorch
-from merlin_torch_serving.ops.topk import TopK, top_k_items
-from merlin_torch_serving.plan import REQUEST, OpCall, Ref
+from merlin_torch_serving.exceptions import ExportError
+from merlin_torch_serving.export.partition import TritonStep
+from merlin_torch_serving.plan import OpCall, Ref
 
 
-class ScoresToTopK(torch.nn.Module):
-    """A single-output scoring module followed by the top-k selection, in one TorchScript.
+def operator_chain(stages: list[torch.jit.ScriptModule], source: str) -> torch.jit.ScriptModule:
+    """The scripted modules of a step's operators (``stage_0``, ``stage_1``, ...), called in turn by
+    the ``forward`` of ``source``.
 
-    ``seen_name`` is the input (wire base name) holding each row's seen items, ``""`` for none;
-    a ragged one arrives as ``__values`` / ``__offsets``. ``raw_ids`` (empty for none) maps
-    encoded ids to raw ids, -1 for ids that are not items, as ``CategoryVocabulary.decode`` does.
-    ``ids_first`` orders the two outputs as the step's config lists them.
+    Each step gets a class of its own: TorchScript keeps the methods a ScriptModule defines on its
+    class, so two chains of one class (two exports in one process) would share the first's forward.
     """
 
-    k: int
-    seen_name: str
-    seen_ragged: bool
-    ids_first: bool
-    excluded_ids: torch.Tensor
-    raw_ids: torch.Tensor
+    class OperatorChain(torch.jit.ScriptModule):
+        def __init__(self):
+            super().__init__()
+            for position, stage in enumerate(stages):
+                setattr(self, f"stage_{position}", stage)
+            self.define(source)
 
-    def __init__(
-        self,
-        scorer: torch.nn.Module,
-        k: int,
-        excluded_ids: list[int],
-        seen_name: str,
-        seen_ragged: bool,
-        raw_ids: torch.Tensor,
-        ids_first: bool = True,
-    ):
-        super().__init__()
-        self.scorer = scorer
-        self.k = k
-        self.seen_name = seen_name
-        self.seen_ragged = seen_ragged
-        self.ids_first = ids_first
-        self.register_buffer("excluded_ids", torch.tensor(excluded_ids, dtype=torch.int64))
-        self.register_buffer("raw_ids", raw_ids.to(torch.int64))
-
-    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        scores = self.scorer(inputs)
-        seen_values: torch.Tensor | None = None
-        seen_offsets: torch.Tensor | None = None
-        if self.seen_name != "":
-            if self.seen_ragged:
-                seen_values = inputs[self.seen_name + "__values"].to(torch.int64)
-                seen_offsets = inputs[self.seen_name + "__offsets"].to(torch.int64)
-            else:
-                seen_values = inputs[self.seen_name].to(torch.int64)
-        ids, best = top_k_items(scores, self.k, self.excluded_ids, seen_values, seen_offsets)
-        size = self.raw_ids.shape[0]
-        if size > 0:
-            inside = (ids >= 0) & (ids < size)
-            ids = torch.where(
-                inside, self.raw_ids[torch.clamp(ids, 0, size - 1)], torch.full_like(ids, -1)
-            )
-        if self.ids_first:
-            return ids, best
-        return best, ids
+    return OperatorChain()
 
 
-class BlankOne(torch.nn.Module):
-    """A one-output libtorch module whose output rows are blanked where ``filtered_name`` is
-    True."""
-
-    filtered_name: str
-
-    def __init__(self, inner: torch.nn.Module, filtered_name: str):
-        super().__init__()
-        self.inner = inner
-        self.filtered_name = filtered_name
-
-    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return blank_rows(self.inner(inputs), inputs[self.filtered_name])
+def libtorch_module(step: TritonStep) -> torch.jit.ScriptModule:
+    """The TorchScript that Triton's pytorch backend runs for ``step``."""
+    modules = [_scripted(call, step.torchscript[call.index]) for call in step.calls]
+    if len(step.calls) == 1 and _returns_in_order(modules[0], step):
+        return modules[0]  # the operator's own module, as it is
+    return operator_chain(modules, chain_source(step, modules))
 
 
-class BlankPair(torch.nn.Module):
-    """A two-output libtorch module with both outputs blanked on filtered rows (``swap`` puts them
-    in the order the step's config lists them)."""
-
-    filtered_name: str
-    swap: bool
-
-    def __init__(self, inner: torch.nn.Module, filtered_name: str, swap: bool = False):
-        super().__init__()
-        self.inner = inner
-        self.filtered_name = filtered_name
-        self.swap = swap
-
-    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        first, second = self.inner(inputs)
-        filtered = inputs[self.filtered_name]
-        first = blank_rows(first, filtered)
-        second = blank_rows(second, filtered)
-        if self.swap:
-            return second, first
-        return first, second
+def chain_source(step: TritonStep, modules: list[torch.jit.ScriptModule]) -> str:
+    """The TorchScript ``forward`` of ``step``: each operator called on a dict of its inputs (step
+    inputs, or outputs of the operators before it), then the step's outputs returned in order.
+    (A tuple, not a list: Triton's pytorch backend crashes on a returned list.)"""
+    known: dict[Ref, str] = {}  # the TorchScript expression of every tensor produced so far
+    lines = []
+    for position, (call, module) in enumerate(zip(step.calls, modules)):
+        arguments = ", ".join(f"{_text(name)}: {source}" for name, source in _reads(call, step, known))
+        lines.append(f"    out_{position} = self.stage_{position}({{{arguments}}})")
+        for name, expression in _outputs(call, module, f"out_{position}"):
+            known[Ref(call.index, name)] = expression
+    returned = [known[ref] for ref in step.outputs.values()]
+    returns = "Tensor" if len(returned) == 1 else _tuple_type(len(returned))
+    header = f"def forward(self, inputs: Dict[str, Tensor]) -> {returns}:"
+    return "\n".join([header, *lines, f"    return {', '.join(returned)}", ""])
 
 
-def fusable_top_k(
-    call: OpCall, producer: OpCall | None, step_of_call: dict[int, int], consumers: dict[Ref, int]
-) -> bool:
-    """Whether ``call`` (a TopK) can run inside ``producer``'s libtorch model.
+def _scripted(call: OpCall, module: torch.nn.Module) -> torch.jit.ScriptModule:
+    try:
+        return torch.jit.script(module)
+    except Exception as error:
+        raise ExportError(
+            f"the TorchScript form of operator {call.op.label} ({type(module).__name__}) does not compile: "
+            f"{type(error).__name__}: {error}; note that TorchScript cannot read the annotations of a module "
+            "that starts with `from __future__ import annotations`"
+        ) from error
 
-    It can when ``producer`` is the libtorch PredictPytorch whose only output ``call`` ranks,
-    nothing else reads that output (the scores then never leave the model), and the seen items
-    come with the request or from a step that runs before the model.
-    """
-    if (
-        producer is None
-        or not isinstance(call.op, TopK)
-        or not isinstance(producer.op, PredictPytorch)
-    ):
-        return False
-    if producer.op.backend != "pytorch" or len(producer.output_schema) != 1:
-        return False
-    scores_ref = Ref(producer.index, producer.output_schema.column_names[0])
-    # TopK's inputs list its scores first
-    if next(iter(call.inputs.values())) != scores_ref or consumers.get(scores_ref, 0) != 1:
-        return False
-    seen_ref = call.inputs.get(call.op.seen_column) if call.op.seen_column else None
-    if seen_ref is None or seen_ref.producer == REQUEST:
-        return True
-    return (
-        seen_ref.producer in step_of_call
-        and step_of_call[seen_ref.producer] < step_of_call[producer.index]
+
+def _reads(call: OpCall, step: TritonStep, known: dict[Ref, str]) -> list[tuple[str, str]]:
+    """``(name, expression)`` of each wire tensor ``call`` receives: an output of an operator before
+    it in the step, or a step input (a ragged column as its values and offsets)."""
+    reads = []
+    for name, ref in call.inputs.items():
+        if ref in known:
+            reads.append((name, known[ref]))
+            continue
+        step_name = next(step_name for step_name, step_ref in step.inputs.items() if step_ref == ref)
+        column = step.input_schema[step_name]
+        for sent, received in zip(wire.column_specs(column), wire.column_specs(column.with_name(name))):
+            reads.append((received.name, f"inputs[{_text(sent.name)}]"))
+    return reads
+
+
+def _outputs(call: OpCall, module: torch.jit.ScriptModule, result: str) -> list[tuple[str, str]]:
+    """``(output column, expression)`` for what ``call``'s module returns as ``result``: one Tensor,
+    a tuple (or list) of Tensors in output-schema order, or a ``Dict[str, Tensor]`` keyed by output
+    column."""
+    names = call.output_schema.column_names
+    returns = module.forward.schema.returns
+    kind = str(returns[0].type) if len(returns) == 1 else "nothing"
+    if kind == "Tensor" and len(names) == 1:
+        return [(names[0], result)]
+    if kind in (_tuple_type(len(names)), "List[Tensor]"):
+        return [(name, f"{result}[{position}]") for position, name in enumerate(names)]
+    if kind == "Dict[str, Tensor]":
+        return [(name, f"{result}[{_text(name)}]") for name in names]
+    raise ExportError(
+        f"the TorchScript form of operator {call.op.label} returns {kind}; it must return its {len(names)} "
+        f"output(s) {names} as a Tensor (one output), a tuple of {len(names)} Tensors in that order, or a "
+        "Dict[str, Tensor] keyed by output column"
     )
 
 
-def fusable_decode(
-    call: OpCall, producer: OpCall | None, producer_backend: str | None, consumers: dict[Ref, int]
-) -> bool:
-    """Whether ``call`` (a DecodeItemIds) can run inside the libtorch model that ``producer``, a
-    TopK, was fused into (``producer_backend`` is its step's backend): it decodes TopK's ids to
-    integers, reads exactly TopK's two outputs, and nothing else reads them."""
-    if (
-        producer is None
-        or not isinstance(call.op, DecodeItemIds)
-        or not isinstance(producer.op, TopK)
-    ):
-        return False
-    if producer_backend != "pytorch":
-        return False
-    if call.op.vocabulary.raw_values.dtype.kind not in "iu" or call.op.columns != [
-        producer.op.ids_column
-    ]:
-        return False
-    produced = {Ref(producer.index, name) for name in producer.output_schema.column_names}
-    return set(call.inputs.values()) == produced and all(
-        consumers.get(ref, 0) == 1 for ref in produced
-    )
+def _tuple_type(count: int) -> str:
+    return "Tuple[" + ", ".join(["Tensor"] * count) + "]"
 
 
-def fusable_blank(
-    call: OpCall,
-    producer: OpCall | None,
-    producer_backend: str | None,
-    consumers: dict[Ref, int],
-    step_of_call: dict[int, int],
-) -> bool:
-    """Whether ``call`` (a BlankFilteredRows) can run inside the libtorch step that ``producer``,
-    the last operator compiled into it, belongs to: it blanks exactly that operator's one or two
-    numeric outputs, nothing else reads them, and the mark comes from an earlier step."""
-    if (
-        producer is None
-        or producer_backend != "pytorch"
-        or not isinstance(call.op, BlankFilteredRows)
-    ):
-        return False
-    flag_ref = call.inputs[call.op.filtered_column]
-    blanked = [ref for name, ref in call.inputs.items() if name != call.op.filtered_column]
-    produced = [Ref(producer.index, name) for name in producer.output_schema.column_names]
-    if (
-        set(blanked) != set(produced)
-        or len(produced) > 2
-        or any(consumers.get(ref, 0) != 1 for ref in produced)
-    ):
-        return False
-    if any(
-        producer.output_schema[ref.column].dtype.element_type.value == "string" for ref in produced
-    ):
-        return False
-    step = step_of_call[producer.index]
-    return flag_ref.producer == REQUEST or step_of_call.get(flag_ref.producer, step) < step
+def _text(name: str) -> str:
+    """A TorchScript string literal."""
+    return json.dumps(name, ensure_ascii=False)
 
 
-def libtorch_module(
-    calls: list[OpCall], step_inputs: dict[str, Ref], step_outputs: dict[str, Ref], input_schema
-) -> torch.jit.ScriptModule:
-    """The TorchScript of a libtorch step: the model alone, or with its fused TopK (and decoding),
-    and the blanking of filtered rows around either."""
-    if isinstance(calls[-1].op, BlankFilteredRows):
-        blank = calls[-1]
-        inner_calls = calls[:-1]
-        inner = _model_module(inner_calls, step_inputs, step_outputs, input_schema)
-        flag_ref = blank.inputs[blank.op.filtered_column]
-        filtered_name = next(name for name, ref in step_inputs.items() if ref == flag_ref)
-        if len(step_outputs) == 1:
-            return torch.jit.script(BlankOne(inner, filtered_name))
-        # the inner module returns its last operator's outputs in that operator's order
-        inner_order = inner_calls[-1].output_schema.column_names if len(inner_calls) == 1 else None
-        swap = inner_order is not None and inner_order != [
-            ref.column for ref in step_outputs.values()
-        ]
-        return torch.jit.script(BlankPair(inner, filtered_name, swap))
-    return _model_module(calls, step_inputs, step_outputs, input_schema)
-
-
-def _model_module(
-    calls: list[OpCall], step_inputs: dict[str, Ref], step_outputs: dict[str, Ref], input_schema
-) -> torch.jit.ScriptModule:
-    """The model alone, or with its fused TopK (and decoding) in the order of ``step_outputs``."""
-    predict = calls[0].op
-    if len(calls) == 1:
-        return predict.module
-    top_k: TopK = calls[1].op
-    seen_name, seen_ragged = "", False
-    if top_k.seen_column is not None:
-        seen_ref = calls[1].inputs[top_k.seen_column]
-        seen_name = next(name for name, ref in step_inputs.items() if ref == seen_ref)
-        seen_ragged = wire.is_ragged(input_schema[seen_name])
-    raw_ids = torch.zeros(0, dtype=torch.int64)
-    if len(calls) == 3:
-        vocabulary = calls[2].op.vocabulary
-        raw_ids = torch.from_numpy(
-            np.where(vocabulary.is_item, vocabulary.raw_values, -1).astype(np.int64)
-        )
-    ids_first = [ref.column for ref in step_outputs.values()] == [
-        top_k.ids_column,
-        top_k.scores_column,
-    ]
-    module = ScoresToTopK(
-        predict.module, top_k.k, top_k.exclude_ids, seen_name, seen_ragged, raw_ids, ids_first
-    )
-    return torch.jit.script(module)
+def _returns_in_order(module: torch.jit.ScriptModule, step: TritonStep) -> bool:
+    """Whether the module of the step's one call returns a Tensor or a tuple that holds the step's
+    outputs in their order."""
+    (call,) = step.calls
+    returns = module.forward.schema.returns
+    kind = returns[0].type.kind() if len(returns) == 1 else None
+    produced = [Ref(call.index, name) for name in call.output_schema.column_names]
+    return kind in ("TensorType", "TupleType") and list(step.outputs.values()) == produced

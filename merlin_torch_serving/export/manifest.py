@@ -1,10 +1,12 @@
 """What an export records about its files, and the check a step makes before it loads them.
 
 Every file of every step's version folder is recorded with its sha256, next to the library version
-and the step format it was written in: in the step's own ``step.json`` (python steps check it
-when Triton loads them) and in the ensemble's ``manifest.json`` (``verify_export`` checks a whole
+and the format it was written in: in the step's own ``step.json`` (python steps check it when
+Triton loads them) and in the ensemble's ``manifest.json`` (``verify_export`` checks a whole
 export, libtorch models included). A step whose files were changed, truncated or swapped after the
 export, or that was written in a format this library does not read, refuses to load and says why.
+Each operator's own saved form has a version too (``ServingOperator.version``), checked when the
+python step that hosts it loads.
 """
 
 from __future__ import annotations
@@ -13,21 +15,21 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
+from importlib import metadata
 from pathlib import Path
 
 from merlin_torch_serving.exceptions import ArtifactError
 
-#: the layout of step.json and of the files beside it; bumped whenever a change would make an
-#: older library misread a newer export (or the other way round)
-STEP_FORMAT_VERSION = 1
+#: the layout of step.json, manifest.json and the files beside them; bumped whenever a change would
+#: make an older library misread a newer export (or the other way round). 2: operators are rebuilt
+#: through __init__ from config() (operator contract 1), and record their own version
+STEP_FORMAT_VERSION = 2
 MANIFEST_FILE = "manifest.json"
 _CHUNK_BYTES = 1 << 20
 
 
 def library_version() -> str:
-    from merlin_torch_serving import __version__
-
-    return __version__
+    return metadata.version("merlin-torch-serving")
 
 
 def sha256_of(path: Path) -> str:
@@ -61,17 +63,24 @@ def step_record(version_dir: Path, exclude: Iterable[str]) -> dict:
 def verify_step(step: str, version_dir: str | os.PathLike, record: Mapping) -> None:
     """Raise ``ArtifactError`` unless ``record`` (a step.json) is in this library's format and
     every file it lists is in ``version_dir`` with the recorded sha256."""
-    written_with = record.get("library_version", "a version before manifests")
+    check_format(step, record)
     reexport = f"re-export the ensemble with merlin-torch-serving {library_version()}"
-    if record.get("format_version") != STEP_FORMAT_VERSION:
-        raise ArtifactError(
-            step,
-            f"it was exported by merlin-torch-serving {written_with} in step format"
-            f" {record.get('format_version')}, and this is {library_version()}, which reads format"
-            f" {STEP_FORMAT_VERSION}",
-            f"{reexport}, or serve it with merlin-torch-serving {written_with}",
-        )
     _compare(step, Path(version_dir), record.get("artifacts", {}), reexport)
+
+
+def check_format(name: str, record: Mapping, kind: str = "step") -> None:
+    """Raise ``ArtifactError`` unless ``record`` (a step.json, or with ``kind="ensemble"`` a
+    manifest.json) is in the format this library reads."""
+    if record.get("format_version") != STEP_FORMAT_VERSION:
+        written_with = record.get("library_version", "a version before manifests")
+        raise ArtifactError(
+            name,
+            f"it was exported by merlin-torch-serving {written_with} in step format "
+            f"{record.get('format_version')}, and this is {library_version()}, which reads format {STEP_FORMAT_VERSION}",
+            f"re-export the ensemble with merlin-torch-serving {library_version()}, or serve it with "
+            f"merlin-torch-serving {written_with}",
+            kind,
+        )
 
 
 def verify_export(repository: str | os.PathLike, name: str, version: int | None = None) -> None:
@@ -88,9 +97,8 @@ def verify_export(repository: str | os.PathLike, name: str, version: int | None 
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as error:
-        raise ArtifactError(
-            name, f"its manifest {str(manifest_path)!r} cannot be read ({error})", "re-export it"
-        ) from error
+        raise ArtifactError(name, f"its manifest {str(manifest_path)!r} cannot be read ({error})", "re-export it", "ensemble") from error
+    check_format(name, manifest, kind="ensemble")
     for step in manifest.get("steps", []):
         step_dir = Path(repository) / step["model"] / str(version)
         _compare(step["model"], step_dir, step.get("artifacts", {}), "re-export the ensemble")

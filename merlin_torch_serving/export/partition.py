@@ -1,6 +1,6 @@
-"""Cutting a plan into Triton steps: each libtorch operator is a model of its own (with the TopK
-that ranks its scores, the decoding of its ids and the blanking of filtered rows compiled into it,
-see ``fusion``), and python
+"""Cutting a plan into Triton steps, knowing operators only through their contract
+(``ops.base``): each ``"pytorch"`` operator starts a libtorch model, into which the later operators
+that have a TorchScript form and read its outputs are compiled (see ``fusion``), and ``"python"``
 operators are fused into as few python-backend models as the data flow allows (each model is one
 hop through a python stub, so fewer models answer faster)."""
 
@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from merlin.schema import Schema
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError
-from merlin_torch_serving.export.fusion import fusable_blank, fusable_decode, fusable_top_k
+from merlin_torch_serving.export.checks import LIBTORCH_DTYPES
+from merlin_torch_serving.ops.base import BACKENDS
 from merlin_torch_serving.plan import REQUEST, OpCall, Plan, Ref
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
-class Step:
+class TritonStep:
     """One Triton model of the ensemble.
 
     ``inputs`` and ``outputs`` map the model's column names (before wire expansion) to the refs
-    they carry; names are the refs' column names, qualified only when two refs share one.
+    they carry; names are the refs' column names, qualified only when two refs share one. A libtorch
+    step keeps each call's TorchScript form in ``torchscript`` (by call index).
     """
 
     index: int
@@ -32,43 +39,38 @@ class Step:
     outputs: dict[str, Ref] = field(default_factory=dict)
     input_schema: Schema = field(default_factory=Schema)
     output_schema: Schema = field(default_factory=Schema)
+    torchscript: dict[int, torch.nn.Module] = field(default_factory=dict)
 
     @property
     def call_indices(self) -> set[int]:
         return {call.index for call in self.calls}
 
 
-def partition(plan: Plan, ensemble_name: str) -> list[Step]:
+def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
     """Assign every call to a step, then derive each step's inputs and outputs."""
-    groups: list[tuple[str, list[OpCall]]] = []
+    steps: list[TritonStep] = []
     step_of_call: dict[int, int] = {}
-    calls_by_index = {call.index: call for call in plan.calls}
     consumers = _consumer_counts(plan)
     for call in plan.calls:
-        producer_steps = [
-            step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
-        ]
-        earliest = max(producer_steps, default=0)
-        target = None
-        first_producer = calls_by_index.get(
-            next(iter(call.inputs.values()), Ref(REQUEST, "")).producer
-        )
-        producer_backend = groups[step_of_call[first_producer.index]][0] if first_producer else None
-        if first_producer is not None and (
-            fusable_top_k(call, first_producer, step_of_call, consumers)
-            or fusable_decode(call, first_producer, producer_backend, consumers)
-            or fusable_blank(call, first_producer, producer_backend, consumers, step_of_call)
-        ):
-            target = step_of_call[first_producer.index]
-        elif call.op.backend == "python":
-            # any python step at or after the last producer's step already has the inputs ready
-            target = next(
-                (i for i in range(earliest, len(groups)) if groups[i][0] == "python"), None
+        backend = call.op.backend
+        if backend not in BACKENDS:
+            raise ExportError(
+                f"operator {call.op.label} declares backend {backend!r}; an operator runs on one of {', '.join(BACKENDS)}"
             )
+        producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
+        earliest = max(producer_steps, default=0)
+        target, module = _libtorch_step_to_join(call, steps, step_of_call, consumers)
+        if target is None and backend == "python":
+            # any python step at or after the last producer's step already has the inputs ready
+            target = next((i for i in range(earliest, len(steps)) if steps[i].backend == "python"), None)
         if target is None:
-            groups.append((call.op.backend, []))
-            target = len(groups) - 1
-        groups[target][1].append(call)
+            if backend == "pytorch":
+                module = _libtorch_root(call)
+            steps.append(TritonStep(index=len(steps), name="", backend=backend, calls=[]))
+            target = len(steps) - 1
+        steps[target].calls.append(call)
+        if module is not None:
+            steps[target].torchscript[call.index] = module
         step_of_call[call.index] = target
 
     for name, ref in plan.outputs.items():
@@ -79,12 +81,9 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
                 "instead (e.g. the workflow's output)"
             )
 
-    steps = [
-        Step(index=i, name=_step_name(ensemble_name, i, calls), backend=backend, calls=calls)
-        for i, (backend, calls) in enumerate(groups)
-    ]
     consumed_by: dict[Ref, set[int]] = {}
     for step in steps:
+        step.name = _step_name(ensemble_name, step.index, step.calls)
         for call in step.calls:
             for ref in call.inputs.values():
                 consumed_by.setdefault(ref, set()).add(step.index)
@@ -108,6 +107,57 @@ def partition(plan: Plan, ensemble_name: str) -> list[Step]:
         step.input_schema = _schema(step.inputs, plan)
         step.output_schema = _schema(step.outputs, plan)
     return steps
+
+
+def _libtorch_step_to_join(
+    call: OpCall, steps: list[TritonStep], step_of_call: dict[int, int], consumers: dict[Ref, int]
+) -> tuple[int | None, torch.nn.Module | None]:
+    """The libtorch step ``call`` compiles into, with its TorchScript form; ``(None, None)`` if none.
+
+    It joins the latest step it reads from when that is a libtorch step, nothing else reads what it
+    takes from that step (the scores of a whole catalog then never leave the model), its other
+    inputs come from the request or earlier steps, libtorch carries every tensor it reads and
+    writes, and it has a TorchScript form for these inputs.
+    """
+    producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
+    if not producer_steps or steps[max(producer_steps)].backend != "pytorch":
+        return None, None
+    target = max(producer_steps)
+    taken = [ref for ref in call.inputs.values() if ref.producer != REQUEST and step_of_call[ref.producer] == target]
+    if any(consumers.get(ref, 0) != 1 for ref in taken):
+        return None, None
+    if not _libtorch_carries(call.input_schema) or not _libtorch_carries(call.output_schema, dense=True):
+        return None, None
+    module = call.op.torchscript(call.input_schema)
+    return (target, module) if module is not None else (None, None)
+
+
+def _libtorch_root(call: OpCall) -> torch.nn.Module:
+    """The TorchScript form of an operator that starts a libtorch step."""
+    module = call.op.torchscript(call.input_schema)
+    if module is None:
+        raise ExportError(
+            f"operator {call.op.label} declares backend 'pytorch' but has no TorchScript form (its torchscript() "
+            "returned None); Triton's pytorch backend runs TorchScript only"
+        )
+    ragged = [column.name for column in call.output_schema if wire.is_ragged(column)]
+    if ragged:
+        raise ExportError(
+            f"operator {call.op.label} declares backend 'pytorch' but its output {ragged[0]!r} is a ragged list; a "
+            "libtorch model returns dense tensors only"
+        )
+    return module
+
+
+def _libtorch_carries(schema: Schema, dense: bool = False) -> bool:
+    """Whether Triton's pytorch backend carries every tensor of ``schema`` (and, with ``dense``, no
+    column is a ragged list: a compiled operator's outputs are one tensor each)."""
+    if dense and any(wire.is_ragged(column) for column in schema):
+        return False
+    try:
+        return all(spec.triton_dtype in LIBTORCH_DTYPES for spec in wire.schema_specs(schema))
+    except TypeError:  # a column without a Triton dtype
+        return False
 
 
 def _consumer_counts(plan: Plan) -> dict[Ref, int]:

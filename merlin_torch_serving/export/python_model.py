@@ -17,16 +17,16 @@ import numpy as np
 from merlin.table import TensorTable
 
 from merlin_torch_serving import metrics, wire
-from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving.exceptions import ArtifactError, MerlinTorchServingError
 from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export.config import (
     MAX_REQUEST_ROWS_PARAMETER,
     METRICS_PARAMETER,
     TORCH_THREADS_PARAMETER,
 )
-from merlin_torch_serving.export.manifest import verify_step
+from merlin_torch_serving.export.manifest import library_version, verify_step
 from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
-from merlin_torch_serving.ops.base import operator_class
+from merlin_torch_serving.ops.base import ServingOperator, operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
 from merlin_torch_serving.validation import EntryCheck
@@ -35,22 +35,19 @@ STEP_FILE = "step.json"
 
 
 class HostedStep:
-    """The operators of one exported step, wired as they were in the ensemble's plan."""
+    """The operators of one exported step (``name``), wired as they were in the ensemble's plan."""
 
-    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None):
+    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None, name: str = "step"):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
         self.output_schema = schema_from_json(spec["output_schema"])
         self.calls = []
         for call in spec["calls"]:
-            op = operator_class(call["class"]).load(
-                call["config"], os.path.join(version_dir, call["artifacts"])
-            )
             self.calls.append(
                 OpCall(
                     index=call["index"],
-                    op=op,
+                    op=_load_operator(name, call, os.path.join(version_dir, call["artifacts"])),
                     inputs={name: Ref(*ref) for name, ref in call["inputs"].items()},
                     input_schema=schema_from_json(call["input_schema"]),
                     output_schema=schema_from_json(call["output_schema"]),
@@ -68,12 +65,9 @@ class HostedStep:
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
-        verify_step(
-            step or os.path.basename(os.path.dirname(os.path.abspath(version_dir))),
-            version_dir,
-            spec,
-        )
-        return cls(spec, version_dir, max_rows)
+        step = step or os.path.basename(os.path.dirname(os.path.abspath(version_dir)))
+        verify_step(step, version_dir, spec)
+        return cls(spec, version_dir, max_rows, step)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
@@ -86,6 +80,20 @@ class HostedStep:
             metrics.SESSIONS, len(next(iter(results.values()))) if results.columns else 0
         )  # rows
         return wire.to_wire(results)
+
+
+def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
+    """The operator ``call`` (an entry of step.json) describes, if its class reads what was saved."""
+    cls = operator_class(call["class"])
+    saved = call.get("format_version")
+    if saved != cls.format_version:
+        raise ArtifactError(
+            step,
+            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that class "
+            f"reads format {cls.format_version}",
+            f"re-export the ensemble with merlin-torch-serving {library_version()}",
+        )
+    return cls.load(call["config"], artifact_path)
 
 
 class TritonPythonModel:

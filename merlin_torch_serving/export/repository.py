@@ -3,10 +3,13 @@
 Layout (``N`` is the version)::
 
     <repository>/
-      <name>-0-transformworkflow/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}
-      <name>-1-predictpytorch/      config.pbtxt, warmup/, N/model.pt          (libtorch step)
-      <name>-2-topk_decodeitemids/  ...
-      <name>/                       config.pbtxt (platform "ensemble"), N/manifest.json
+      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python step)
+      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt                           (libtorch step)
+      <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
+
+Steps are named after the operators they host, and written through the operators' contract only
+(``ops.base``): a python step records each operator's class, ``config()`` and artifacts in
+``step.json``; a libtorch step is the TorchScript its operators compile into (``fusion``).
 
 Everything is written into a staging folder beside the repository and swapped in at the end in
 one atomic step (see ``swap``): a failed or killed export leaves the repository exactly as it was,
@@ -47,10 +50,9 @@ from merlin_torch_serving.export.checks import (
 )
 from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
-from merlin_torch_serving.export.partition import Step, partition
+from merlin_torch_serving.export.partition import TritonStep, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.export.warmup import warmup_inputs
-from merlin_torch_serving.ops.pytorch import MODEL_FILE
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
 from merlin_torch_serving.schemas import schema_to_json
 
@@ -180,20 +182,18 @@ def export_ensemble(
 
 
 def _write_step(
-    model_dir: Path, step: Step, version: int, options: configs.ModelOptions, warmup_arrays: dict
+    model_dir: Path, step: TritonStep, version: int, options: configs.ModelOptions, warmup_arrays: dict
 ) -> None:
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
     warmup_files = _write_warmup(model_dir / WARMUP_DIR, step, warmup_arrays)
     if step.backend == "pytorch":
         check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
-        check_libtorch_return_type(step.name, step.calls[0].op.module)
-        module = libtorch_module(step.calls, step.inputs, step.outputs, step.input_schema)
-        torch.jit.save(module, str(version_dir / MODEL_FILE))
-        config = configs.pytorch_model_config(
-            step.name, step.input_schema, step.output_schema, options, warmup_files
-        )
-        check_libtorch_model(step.name, version_dir / MODEL_FILE, config, warmup_arrays)
+        module = libtorch_module(step)
+        check_libtorch_return_type(step.name, module)
+        torch.jit.save(module, str(version_dir / configs.LIBTORCH_MODEL_FILE))
+        config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
+        check_libtorch_model(step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays)
     else:
         spec: dict[str, Any] = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
@@ -211,6 +211,7 @@ def _write_step(
                     "index": call.index,
                     "label": call.op.label,
                     "class": call.op.class_path,
+                    "format_version": call.op.format_version,
                     "config": call.op.config(),
                     "artifacts": str(artifacts),
                     "inputs": {
@@ -230,7 +231,7 @@ def _write_step(
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
-def _write_warmup(warmup_dir: Path, step: Step, arrays: dict) -> dict:
+def _write_warmup(warmup_dir: Path, step: TritonStep, arrays: dict) -> dict:
     """The step's warm-up inputs (see ``export.warmup``) as raw-binary files, Triton's
     ``input_data_file`` format."""
     if warmup_dir.exists():
@@ -241,8 +242,7 @@ def _write_warmup(warmup_dir: Path, step: Step, arrays: dict) -> dict:
         array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
         file_name = f"input_{i}"
         (warmup_dir / file_name).write_bytes(_raw_bytes(array))
-        dtype = "STRING" if spec.triton_dtype == "BYTES" else spec.triton_dtype
-        files[spec.name] = (file_name, dtype, array.shape)
+        files[spec.name] = (file_name, spec.config_dtype, array.shape)
     return files
 
 
@@ -260,7 +260,7 @@ def _raw_bytes(array: np.ndarray) -> bytes:
 # ---- ensemble ------------------------------------------------------------------------------------
 
 
-def _tensor_names(plan: Plan, steps: list[Step]) -> dict[Ref, str]:
+def _tensor_names(plan: Plan, steps: list[TritonStep]) -> dict[Ref, str]:
     """Ensemble tensor name of each column ref (before wire suffixes)."""
     request_names = plan.input_schema.column_names
     names = {ref: wire.response_name(output, request_names) for output, ref in plan.outputs.items()}
@@ -326,7 +326,7 @@ def _write_manifest(
     name: str,
     version: int,
     ensemble,
-    steps: list[Step],
+    steps: list[TritonStep],
     options,
     warmup_problem: str | None,
     staged: Path,
@@ -352,6 +352,7 @@ def _write_manifest(
                     {
                         "label": call.op.label,
                         "class": call.op.class_path,
+                        "format_version": call.op.format_version,
                         "parameters": call.op.config(),
                     }
                     for call in step.calls

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving import tables, wire
 from merlin_torch_serving.plan import REQUEST, Plan, Ref, run_calls
 from merlin_torch_serving.samples import sample_table
 
@@ -76,10 +76,8 @@ def _reads_request(call) -> bool:
 
 def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
     """The candidate with the request columns it lacks sampled from the input schema, in order."""
-    rows = _row_count(candidate)
-    missing = plan.input_schema.remove_col(
-        [name for name in candidate.columns if name in plan.input_schema.column_names]
-    )
+    rows = tables.num_rows(candidate) or 1
+    missing = plan.input_schema.remove_col([name for name in candidate.columns if name in plan.input_schema.column_names])
     filler = sample_table(missing, rows=rows) if len(missing) else None
     columns = {}
     for name in plan.input_schema.column_names:
@@ -89,12 +87,6 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
             (column.values, column.offsets) if column.offsets is not None else column.values
         )
     return TensorTable(columns, _unsafe=True)
-
-
-def _row_count(table: TensorTable) -> int:
-    for column in table.values():
-        return len(column.offsets) - 1 if column.offsets is not None else len(column.values)
-    return 1
 
 
 def _run(plan: Plan, request: TensorTable) -> dict:

@@ -1,7 +1,7 @@
 """The columns a compiled workflow passes from step to step, in place of a pandas DataFrame.
 
-A list column is flat values plus row offsets; each column also keeps the dtype pandas would give
-it.
+A list column is flat values plus int64 row offsets; each column also keeps the dtype pandas would
+give it.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from merlin_torch_serving.fastpath.kernel import Delegate
+from merlin_torch_serving import wire
+from merlin_torch_serving.fastpath.errors import Delegate
 
 # How pandas holds the rows of a list column: Groupby makes python lists, Categorify and raw
 # ragged inputs make numpy arrays. It matters because ListSlice(pad=True) pads only lists.
 LIST_CELLS = "list"
 ARRAY_CELLS = "array"
+#: list offsets inside the fast path (they travel as int32, see ``wire``)
+OFFSETS_DTYPE = np.dtype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -51,12 +54,8 @@ class Column:
         """The rows at the given positions, in that order."""
         if self.offsets is None:
             return Column(self.values[rows])
-        starts = self.offsets[:-1][rows]
-        row_lengths = self.offsets[1:][rows] - starts
-        offsets = offsets_from_lengths(row_lengths)
-        return Column(
-            self.values[segment_positions(starts, row_lengths, offsets)], offsets, self.cells
-        )
+        values, offsets = wire.take_ragged(self.values, self.offsets, rows, OFFSETS_DTYPE)
+        return Column(values, offsets, self.cells)
 
 
 class Batch:
@@ -94,23 +93,6 @@ class Batch:
 
     def take(self, rows: np.ndarray) -> Batch:
         return Batch({name: column.take(rows) for name, column in self.columns.items()}, len(rows))
-
-
-def offsets_from_lengths(row_lengths: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
-    np.cumsum(row_lengths, out=offsets[1:])
-    return offsets
-
-
-def segment_positions(
-    starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray
-) -> np.ndarray:
-    """Flat positions of the segments ``[start, start + length)``, concatenated in row order.
-
-    ``offsets`` are the output offsets (from ``row_lengths``); passing them avoids a second cumsum.
-    """
-    shift = np.repeat(starts - offsets[:-1], row_lengths)
-    return shift + np.arange(offsets[-1], dtype=np.int64)
 
 
 def null_mask(values: np.ndarray) -> np.ndarray:

@@ -15,16 +15,11 @@ import pandas as pd
 from merlin.dag import ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving.fastpath.batch import (
-    LIST_CELLS,
-    Batch,
-    Column,
-    as_python_scalars,
-    offsets_from_lengths,
-    same_values,
-)
+from merlin_torch_serving import wire
+from merlin_torch_serving.fastpath.batch import LIST_CELLS, OFFSETS_DTYPE, Batch, Column, as_python_scalars, same_values
+from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
-from merlin_torch_serving.fastpath.kernel import Delegate, Kernel, NotCompiled
+from merlin_torch_serving.fastpath.kernel import Kernel
 
 _PROBE_INTEGERS = [0, 1, -1, 2, 3, 7, -8, 10, 42, 100, -100, 1000, 65535, -32768, 123456789, 5]
 _PROBE_FLOATS = [
@@ -241,7 +236,7 @@ def _probe_column(column: ColumnSchema, values: np.ndarray) -> Column:
         return Column(values)
     # rows of 1, 2, 3 and 0 elements, held as python lists like Groupby's output
     row_lengths = (np.arange(len(values)) + 1) % 4
-    offsets = offsets_from_lengths(row_lengths)
+    offsets = wire.offsets_from_lengths(row_lengths, OFFSETS_DTYPE)
     return Column(as_python_scalars(np.resize(values, offsets[-1])), offsets, LIST_CELLS)
 
 

@@ -14,7 +14,7 @@ from nvtabular.ops import Categorify
 
 from merlin_torch_serving import metrics
 from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column, null_mask
-from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
+from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 from merlin_torch_serving.vocabulary import is_single_file, read_labels
 
 NULL_LABEL = 1

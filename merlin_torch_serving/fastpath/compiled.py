@@ -1,5 +1,4 @@
-"""A compiled workflow: its steps, run in order on a request the way NVTabular's executor runs
-nodes.
+"""A compiled workflow: its nodes, run in order on a request the way NVTabular's executor runs them.
 
 The executor's rules for feeding a node are kept exactly (parents that return no rows are dropped,
 missing inputs come from the request, later parents win on shared columns); only the data differs.
@@ -18,7 +17,8 @@ from merlin.schema import Schema
 
 from merlin_torch_serving import metrics
 from merlin_torch_serving.fastpath.batch import Batch, Column
-from merlin_torch_serving.fastpath.kernel import Delegate, Kernel
+from merlin_torch_serving.fastpath.errors import Delegate, FastPathError, library_errors
+from merlin_torch_serving.fastpath.kernel import Kernel
 from merlin_torch_serving.fastpath.wire_io import (
     empty_wire_arrays,
     output_layout,
@@ -31,12 +31,12 @@ _NO_ROWS = Batch({}, 0)
 
 
 @dataclass(frozen=True)
-class Step:
+class CompiledNode:
     """One workflow node: where its inputs come from and the kernel that computes its output."""
 
     label: str
     description: str  # the label, with a Filter's function for messages that name it
-    parents: tuple[int, ...]  # earlier steps, in the node's parents-then-dependencies order
+    parents: tuple[int, ...]  # earlier nodes, in the node's parents-then-dependencies order
     input_columns: tuple[str, ...]
     root_columns: tuple[
         str, ...
@@ -50,12 +50,12 @@ class CompiledWorkflow:
 
     def __init__(
         self,
-        steps: list[Step],
+        nodes: list[CompiledNode],
         input_schema: Schema,
         output_schema: Schema,
         fallbacks: list[tuple[str, str]],
     ):
-        self._steps = list(steps)
+        self._nodes = list(nodes)
         self._input_schema = input_schema
         self._output_schema = output_schema
         self._output_names = list(dict.fromkeys(output_schema.column_names))
@@ -74,67 +74,68 @@ class CompiledWorkflow:
         """The workflow's output for one request, in the wire format of its output schema.
 
         An empty request gives empty outputs (NVTabular itself fails on empty frames in Categorify).
+        A request the fast path cannot run is a ``WorkflowError`` (``InputError`` for a request
+        that does not fit the input schema); what NVTabular raises for a step it runs stays as is.
         """
         request = request_batch(columns, self._input_schema)
         if request.num_rows == 0:
             return empty_wire_arrays(self._output_layout)
-        outputs = self._outputs(request)
-        if outputs[-1].num_rows == 0:  # e.g. a Filter kept none of the request's rows
-            return empty_wire_arrays(self._output_layout)
-        return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
+        with library_errors():
+            outputs = self._outputs(request)
+            if outputs[-1].num_rows == 0:  # e.g. a Filter kept none of the request's rows
+                return empty_wire_arrays(self._output_layout)
+            return wire_arrays(outputs[-1].select(self._output_names), self._output_layout)
 
-    def emptying_step(self, columns: Mapping[str, np.ndarray]) -> str | None:
-        """The first step that returns no rows for this request although its inputs had some
+    def emptying_node(self, columns: Mapping[str, np.ndarray]) -> str | None:
+        """The first node that returns no rows for this request although its inputs had some
         (which filter drops it), or None when rows reach the output."""
         request = request_batch(columns, self._input_schema)
-        outputs = self._outputs(request)
-        for step, output in zip(self._steps, outputs, strict=True):
-            fed = any(outputs[parent].num_rows > 0 for parent in step.parents) or not step.parents
+        with library_errors():
+            outputs = self._outputs(request)
+        for node, output in zip(self._nodes, outputs):
+            fed = any(outputs[parent].num_rows > 0 for parent in node.parents) or not node.parents
             if output.num_rows == 0 and fed:
-                return step.description
+                return node.description
         return None
 
     def _outputs(self, request: Batch) -> list[Batch]:
         outputs: list[Batch] = []
-        for step in self._steps:
-            outputs.append(self._run(step, outputs, request))
+        for node in self._nodes:
+            outputs.append(self._run(node, outputs, request))
         return outputs
 
-    def _run(self, step: Step, outputs: list[Batch], request: Batch) -> Batch:
-        upstream = [outputs[parent] for parent in step.parents if outputs[parent].num_rows > 0]
-        present = {name for name in step.input_columns if any(name in batch for batch in upstream)}
-        from_request = [name for name in step.root_columns if name not in present]
+    def _run(self, node: CompiledNode, outputs: list[Batch], request: Batch) -> Batch:
+        upstream = [outputs[parent] for parent in node.parents if outputs[parent].num_rows > 0]
+        present = {name for name in node.input_columns if any(name in batch for batch in upstream)}
+        from_request = [name for name in node.root_columns if name not in present]
         if from_request:
             absent = [name for name in from_request if name not in request]
-            if absent and len(upstream) < len(step.parents):
+            if absent and len(upstream) < len(node.parents):
                 # NVTabular drops the parents that returned no rows and then fails to find their
                 # columns; the rows were filtered away, so this step has none either
                 return _NO_ROWS
             if absent:
-                raise ValueError(
-                    f"step {step.label!r} needs column(s) {absent!r}, which no upstream step"
-                    " produced for this request (NVTabular drops upstream results with no rows)"
-                    " and the request does not hold; NVTabular's own transform fails on this"
-                    " request too"
+                raise FastPathError(
+                    f"step {node.label!r} needs column(s) {absent!r}, which no upstream step produced for "
+                    "this request (NVTabular drops upstream results with no rows) and the request does not "
+                    "hold; NVTabular's own transform fails on this request too"
                 )
             upstream.append(request.select(from_request))
         if not upstream:
-            raise ValueError(f"step {step.label!r} has no input for this request")
-        batch = _merge(step.label, upstream)
-        if step.kernel is step.fallback:  # no compiled kernel: NVTabular on every request
-            metrics.count(metrics.FASTPATH_FALLBACKS, operator=step.label)
+            raise FastPathError(f"step {node.label!r} has no input for this request")
+        batch = _merge(node.label, upstream)
+        if node.kernel is node.fallback:  # no compiled kernel: NVTabular on every request
+            metrics.count(metrics.FASTPATH_FALLBACKS, operator=node.label)
         try:
-            return step.kernel(batch)
+            return node.kernel(batch)
         except Delegate as delegated:
-            if step.fallback is None:
+            if node.fallback is None:
                 raise
             logger.debug(
-                "fast path: %s runs through NVTabular for this request: %s",
-                step.label,
-                delegated.reason,
+                "fast path: %s runs through NVTabular for this request: %s", node.label, delegated.reason
             )
-            metrics.count(metrics.FASTPATH_FALLBACKS, operator=step.label)
-            return step.fallback(batch)
+            metrics.count(metrics.FASTPATH_FALLBACKS, operator=node.label)
+            return node.fallback(batch)
 
 
 def _merge(label: str, batches: list[Batch]) -> Batch:
@@ -176,10 +177,10 @@ def _concat(label: str, parts: list[Batch]) -> Batch:
 
 def _pad_with_nulls(label: str, name: str, column: Column, num_rows: int) -> Column:
     if column.is_list:
-        raise ValueError(
-            f"step {label!r} combines inputs with different row counts; NVTabular would fill the"
-            f" list column {name!r} with nulls, which the fast path cannot hold. Make the branches"
-            " keep the same rows"
+        raise FastPathError(
+            f"step {label!r} combines inputs with different row counts; NVTabular would fill the list "
+            f"column {name!r} with nulls, which the fast path cannot hold. Make the branches keep the "
+            "same rows"
         )
     values = column.values
     kind = values.dtype.kind

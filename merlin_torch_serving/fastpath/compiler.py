@@ -23,17 +23,12 @@ from merlin.dag.ops.udf import UDF
 from nvtabular import ops as nvt_ops
 
 from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
-from merlin_torch_serving.fastpath.categorify import CategorifyKernel
-from merlin_torch_serving.fastpath.compiled import CompiledWorkflow, Step
-from merlin_torch_serving.fastpath.continuous import (
-    FillMissingKernel,
-    LogKernel,
-    NormalizeKernel,
-    NormalizeMinMaxKernel,
-)
+from merlin_torch_serving.fastpath.compiled import CompiledNode, CompiledWorkflow
+from merlin_torch_serving.fastpath.continuous import FillMissingKernel, LogKernel, NormalizeKernel, NormalizeMinMaxKernel
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
-from merlin_torch_serving.fastpath.kernel import Kernel, NotCompiled
+from merlin_torch_serving.fastpath.errors import FastPathError, NotCompiled, library_errors
+from merlin_torch_serving.fastpath.kernel import Kernel
 from merlin_torch_serving.fastpath.lists import ListSliceKernel
 from merlin_torch_serving.fastpath.passthrough import Identity, RenameColumns, Select
 
@@ -71,14 +66,18 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
     """Compile a fitted workflow; reads each Categorify vocabulary once, here.
 
     ``kernels=False`` runs every operator through NVTabular's own transform, step by step, with the
-    same rules for feeding each step (and the same handling of steps left without rows).
+    same rules for feeding each step (and the same handling of steps left without rows). A workflow
+    that cannot be compiled is a ``WorkflowError``.
     """
     if not isinstance(workflow, nvt.Workflow):
-        raise TypeError(
-            f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}"
-        )
+        raise TypeError(f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}")
+    with library_errors():
+        return _compile(workflow, kernels)
+
+
+def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
     if not workflow.output_schema or workflow.output_node.input_schema is None:
-        raise ValueError(
+        raise FastPathError(
             "the workflow has no schemas yet; fit it (workflow.fit(dataset)) before compiling it"
         )
     nodes = _nodes_in_run_order(workflow.output_node)
@@ -86,20 +85,18 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
         node.op.label for node in nodes if isinstance(node.op, StatOperator) and not node.op.fitted
     ]
     if unfitted:
-        raise ValueError(
+        raise FastPathError(
             f"operator(s) {unfitted!r} are not fitted; call workflow.fit(dataset) before compiling"
         )
     index = {id(node): position for position, node in enumerate(nodes)}
-    steps, fallbacks = [], []
+    compiled, fallbacks = [], []
     for node in nodes:
         kernel, fallback, reason = _kernel_for(node) if kernels else _nvtabular_step(node)
         if reason is not None:
             fallbacks.append((node.op.label, reason))
-            logger.warning(
-                "fast path: operator %r runs through NVTabular: %s", node.op.label, reason
-            )
-        steps.append(
-            Step(
+            logger.warning("fast path: operator %r runs through NVTabular: %s", node.op.label, reason)
+        compiled.append(
+            CompiledNode(
                 label=node.op.label if node.op else "input",
                 description=_describe(node.op),
                 parents=tuple(index[id(parent)] for parent in node.parents_with_dependencies),
@@ -111,7 +108,7 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
                 fallback=fallback,
             )
         )
-    return CompiledWorkflow(steps, workflow.input_schema, workflow.output_schema, fallbacks)
+    return CompiledWorkflow(compiled, workflow.input_schema, workflow.output_schema, fallbacks)
 
 
 def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:

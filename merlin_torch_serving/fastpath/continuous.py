@@ -12,7 +12,7 @@ from merlin.dag import ColumnSelector
 from nvtabular.ops import FillMissing, LogOp, Normalize, NormalizeMinMax
 
 from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
-from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
+from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 
 
 def _numeric(name: str, column: Column) -> np.ndarray:

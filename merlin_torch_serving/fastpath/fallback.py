@@ -13,7 +13,9 @@ import pandas as pd
 from merlin.dag import ColumnSelector, DataFormats, Node
 from merlin.table import TensorTable
 
-from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, LIST_CELLS, Batch, Column
+from merlin_torch_serving import wire
+from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, LIST_CELLS, OFFSETS_DTYPE, Batch, Column
+from merlin_torch_serving.fastpath.errors import FastPathError
 
 
 class NVTabularStep:
@@ -27,7 +29,7 @@ class NVTabularStep:
         self.takes_dataframe = bool(formats & DataFormats.PANDAS_DATAFRAME)
         takes_arrays = formats & (DataFormats.NUMPY_TENSOR_TABLE | DataFormats.NUMPY_DICT_ARRAY)
         if not self.takes_dataframe and not takes_arrays:
-            raise TypeError(
+            raise FastPathError(
                 f"operator {self.label!r} takes none of the CPU formats (pandas DataFrame, numpy "
                 f"TensorTable or dict of arrays); it supports {formats!r}"
             )
@@ -78,12 +80,11 @@ def _list_column(name: str, series: pd.Series) -> Column:
     try:
         lengths = series.map(len).to_numpy(dtype=np.int64)
     except TypeError:
-        raise ValueError(
+        raise FastPathError(
             f"list column {name!r} has rows that are not lists (e.g. None); the fast path holds "
             "list columns as values and offsets, which cannot represent a missing row"
         ) from None
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = wire.offsets_from_lengths(lengths, OFFSETS_DTYPE)
     # Flatten the way NVTabular does, so that the values get the dtype pandas infers.
     values = pd.Series(list(itertools.chain.from_iterable(series)), dtype=None).to_numpy()
     if len(values) == 0:
@@ -108,7 +109,7 @@ def from_transform_output(result, label: str) -> Batch:
             else:
                 columns[name] = Column(np.asarray(values))
         return Batch.of(columns)
-    raise TypeError(
+    raise FastPathError(
         f"operator {label!r} returned a {type(result).__name__} from transform; expected a pandas "
         "DataFrame, a TensorTable or a dict of arrays"
     )

@@ -13,8 +13,9 @@ import numpy as np
 from merlin.dag import ColumnSelector
 from nvtabular.ops import Groupby
 
-from merlin_torch_serving.fastpath.batch import Batch, Column, as_python_scalars, null_mask
-from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
+from merlin_torch_serving import wire
+from merlin_torch_serving.fastpath.batch import OFFSETS_DTYPE, Batch, Column, as_python_scalars, null_mask
+from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 from merlin_torch_serving.fastpath.ordering import Groups, group_rows, sort_order
 
 _REDUCTIONS = ("count", "sum", "mean", "min", "max")
@@ -82,7 +83,7 @@ class GroupbyKernel:
             values = batch[column].values[grouped_rows]
             for agg in aggs:
                 output[self._name(column, agg)] = Column(_reduce(agg, values, groups))
-        offsets = np.concatenate([[0], np.cumsum(groups.counts)]).astype(np.int64)
+        offsets = wire.offsets_from_lengths(groups.counts, OFFSETS_DTYPE)
         for column in self.list_cols:
             output[self._name(column, "list")] = Column(
                 as_python_scalars(batch[column].values[grouped_rows]), offsets

@@ -10,14 +10,9 @@ import numpy as np
 from merlin.dag import ColumnSelector
 from nvtabular.ops import ListSlice
 
-from merlin_torch_serving.fastpath.batch import (
-    LIST_CELLS,
-    Batch,
-    Column,
-    offsets_from_lengths,
-    segment_positions,
-)
-from merlin_torch_serving.fastpath.kernel import Delegate, NotCompiled
+from merlin_torch_serving import wire
+from merlin_torch_serving.fastpath.batch import LIST_CELLS, OFFSETS_DTYPE, Batch, Column
+from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 
 _UNBOUNDED = np.iinfo(np.int64).max
 
@@ -48,10 +43,8 @@ class ListSliceKernel:
         row_lengths = column.lengths()
         starts = _bound(self.start, row_lengths)
         kept = np.maximum(_bound(self.end, row_lengths) - starts, 0)
-        offsets = offsets_from_lengths(kept)
-        values = column.values[
-            segment_positions(column.list_offsets()[:-1] + starts, kept, offsets)
-        ]
+        offsets = wire.offsets_from_lengths(kept, OFFSETS_DTYPE)
+        values = column.values[wire.segment_positions(column.offsets[:-1] + starts, kept, offsets)]
         if not (self.pad and column.cells == LIST_CELLS):
             return Column(values, offsets, column.cells)
         padded = np.maximum(kept, self.max_elements)
@@ -61,9 +54,9 @@ class ListSliceKernel:
             raise Delegate(f"padding values of dtype {values.dtype} with {self.pad_value!r}")
         # A row that mixes python ints with a float pad reads back as floats in pandas.
         dtype = np.result_type(values.dtype, np.asarray(self.pad_value).dtype)
-        padded_offsets = offsets_from_lengths(padded)
+        padded_offsets = wire.offsets_from_lengths(padded, OFFSETS_DTYPE)
         result = np.full(padded_offsets[-1], self.pad_value, dtype=dtype)
-        result[segment_positions(padded_offsets[:-1], kept, offsets)] = values
+        result[wire.segment_positions(padded_offsets[:-1], kept, offsets)] = values
         return Column(result, padded_offsets, column.cells)
 
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.fastpath.batch import null_mask
-from merlin_torch_serving.fastpath.kernel import Delegate
+from merlin_torch_serving.fastpath.errors import Delegate
 
 
 def sort_order(keys: list[np.ndarray], ascending: bool) -> np.ndarray:
@@ -71,7 +72,7 @@ class Groups:
 
     @property
     def starts(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        return wire.offsets_from_lengths(self.counts, np.int64)[:-1]
 
 
 def group_rows(keys: list[np.ndarray]) -> Groups:

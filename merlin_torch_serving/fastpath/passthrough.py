@@ -10,7 +10,7 @@ from __future__ import annotations
 from merlin.dag import ColumnSelector
 
 from merlin_torch_serving.fastpath.batch import Batch
-from merlin_torch_serving.fastpath.kernel import NotCompiled
+from merlin_torch_serving.fastpath.errors import NotCompiled
 
 
 class Identity:

@@ -13,7 +13,8 @@ import numpy as np
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving.exceptions import InputError
-from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
+from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, OFFSETS_DTYPE, Batch, Column
+from merlin_torch_serving.fastpath.errors import FastPathError
 from merlin_torch_serving.wire import (
     OFFSETS_DTYPE,
     OFFSETS_SUFFIX,
@@ -45,7 +46,7 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
     if missing:
         raise InputError(
             missing[0],
-            "an array (or '__values' and '__offsets' arrays for a list column)",
+            f"an array (or '{VALUES_SUFFIX}' and '{OFFSETS_SUFFIX}' arrays for a list column)",
             "no such key",
             f"the workflow needs {schema.column_names!r}; missing: {missing!r}; given:"
             f" {sorted(columns)!r}",
@@ -101,7 +102,7 @@ def _ragged(name: str, values, offsets) -> Column:
             problem,
         )
     # pandas holds the rows of a ragged input as numpy arrays
-    return Column(values, offsets.astype(np.int64), ARRAY_CELLS)
+    return Column(values, offsets.astype(OFFSETS_DTYPE), ARRAY_CELLS)
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,8 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
         is_list = output.ragged or output.width is not None
         if is_list != column.is_list:
             want = "a list column" if is_list else "a scalar column"
-            raise ValueError(
-                f"output column {name!r} is {want} in the output schema, but the workflow made the"
-                " other kind"
+            raise FastPathError(
+                f"output column {name!r} is {want} in the output schema, but the workflow made the other kind"
             )
         if output.ragged:
             arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
@@ -151,10 +151,10 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
         elif output.width is not None:
             row_lengths = column.lengths()
             if np.any(row_lengths != output.width):
-                raise ValueError(
-                    f"output column {name!r} is a list of {output.width} values per row in the"
-                    f" output schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values;"
-                    " pad the list (ListSlice(pad=True)) or declare the column ragged"
+                raise FastPathError(
+                    f"output column {name!r} is a list of {output.width} values per row in the output "
+                    f"schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list "
+                    "(ListSlice(pad=True)) or declare the column ragged"
                 )
             arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, output.width)
         else:
@@ -181,9 +181,8 @@ def empty_wire_arrays(layout: list[OutputColumn]) -> dict[str, np.ndarray]:
 def _fixed_length(column: ColumnSchema) -> int:
     dims = column.shape.dims
     if dims is None or len(dims) < 2 or not dims[1].is_fixed:
-        raise ValueError(
-            f"output column {column.name!r} is a list without a fixed or ragged shape:"
-            f" {column.shape}"
+        raise FastPathError(
+            f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}"
         )
     return int(dims[1].max)
 
@@ -192,15 +191,14 @@ def _cast(name: str, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if values.dtype == dtype:
         return values
     if dtype.kind in "iub" and values.dtype.kind == "f" and np.isnan(values).any():
-        raise ValueError(
-            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold"
-            " them; fill the nulls in the workflow (e.g. FillMissing) or give the column a float"
-            " dtype"
+        raise FastPathError(
+            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold them; "
+            "fill the nulls in the workflow (e.g. FillMissing) or give the column a float dtype"
         )
     try:
         return values.astype(dtype)
     except (TypeError, ValueError) as error:
-        raise ValueError(
+        raise FastPathError(
             f"output column {name!r} holds {values.dtype} values that do not convert to its schema "
             f"dtype {dtype}: {error}"
         ) from None

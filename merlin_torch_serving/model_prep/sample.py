@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from merlin.schema import ColumnSchema, Schema
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.model_prep.signature import bind_arguments, call_with_dict, read_signature
 
@@ -68,7 +69,7 @@ def output_schema_of(
 
 
 def _column(name: str, tensor: torch.Tensor) -> ColumnSchema:
-    dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+    dtype = wire.tensor_numpy_dtype(tensor.dtype)
     return ColumnSchema(name, dtype=dtype, dims=(None, *(int(d) for d in tensor.shape[1:])))
 
 

@@ -1,14 +1,71 @@
-"""The base class of every serving operator: schema hooks, validation, and how an op is saved.
+"""The base class of every serving operator, and the contract between operators and the exporter.
 
-An operator is a merlin.dag operator that also knows which Triton backend hosts it and how to write
-itself into (and read itself back from) a model repository.
+An operator is a merlin.dag operator that also says which Triton backend hosts it, how to write
+itself into (and read itself back from) a model repository, and, optionally, how it compiles into
+the TorchScript of a libtorch step. The exporter (``merlin_torch_serving.export``) knows operators
+through these hooks only, so a new operator is one class in one file.
+
+Writing an operator
+-------------------
+Graph building and running (merlin.dag's hooks, plus a few of ours):
+
+- ``expected_input_schema`` names the input columns with the dtype and shape wanted (checked as
+  the graph is built); ``compute_output_schema`` says what comes out.
+- ``transform(col_selector, TensorTable) -> TensorTable`` computes the outputs, without side
+  effects; it runs in-process and inside the python backend alike.
+
+Export (the contract the exporter relies on):
+
+- ``backend``: ``"python"`` (the default) runs the operator in a python-backend model, fused with
+  the python operators next to it; ``"pytorch"`` makes it a libtorch model of its own, which needs
+  ``torchscript``. May be a property, decided per instance.
+- ``config()``: the JSON-able form of the ``__init__`` keyword arguments that are not files.
+- ``save_artifacts(folder)``: writes the files (a model, a vocabulary) into ``folder``.
+- ``load_arguments(config, folder)``: a classmethod that turns ``config()`` and the files back into
+  ``__init__``'s keyword arguments (by default ``config()`` itself). ``load`` calls
+  ``cls(**load_arguments(...))``: ``__init__`` is the one way an operator is built, in-process and
+  in the server alike, and ``load`` may not be overridden.
+- ``format_version``: the version of what ``config()`` and the files hold. Bump it when their
+  meaning changes; a step saved with another version refuses to load and says so. (The layout of
+  the exported files around them has its own version, ``export.manifest.STEP_FORMAT_VERSION``.)
+- ``torchscript(input_schema)``: optional, the fusion hook. A ``torch.nn.Module`` whose
+  ``forward`` takes one ``Dict[str, Tensor]`` of the operator's inputs in the wire format (keyed by
+  the column names of ``input_schema``; a ragged list ``c`` as ``c__values`` and ``c__offsets``) and
+  returns its outputs as a Tensor or a tuple of Tensors in output-schema order, or as a
+  ``Dict[str, Tensor]`` keyed by output column. An operator with one that reads a libtorch step's
+  outputs, read by nothing else, is compiled into that step's model (``export.fusion``), which
+  saves the scores of a whole catalog from crossing to a python step. Return ``None`` when the
+  operator cannot run in TorchScript as configured (the default). Run the same TorchScript
+  functions in ``transform`` and served answers equal in-process answers bit for bit. (TorchScript
+  reads a module's class annotations as types: leave ``from __future__ import annotations`` out
+  of the module that defines it.)
+
+A minimal fusible operator::
+
+    class Scale(ServingOperator):
+        def __init__(self, column: str, factor: float):
+            super().__init__()
+            self.column, self.factor = column, float(factor)
+
+        def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None):
+            return Schema([input_schema[self.column]])
+
+        def transform(self, col_selector, transformable):
+            values = torch.from_numpy(transformable[self.column].values)
+            return TensorTable({self.column: scale(values, self.factor).numpy()}, _unsafe=True)
+
+        def config(self):
+            return {"column": self.column, "factor": self.factor}
+
+        def torchscript(self, input_schema):
+            return ScaleModule(self.column, self.factor)  # forward(inputs) -> scale(inputs[column], factor)
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from merlin.dag import BaseOperator, ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
@@ -16,19 +73,30 @@ from merlin.schema import ColumnSchema, Schema
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.schemas import describe_column
 
+if TYPE_CHECKING:
+    import torch
+
+#: the Triton backends an operator can declare
+BACKENDS = ("python", "pytorch")
+
 
 class ServingOperator(BaseOperator):
-    """A graph operator that runs in-process and on Triton with the same code.
-
-    Subclasses declare the columns they need through ``expected_input_schema`` (checked when the
-    graph is built), compute their outputs in ``compute_output_schema``, transform a
-    ``merlin.table.TensorTable`` without side effects, and describe themselves through ``config``
-    + ``save_artifacts`` so ``load`` can rebuild an identical operator inside Triton.
-    """
+    """A graph operator that runs in-process and on Triton with the same code (see the module's
+    docstring for the hooks a subclass implements)."""
 
     #: the Triton backend that hosts the operator: "python" (fused with its python neighbours)
     #: or "pytorch" (a libtorch model of its own)
     backend: ClassVar[str] = "python"
+    #: the version of what ``config()`` and ``save_artifacts`` write
+    format_version: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "load" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__qualname__} overrides ServingOperator.load; operators are rebuilt through __init__ only: "
+                "override the classmethod load_arguments(config, artifact_path) to return __init__'s keyword arguments"
+            )
 
     # ---- graph building ---------------------------------------------------------------------
 
@@ -122,16 +190,26 @@ class ServingOperator(BaseOperator):
     # ---- export ----------------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        """JSON-able parameters that, with the saved artifacts, rebuild this operator."""
+        """JSON-able form of the ``__init__`` keyword arguments that are not files."""
         return {}
 
     def save_artifacts(self, artifact_path: str | os.PathLike | None = None) -> None:
         """Write the files this operator needs (model, vocabulary) into ``artifact_path``."""
 
     @classmethod
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
+        """``__init__``'s keyword arguments from ``config()`` and the files ``save_artifacts`` wrote."""
+        return dict(config)
+
+    @classmethod
     def load(cls, config: dict[str, Any], artifact_path: str) -> ServingOperator:
-        """Rebuild the operator from ``config()`` and the files ``save_artifacts`` wrote."""
-        return cls(**config)
+        """The operator ``config()`` and ``save_artifacts`` describe, built by ``__init__``."""
+        return cls(**cls.load_arguments(config, artifact_path))
+
+    def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
+        """The operator as a TorchScript-able module over wire tensors, or None (see the module's
+        docstring); ``input_schema`` holds its input columns as the graph feeds them."""
+        return None
 
     @property
     def class_path(self) -> str:

@@ -1,24 +1,51 @@
 """DecodeItemIds: turn Categorify-encoded item ids back into the raw ids users know.
 
 Columns it is not asked to decode pass through unchanged, so it can sit at the end of a chain.
+Integer raw ids are also a TorchScript lookup, compiled into the libtorch model before it.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: TorchScript reads the class annotations below as types
 import os
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
+import torch
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.schemas import describe_column
 from merlin_torch_serving.vocabulary import CategoryVocabulary
 
 VOCABULARY_FILE = "vocabulary.npz"
+
+
+class DecodeIds(torch.nn.Module):
+    """The ``decoded`` inputs looked up in ``raw_ids`` (-1 for ids outside it, which also marks the
+    ids that are not items), the ``passed`` ones unchanged, as ``CategoryVocabulary.decode`` does."""
+
+    decoded: List[str]
+    passed: List[str]
+
+    def __init__(self, raw_ids: torch.Tensor, decoded: List[str], passed: List[str]):
+        super().__init__()
+        self.decoded = decoded
+        self.passed = passed
+        self.register_buffer("raw_ids", raw_ids)
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        outputs: Dict[str, torch.Tensor] = {}
+        for name in self.passed:
+            outputs[name] = inputs[name]
+        size = self.raw_ids.shape[0]
+        for name in self.decoded:
+            ids = inputs[name]
+            inside = (ids >= 0) & (ids < size)
+            found = self.raw_ids[torch.clamp(ids, 0, size - 1)]
+            outputs[name] = torch.where(inside, found, torch.full_like(found, -1))
+        return outputs
 
 
 class DecodeItemIds(ServingOperator):
@@ -93,6 +120,15 @@ class DecodeItemIds(ServingOperator):
     def config(self) -> dict[str, Any]:
         return {"source_column": self.vocabulary.column, "columns": self.columns}
 
+    def torchscript(self, input_schema: Schema) -> Optional[DecodeIds]:
+        """A lookup when raw ids are integers and every column is scalar or fixed-length."""
+        raw_values = self.vocabulary.raw_values
+        if raw_values.dtype.kind not in "iu" or len(raw_values) == 0 or any(wire.is_ragged(c) for c in input_schema):
+            return None
+        raw_ids = torch.from_numpy(np.where(self.vocabulary.is_item, raw_values, -1).astype(raw_values.dtype))
+        names = input_schema.column_names
+        return DecodeIds(raw_ids, [n for n in names if n in self.columns], [n for n in names if n not in self.columns])
+
     def save_artifacts(self, artifact_path=None) -> None:
         raw_values = self.vocabulary.raw_values
         if raw_values.dtype == np.dtype(object):
@@ -108,10 +144,9 @@ class DecodeItemIds(ServingOperator):
         )
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> DecodeItemIds:
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
         with np.load(os.path.join(artifact_path, VOCABULARY_FILE), allow_pickle=False) as saved:
             raw_values, is_item = saved["raw_values"], saved["is_item"]
         if raw_values.dtype.kind == "U":
-            raw_values = np.where(is_item, raw_values.astype(object), np.array(None, dtype=object))
-        vocabulary = CategoryVocabulary(config["source_column"], raw_values, is_item)
-        return cls(vocabulary, config["source_column"], config["columns"])
+            raw_values = np.where(is_item, raw_values.astype(object), None)
+        return {"vocabulary": CategoryVocabulary(config["source_column"], raw_values, is_item), **config}

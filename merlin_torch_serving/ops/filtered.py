@@ -4,19 +4,18 @@ Those sessions reach the model as placeholder rows (see ``session_rows``); their
 mean nothing, so every result downstream of the workflow is blanked on them: -1 for integers (the
 missing raw id of ``DecodeItemIds``), NaN for floats, False for booleans, empty strings, and
 empty lists. The ensemble adds this operator itself, at the end of the graph; ``blank_rows`` is
-TorchScript, so a libtorch step blanks its own outputs the same way (see ``export.fusion``).
+TorchScript, so a libtorch step blanks its own outputs the same way (``BlankFilteredRows.torchscript``).
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Any
+# no `from __future__ import annotations`: TorchScript reads the class annotations below as types
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.wire import TableColumn
 
@@ -45,6 +44,25 @@ def blank_value(dtype: np.dtype):
     if dtype.kind in "iu":
         return -1
     return ""  # strings: None would travel as the text "None" in a BYTES tensor
+
+
+class BlankRows(torch.nn.Module):
+    """``blank_rows`` of each of ``columns`` on the rows where the ``filtered`` input is True."""
+
+    filtered: str
+    columns: List[str]
+
+    def __init__(self, filtered: str, columns: List[str]):
+        super().__init__()
+        self.filtered = filtered
+        self.columns = columns
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        mark = inputs[self.filtered]
+        outputs: Dict[str, torch.Tensor] = {}
+        for name in self.columns:
+            outputs[name] = blank_rows(inputs[name], mark)
+        return outputs
 
 
 class BlankFilteredRows(ServingOperator):
@@ -82,6 +100,14 @@ class BlankFilteredRows(ServingOperator):
     def config(self) -> dict[str, Any]:
         return {"filtered_column": self.filtered_column, "columns": self.columns}
 
+    def torchscript(self, input_schema: Schema) -> Optional[BlankRows]:
+        """Blanking in TorchScript, for numbers and booleans that are not ragged lists (emptied
+        lists and strings are left to ``transform``)."""
+        columns = [input_schema[name] for name in self.columns]
+        if any(wire.is_ragged(c) or wire.column_numpy_dtype(c).kind not in "biuf" for c in columns):
+            return None
+        return BlankRows(self.filtered_column, self.columns)
+
 
 def _emptied(
     values: np.ndarray, offsets: np.ndarray, filtered: np.ndarray
@@ -91,6 +117,4 @@ def _emptied(
         return values, offsets
     lengths = np.diff(offsets.astype(np.int64))
     kept = np.repeat(~filtered, lengths)
-    new_offsets = np.zeros_like(offsets)
-    np.cumsum(np.where(filtered, 0, lengths), out=new_offsets[1:])
-    return values[kept], new_offsets
+    return values[kept], wire.offsets_from_lengths(np.where(filtered, 0, lengths), offsets.dtype)

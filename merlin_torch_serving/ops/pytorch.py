@@ -18,11 +18,8 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import InputError, SchemaError
-from merlin_torch_serving.model_prep.eager import (
-    EAGER_MODEL_FILE,
-    load_eager_model,
-    save_eager_model,
-)
+from merlin_torch_serving.model_prep.eager import EAGER_MODEL_FILE, load_eager_model, save_eager_model
+from merlin_torch_serving.model_prep.next_item import SESSION_EMBEDDING, next_item_scoring, session_encoder
 from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
 from merlin_torch_serving.model_prep.sample import named_inputs
 from merlin_torch_serving.model_prep.schemas import model_schemas
@@ -74,6 +71,12 @@ class PredictPytorch(ServingOperator):
         defaults to each ragged input's ``value_count.max``.
     pad_value, pad_side
         How short sequences are padded. Transformers4Rec pads with 0 on the right.
+    output
+        ``"session_embedding"`` splits a Transformers4Rec next-item model at the session's vector:
+        the step returns that vector (float ``[-1, d]``, column ``session_embedding``) instead of the
+        catalog's scores, for ``RetrieveTopK(k, item_vectors=model)`` to rank the items with. The
+        user's model is not changed; nothing else is needed. ``None`` (the default) keeps the
+        model's own outputs.
     """
 
     def __init__(
@@ -88,11 +91,13 @@ class PredictPytorch(ServingOperator):
         max_sequence_length: int | None = None,
         pad_value: float = 0,
         pad_side: Literal["right", "left"] = "right",
+        output: Literal["session_embedding"] | None = None,
     ):
         super().__init__()
         _check_choice("backend", backend, (None, "pytorch", "python"))
         _check_choice("execution", execution, ("auto", "torchscript", "eager"))
         _check_choice("pad_side", pad_side, ("right", "left"))
+        _check_choice("output", output, (None, SESSION_EMBEDDING))
         if backend == "pytorch" and execution == "eager":
             raise ValueError(
                 "backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run"
@@ -102,9 +107,9 @@ class PredictPytorch(ServingOperator):
         if isinstance(model, (str, os.PathLike)):
             model, saved_input_schema = load_model(model)
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(
-                f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}"
-            )
+            raise TypeError(f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}")
+        if output == SESSION_EMBEDDING:
+            model, output_schema = session_encoder(model), output_schema or _session_embedding_schema(model)
         model = model.eval()
         sample_inputs = None if sample is None else named_inputs(model, sample, "PredictPytorch")
         input_schema, output_schema = model_schemas(
@@ -216,26 +221,32 @@ class PredictPytorch(ServingOperator):
             torch.jit.save(self.model, os.path.join(artifact_path, MODEL_FILE))
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> PredictPytorch:
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
         if config["execution"] == "eager":
             model = load_eager_model(os.path.join(artifact_path, EAGER_MODEL_FILE))
         else:
             model = torch.jit.load(os.path.join(artifact_path, MODEL_FILE), map_location="cpu")
-        return cls(
-            model,
-            schema_from_json(config["input_schema"]),
-            schema_from_json(config["output_schema"]),
-            config["backend"],
-            execution=config["execution"],
-            pad_value=config["pad_value"],
-            pad_side=config["pad_side"],
-        )
+        return {
+            **config,
+            "model": model,
+            "input_schema": schema_from_json(config["input_schema"]),
+            "output_schema": schema_from_json(config["output_schema"]),
+        }
+
+    def torchscript(self, input_schema: Schema) -> torch.jit.ScriptModule | None:
+        """The wrapped model, when it runs on libtorch (a python-backend model stays there)."""
+        return self.module if self.backend_choice == "pytorch" else None
 
 
 def _check_choice(name: str, value, choices: tuple) -> None:
     if value not in choices:
         listed = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {listed}, got {value!r}")
+
+
+def _session_embedding_schema(model: torch.nn.Module) -> Schema:
+    dimension = int(next_item_scoring(model).item_vectors.shape[1])
+    return Schema([ColumnSchema(SESSION_EMBEDDING, dtype=np.float32, dims=(None, dimension))])
 
 
 def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> Schema:
@@ -262,7 +273,7 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
     columns = []
     for column, tensor in zip(declared, outputs, strict=True):
         dims = (None,) + tuple(int(d) for d in tensor.shape[1:])
-        dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        dtype = wire.tensor_numpy_dtype(tensor.dtype)
         columns.append(
             ColumnSchema(
                 column.name,

@@ -1,13 +1,11 @@
 """TopK: the k best items per row over the whole catalog's scores, with exclusions.
 
-The selection is a TorchScript-compatible function, so the same kernel can run in-process, in the
-python backend, or fused into a libtorch model.
+The selection is a TorchScript function, so the same kernel runs in-process, in the python backend,
+and compiled into the libtorch model whose scores it ranks (``TopK.torchscript``).
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Any
+# no `from __future__ import annotations`: TorchScript reads the class annotations below as types
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -15,8 +13,10 @@ from merlin.dag import Node
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
+from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.retrieval.exact import seen_pairs
 from merlin_torch_serving.schemas import describe_column
 
 
@@ -32,25 +32,59 @@ def top_k_items(
     ``excluded_ids`` are never returned (padding and reserved ids); ``seen_values`` /
     ``seen_offsets`` (a ragged list per row; offsets may be ``None`` for a dense ``[rows, L]``
     list) name items each row has already seen, which are left out of that row. Ids outside the
-    catalog are ignored. Ties keep torch.topk's order.
+    catalog are ignored. A row left with fewer than ``k`` items gets excluded ids scored -inf in
+    the remaining places.
+
+    The scores are read once and never copied: each row's ``k`` plus as many more best items as
+    it may have to leave out are selected, and the first ``k`` it may keep are returned (a copy
+    of the whole ``[rows, catalog]`` matrix to mask it cost as much as the selection itself).
     """
-    scores = scores.clone()
     rows, catalog = scores.shape[0], scores.shape[1]
-    if excluded_ids.numel() > 0:
-        scores[:, excluded_ids] = float("-inf")
-    if seen_values is not None:
-        if seen_offsets is None:
-            length = seen_values.shape[1] if seen_values.dim() > 1 else 1
-            row_of_value = torch.arange(rows).repeat_interleave(length)
-            ids = seen_values.reshape(-1)
-        else:
-            lengths = (seen_offsets[1:] - seen_offsets[:-1]).to(torch.int64)
-            row_of_value = torch.arange(rows).repeat_interleave(lengths)
-            ids = seen_values
-        inside = (ids >= 0) & (ids < catalog)
-        scores[row_of_value[inside], ids[inside]] = float("-inf")
-    best = torch.topk(scores, k, dim=1, largest=True, sorted=True)
-    return best.indices, best.values
+    seen_rows, seen_ids = seen_pairs(rows, seen_values, seen_offsets)
+    inside = (seen_ids >= 0) & (seen_ids < catalog)
+    seen_rows, seen_ids = seen_rows[inside], seen_ids[inside]
+    most_seen = int(torch.bincount(seen_rows, minlength=rows).max()) if seen_rows.numel() > 0 else 0
+    fetched = min(k + excluded_ids.numel() + most_seen, catalog)
+    best = torch.topk(scores, fetched, dim=1, largest=True, sorted=True)
+    refused = torch.isin(best.indices, excluded_ids)
+    if seen_rows.numel() > 0:
+        matches = (best.indices[seen_rows] == seen_ids.unsqueeze(1)).to(torch.int32)
+        seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(0, seen_rows, matches)
+        refused = refused | (seen_counts > 0)
+    order = torch.argsort(refused.to(torch.int32), dim=1, stable=True)[:, :k]
+    values = torch.gather(best.values, 1, order)
+    values = torch.where(torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values)
+    return torch.gather(best.indices, 1, order), values
+
+
+class TopKSelection(torch.nn.Module):
+    """``top_k_items`` over wire tensors: the ``scores`` input ranked, leaving out ``excluded_ids``
+    and the items of the ``seen`` input (``""`` for none; a ragged one arrives as values and
+    offsets). Returns ids and scores, TopK's outputs in order."""
+
+    k: int
+    scores: str
+    seen: str
+    seen_ragged: bool
+
+    def __init__(self, k: int, excluded_ids: Sequence[int], scores: str, seen: str, seen_ragged: bool):
+        super().__init__()
+        self.k = k
+        self.scores = scores
+        self.seen = seen
+        self.seen_ragged = seen_ragged
+        self.register_buffer("excluded_ids", torch.tensor(list(excluded_ids), dtype=torch.int64))
+
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        seen_values: Optional[torch.Tensor] = None
+        seen_offsets: Optional[torch.Tensor] = None
+        if self.seen != "":
+            if self.seen_ragged:
+                seen_values = inputs[self.seen + wire.VALUES_SUFFIX].to(torch.int64)
+                seen_offsets = inputs[self.seen + wire.OFFSETS_SUFFIX].to(torch.int64)
+            else:
+                seen_values = inputs[self.seen].to(torch.int64)
+        return top_k_items(inputs[self.scores], self.k, self.excluded_ids, seen_values, seen_offsets)
 
 
 class TopK(ServingOperator):
@@ -93,7 +127,7 @@ class TopK(ServingOperator):
         self.ids_column = ids_column
         self.scores_column = scores_column
         self.seen_node = seen_items
-        self.seen_column = _single_column(seen_items) if seen_items is not None else None
+        self.seen_column = single_column(seen_items) if seen_items is not None else None
 
     @property
     def label(self) -> str:
@@ -144,44 +178,17 @@ class TopK(ServingOperator):
                 "use a smaller k",
             )
         if self.seen_column is not None:
-            seen = input_schema[self.seen_column]
-            if seen.dtype.element_type.value != "int" or not seen.is_list:
-                raise SchemaError(
-                    self.label, seen.name, "an int list of item ids", describe_column(seen)
-                )
+            check_seen_items(self.label, input_schema[self.seen_column])
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         scores = input_schema[self._scores_column(input_schema)]
-        catalog = (
-            scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
-        )
-        id_properties = {"domain": {"min": 0, "max": int(catalog) - 1}} if catalog else {}
-        return Schema(
-            [
-                ColumnSchema(
-                    self.ids_column,
-                    tags=[Tags.ITEM_ID],
-                    properties=id_properties,
-                    dtype="int64",
-                    dims=(None, self.k),
-                ),
-                ColumnSchema(
-                    self.scores_column, dtype=scores.dtype.without_shape, dims=(None, self.k)
-                ),
-            ]
-        )
+        catalog = scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
+        return ranked_items_schema(self.k, catalog, scores.dtype.without_shape, self.ids_column, self.scores_column)
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         # the selector lists the expected input columns in order: scores first
         scores = transformable[self.scores_name or col_selector.names[0]].values
-        seen_values = seen_offsets = None
-        if self.seen_column is not None:
-            seen = transformable[self.seen_column]
-            seen_values = torch.from_numpy(np.asarray(seen.values).astype(np.int64, copy=False))
-            if seen.offsets is not None:
-                seen_offsets = torch.from_numpy(
-                    np.asarray(seen.offsets).astype(np.int64, copy=False)
-                )
+        seen_values, seen_offsets = seen_tensors(transformable, self.seen_column)
         ids, best = top_k_items(
             torch.from_numpy(np.asarray(scores)),
             self.k,
@@ -197,19 +204,17 @@ class TopK(ServingOperator):
         return {
             "k": self.k,
             "scores": self.scores_name,
-            "seen_column": self.seen_column,
+            # loaded on its own, the operator takes the seen items as an input column of that name
+            "seen_items": self.seen_column,
             "exclude_ids": self.exclude_ids,
             "ids_column": self.ids_column,
             "scores_column": self.scores_column,
         }
 
-    @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> TopK:
-        config = dict(config)
-        seen_column = config.pop("seen_column")
-        op = cls(**config)
-        op.seen_column = seen_column
-        return op
+    def torchscript(self, input_schema: Schema) -> TopKSelection:
+        seen = self.seen_column or ""
+        ragged = bool(seen) and wire.is_ragged(input_schema[seen])
+        return TopKSelection(self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged)
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -243,7 +248,8 @@ class TopK(ServingOperator):
         return candidates[0]
 
 
-def _single_column(source: Node | str) -> str:
+def single_column(source: Node | str) -> str:
+    """The one column name a ``seen_items`` argument selects (a node's single column, or a name)."""
     if isinstance(source, str):
         return source
     names = (
@@ -255,3 +261,30 @@ def _single_column(source: Node | str) -> str:
             f"got {source!r}"
         )
     return names[0]
+
+
+def check_seen_items(label: str, seen: ColumnSchema) -> None:
+    """A ``SchemaError`` unless ``seen`` is an int list of item ids."""
+    if seen.dtype.element_type.value != "int" or not seen.is_list:
+        raise SchemaError(label, seen.name, "an int list of item ids", describe_column(seen))
+
+
+def ranked_items_schema(k: int, catalog: int | None, scores_dtype, ids_column: str, scores_column: str) -> Schema:
+    """The two outputs of a top-k selection: item ids (in the catalog's domain) and their scores."""
+    id_properties = {"domain": {"min": 0, "max": int(catalog) - 1}} if catalog else {}
+    return Schema(
+        [
+            ColumnSchema(ids_column, tags=[Tags.ITEM_ID], properties=id_properties, dtype="int64", dims=(None, k)),
+            ColumnSchema(scores_column, dtype=scores_dtype, dims=(None, k)),
+        ]
+    )
+
+
+def seen_tensors(table: TensorTable, seen_column: str | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The seen items' values and offsets (``None`` for a dense list, or for no column) as int64."""
+    if seen_column is None:
+        return None, None
+    seen = table[seen_column]
+    values = torch.from_numpy(np.asarray(seen.values).astype(np.int64, copy=False))
+    offsets = None if seen.offsets is None else torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+    return values, offsets

@@ -20,13 +20,13 @@ from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
 from merlin_torch_serving import metrics, wire
-from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.exceptions import SchemaError, WorkflowNotFittedError
 from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
 
 if TYPE_CHECKING:
-    from merlin_torch_serving.fastpath.compiled import CompiledWorkflow
+    from merlin_torch_serving.fastpath import CompiledWorkflow
 
 WORKFLOW_DIR = "workflow"
 
@@ -62,6 +62,7 @@ class TransformWorkflow(ServingOperator):
         return_session_id: bool = True,
     ):
         super().__init__()
+        _check_fitted(workflow)
         self.workflow = workflow
         self.keep_request_order = keep_request_order
         self.fast_path = fast_path
@@ -78,15 +79,14 @@ class TransformWorkflow(ServingOperator):
                 "a workflow output of that name",
                 "rename that output, or pass keep_request_order=False",
             )
-        self._compiled: CompiledWorkflow | None = None
+        # compiled here, where it reads the vocabularies and logs what it leaves to NVTabular: in a
+        # served model that is while the model loads, not on its first request
+        from merlin_torch_serving.fastpath import compile_workflow
+
+        self._compiled = compile_workflow(workflow, kernels=fast_path)
 
     def compiled_workflow(self) -> CompiledWorkflow:
-        """The workflow compiled for the fast path (or step by step through NVTabular, without
-        it); built on first use (it reads the vocabularies)."""
-        if self._compiled is None:
-            from merlin_torch_serving.fastpath import compile_workflow
-
-            self._compiled = compile_workflow(self.workflow, kernels=self.fast_path)
+        """The workflow compiled for the fast path (or step by step through NVTabular, without it)."""
         return self._compiled
 
     @property
@@ -120,7 +120,7 @@ class TransformWorkflow(ServingOperator):
         return warmup_sessions.session_requests(self.workflow, self.session_key)
 
     def filtered_by(self, request: TensorTable) -> str | None:
-        return self.compiled_workflow().emptying_step(wire.to_wire(request))
+        return self.compiled_workflow().emptying_node(wire.to_wire(request))
 
     def request_groups(self) -> list[str] | None:
         """The keys of the workflow's Groupby when they are request columns (the session id): the
@@ -160,21 +160,29 @@ class TransformWorkflow(ServingOperator):
         }
 
     def save_artifacts(self, artifact_path=None) -> None:
-        # compile at export too, so what falls back to NVTabular is logged before serving
-        self.compiled_workflow()
         # Workflow.save repoints the statistics of the workflow it saves to the new folder;
         # save a copy so that exporting never changes this operator
         copy.deepcopy(self.workflow).save(os.path.join(artifact_path, WORKFLOW_DIR))
 
     @classmethod
-    def load(cls, config: dict[str, Any], artifact_path: str) -> TransformWorkflow:
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
         import nvtabular
 
-        workflow = nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR))
-        operator = cls(workflow, **config)
-        # compile while the model loads, not on the first request
-        operator.compiled_workflow()
-        return operator
+        return {"workflow": nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR)), **config}
+
+
+def _check_fitted(workflow) -> None:
+    """A WorkflowNotFittedError naming the operators without statistics (NVTabular itself fails
+    later, with a missing column or a None vocabulary)."""
+    from merlin.dag.ops.stat_operator import StatOperator
+
+    unfitted = [
+        node.op.label
+        for node in postorder_iter_nodes(workflow.output_node)
+        if isinstance(node.op, StatOperator) and not node.op.fitted
+    ]
+    if unfitted or workflow.output_schema is None:
+        raise WorkflowNotFittedError(list(dict.fromkeys(unfitted)))
 
 
 def _groupby_key(workflow) -> str | None:

@@ -352,7 +352,7 @@ def test_start_raises_port_in_use_naming_the_port_when_a_requested_port_is_taken
         ) as caught:
             server.start()
     assert caught.value.port == port
-    assert wait_until_gone([server.pid]) == []
+    assert server.pid is None  # found before tritonserver was started
 
 
 def test_start_raises_server_exited_with_the_log_when_tritonserver_rejects_an_argument(tmp_path):

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import InputError, frames
+from merlin_torch_serving import InputError, MissingColumnsError, frames
 
 SCHEMA = Schema(
     [
@@ -49,11 +49,29 @@ def test_extra_columns_are_refused_and_missing_ones_named():
     ):
         frames.frame_to_table(request(extra=[0, 0]), SCHEMA)
     data = request()
-    del data["items"]
-    with pytest.raises(
-        InputError, match="input column 'items': expected int64 ragged list, got no such column"
-    ):
+    del data["items"], data["embedding"]
+    with pytest.raises(MissingColumnsError) as refused:
         frames.frame_to_table(data, SCHEMA)
+    assert str(refused.value).splitlines() == [
+        "name the request's columns as the model's inputs, or map yours to them: "
+        "columns={'<your column>': 'items', ...} (--columns YOURS=items,...)",
+        "missing input columns: 'items' (int64 ragged list), 'embedding' (float32 fixed list [-1, 2]); "
+        "the request has 'session_id'",
+    ]
+    assert (refused.value.column, refused.value.missing.keys()) == ("items", {"items", "embedding"})
+
+
+def test_whole_floats_are_taken_as_integer_ids():
+    table = frames.frame_to_table(request(session_id=np.array([8382491.0, 2.0]), items=[[3.0, 4.0, 5.0], [6.0]]), SCHEMA)
+    assert table["session_id"].values.tolist() == [8382491, 2]
+    assert table["session_id"].values.dtype == np.int64
+    assert table["items"].values.dtype == np.int64
+
+
+@pytest.mark.parametrize("ids", [[1.5, 2.0], [float("inf"), 2.0], [2.0**64, 2.0]])
+def test_floats_that_are_not_int64_values_are_refused(ids):
+    with pytest.raises(InputError, match="'session_id': expected int64 scalar, got float64 values"):
+        frames.frame_to_table(request(session_id=ids), SCHEMA)
 
 
 def test_values_that_would_change_are_refused():

@@ -8,6 +8,7 @@ import pytest
 import torch
 from merlin.dag import ColumnSelector
 from merlin.schema import ColumnSchema, Schema
+from merlin.table import TensorTable
 
 from merlin_torch_serving import (
     DecodeItemIds,
@@ -217,3 +218,34 @@ def test_blanking_joins_a_two_output_libtorch_model_in_either_output_order(
     )
     assert_same_arrays(served, expected)
     assert (expected["ids"][expected["filtered_out"]] == -1).all()
+
+
+class FourOutputs(torch.nn.Module):
+    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = inputs["x"]
+        return x.sum(1), x * 2.0, x.max(1).values, x.min(1).values
+
+
+FOUR_OUTPUTS_INPUT = Schema([ColumnSchema("x", dtype="float32", dims=(None, 3))])
+FOUR_OUTPUTS = Schema([ColumnSchema(name) for name in ("total", "doubled", "largest", "smallest")])
+
+
+def four_outputs_reading(read):
+    predict = ["x"] >> PredictPytorch(torch.jit.script(FourOutputs()), FOUR_OUTPUTS_INPUT, FOUR_OUTPUTS, backend="pytorch")
+    return Ensemble(predict[read], FOUR_OUTPUTS_INPUT)
+
+
+@pytest.mark.parametrize(
+    "read", [["doubled"], ["total", "largest"], ["smallest", "doubled"], ["total", "doubled", "smallest"]]
+)
+def test_a_libtorch_model_returns_only_the_outputs_the_graph_reads(tmp_path, read):
+    ensemble = four_outputs_reading(read)
+    ensemble.export(tmp_path, "some")
+    x = np.array([[1, -2, 3], [0.5, 4, -1]], dtype=np.float32)
+
+    answer = run_repository(tmp_path, "some", {"x": x})
+
+    expected = ensemble.run(TensorTable({"x": x}))
+    assert sorted(answer) == sorted(read)
+    for name in read:
+        np.testing.assert_array_equal(answer[name], expected[name].values)

@@ -13,6 +13,7 @@ from merlin_torch_serving import (
     Ensemble,
     ExportError,
     TopK,
+    TransformWorkflow,
 )
 from merlin_torch_serving.export.manifest import STEP_FORMAT_VERSION, sha256_of, verify_export
 from merlin_torch_serving.export.python_model import HostedStep
@@ -91,6 +92,37 @@ def test_a_step_in_another_format_refuses_to_load_naming_both_versions(exported,
             rf"exported by merlin-torch-serving 9\.0\.0 in step format {STEP_FORMAT_VERSION + 1},"
             r" and this is 0\.1\.0.*re-export"
         ),
+    ):
+        HostedStep.load(str(step_dir))
+
+
+def test_a_manifest_in_another_format_is_refused_by_verify_export(exported, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(exported, copy)
+    manifest_path = copy / "reco" / "1" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest.update(format_version=STEP_FORMAT_VERSION - 1, library_version="0.0.9")
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=rf"ensemble 'reco' cannot be loaded: it was exported by merlin-torch-serving 0\.0\.9 in step format {STEP_FORMAT_VERSION - 1}, and this is 0\.1\.0"):
+        verify_export(copy, "reco")
+
+
+def test_an_operator_saved_in_another_format_of_its_own_refuses_to_load_naming_it(exported, tmp_path):
+    import shutil
+
+    step_dir = tmp_path / "reco-0-transformworkflow" / "1"
+    shutil.copytree(exported / "reco-0-transformworkflow" / "1", step_dir)
+    spec = json.loads((step_dir / "step.json").read_text())
+    assert spec["calls"][0]["format_version"] == TransformWorkflow.format_version
+    spec["calls"][0]["format_version"] = TransformWorkflow.format_version + 1
+    (step_dir / "step.json").write_text(json.dumps(spec))
+    with pytest.raises(
+        ArtifactError,
+        match=rf"step 'reco-0-transformworkflow' cannot be loaded: its operator TransformWorkflow was saved in format "
+        rf"{TransformWorkflow.format_version + 1} of merlin_torch_serving\.ops\.workflow\.TransformWorkflow, and that "
+        rf"class reads format {TransformWorkflow.format_version}; re-export",
     ):
         HostedStep.load(str(step_dir))
 

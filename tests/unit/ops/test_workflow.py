@@ -1,6 +1,6 @@
 import numpy as np
 import pandas as pd
-from merlin.table import TensorTable
+import pytest
 
 from merlin_torch_serving import Ensemble, TransformWorkflow, frames
 from merlin_torch_serving.ops.session_rows import take_rows
@@ -70,3 +70,17 @@ def test_loaded_transform_workflow_is_compiled_before_its_first_request(toy_work
     loaded = TransformWorkflow.load(operator.config(), str(tmp_path))
     assert loaded._compiled is not None
     assert loaded.compiled_workflow().fallbacks == []
+
+
+def test_a_workflow_that_was_never_fitted_is_refused_naming_the_fix(tmp_path):
+    import nvtabular as nvt
+
+    from merlin_torch_serving import WorkflowNotFittedError
+
+    unfitted = nvt.Workflow(["item_id", "category"] >> nvt.ops.Categorify(out_path=str(tmp_path)))
+    with pytest.raises(WorkflowNotFittedError) as refused:
+        TransformWorkflow(unfitted)
+    assert str(refused.value) == (
+        "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with "
+        "nvtabular.Workflow.load(path); this one is not fitted (operators without statistics: Categorify)"
+    )

@@ -1,0 +1,59 @@
+"""Requests whose columns are named otherwise than the model's inputs: a mapping from the
+caller's names to the inputs' (``{"user_session": "session_id"}``), given in code or on the
+command line as ``user_session=session_id,item=item_id``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+import pandas as pd
+
+from merlin_torch_serving.exceptions import InputError
+
+
+def parse(text: str) -> dict[str, str]:
+    """``"a=x,b=y"`` -> ``{"a": "x", "b": "y"}``; a malformed pair is a ValueError that shows the form."""
+    mapping = {}
+    for pair in filter(None, (part.strip() for part in text.split(","))):
+        yours, sep, theirs = (side.strip() for side in pair.partition("="))
+        if not sep or not yours or not theirs:
+            raise ValueError(f"write column mappings as YOURS=INPUT,... (e.g. user_session=session_id), got {pair!r}")
+        mapping[yours] = theirs
+    return mapping
+
+
+def argument(text: str) -> dict[str, str]:
+    """``parse`` as an argparse ``type=``: a malformed mapping is a usage error, not a traceback."""
+    try:
+        return parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def rename(data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str] | None):
+    """``data`` with its columns renamed through ``mapping`` (the caller's name -> the input's).
+    A mapped column the data lacks, or a rename onto a column it already has, is an InputError."""
+    if not mapping:
+        return data
+    names = list(data.columns) if isinstance(data, pd.DataFrame) else list(data)
+    for yours, theirs in mapping.items():
+        if yours not in names:
+            raise InputError(
+                yours, "a column of the request (the mapping renames it)", "no such column",
+                f"the request has {', '.join(map(repr, names)) or 'no columns'}; fix the mapping {yours}={theirs}",
+            )
+        if theirs in names and theirs not in mapping:
+            raise InputError(theirs, f"one column of that name, after renaming {yours!r} to it", "two", "drop one of them")
+    if isinstance(data, pd.DataFrame):
+        return data.rename(columns=dict(mapping))
+    return {mapping.get(name, name): values for name, values in data.items()}
+
+
+def restore(frame: pd.DataFrame, mapping: Mapping[str, str] | None) -> pd.DataFrame:
+    """The answer with the columns that are mapped inputs (the session id coming back) under the
+    caller's names again."""
+    if not mapping:
+        return frame
+    back = {theirs: yours for yours, theirs in mapping.items() if theirs in frame.columns}
+    return frame.rename(columns=back) if back else frame

@@ -1,0 +1,38 @@
+"""The README's complete example, run as a user pastes it: its python block, fed to this
+interpreter at the root of the checkout. It trains, exports, serves on a real tritonserver and
+compares the served answer with the in-process one itself."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_example() -> str:
+    """The first python block of the README's "A complete example" section."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## A complete example\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks, "the README's complete example has no python block"
+    return blocks[0]
+
+
+def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process():
+    example = readme_example()
+    assert "TritonServer(" in example and "Client(" in example and ".export(" in example
+    result = subprocess.run(
+        [sys.executable, "-"], input=example, cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 3, result.stdout  # one line per requested session
+    for line in lines:
+        assert re.fullmatch(r"session \d+: recommended \[(\d+, ){9}\d+\]", line), line
