@@ -76,17 +76,24 @@ def write_markdown(
         "",
         "## Latency and throughput",
         "",
-        f"![p50 latency and sessions per second, this project against Merlin Systems 23.08, with the in-process limit "
-        f"and the Triton floor as reference lines]({path.with_suffix('.png').name})",
+        (
+            "![p50 latency and sessions per second, this project against Merlin Systems 23.08,"
+            " with the in-process limit and the Triton floor as reference"
+            f" lines]({path.with_suffix('.png').name})"
+        ),
         "",
-        "Each server first answers its cold-start requests (below) and then every request of every setting "
-        f"{run['settings']['steady_state_passes']} times, so rows measure a server that has been serving for a while. "
-        f"Each row: {run['settings']['warmup_requests']} warm-up requests, then up to "
-        f"{run['settings']['timed_requests']} timed requests or {run['settings']['time_budget_s']:g} s, whichever "
-        "comes first (`n` is how many were timed). Latency is from the call to the full answer in the client. "
-        "`other CPU` is how many cores other processes, or other virtual machines (steal), took meanwhile; a row measured while it "
-        f"exceeded {BUSY_MACHINE_CORES:g} was measured once more after a pause, and the less disturbed attempt kept; "
-        "rows marked `!` stayed above it.",
+        (
+            "Each server first answers its cold-start requests (below) and then every request of"
+            f" every setting {run['settings']['steady_state_passes']} times, so rows measure a"
+            " server that has been serving for a while. Each row:"
+            f" {run['settings']['warmup_requests']} warm-up requests, then up to"
+            f" {run['settings']['timed_requests']} timed requests or"
+            f" {run['settings']['time_budget_s']:g} s, whichever comes first (`n` is how many were"
+            " timed). Latency is from the call to the full answer in the client. `other CPU` is"
+            " how many cores other processes, or other virtual machines (steal), took meanwhile; a"
+            f" row measured while it exceeded {BUSY_MACHINE_CORES:g} was measured once more after a"
+            " pause, and the less disturbed attempt kept; rows marked `!` stayed above it."
+        ),
         "",
         (
             "| system | protocol | client | sessions | clients | n | p50 ms | p90 ms | p99 ms |"

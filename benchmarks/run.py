@@ -79,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.only == "catalog":
         from benchmarks import catalog
 
-        return catalog.main(rest + (["--quick"] if arguments.quick else []) + ["--output-dir", str(arguments.output_dir)])
+        return catalog.main(
+            rest
+            + (["--quick"] if arguments.quick else [])
+            + ["--output-dir", str(arguments.output_dir)]
+        )
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
@@ -124,13 +128,23 @@ def _measurement_count() -> int:
 
 def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="./run bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*"
+    )
     parser.add_argument(
         "--only",
         choices=["catalog"],
-        help="run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g. --sizes, --index)",
+        help=(
+            "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
+            " --sizes, --index)"
+        ),
     )
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help=f"where results go (default {RESULTS_DIR})")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help=f"where results go (default {RESULTS_DIR})",
+    )
     parser.add_argument(
         "--work-dir",
         type=Path,

@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _without_log(error: MerlinTorchServingError, verbose: bool) -> str:
-    """The error's message; tritonserver's log tail only with --verbose (its first line says what to do)."""
+    """The error's message; tritonserver's log tail only with --verbose (its first line says what to
+    do)."""
     if isinstance(error, ServerError) and error.log_tail and not verbose:
         return f"{error.summary}\n(--verbose shows the last lines of tritonserver's log)"
     return str(error)
@@ -58,7 +59,9 @@ def serve(args) -> int:
     from merlin_torch_serving.server import TritonServer
 
     # the supervisor says here when a model failed and was reloaded
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
     # Until it serves, Ctrl-C (KeyboardInterrupt) and SIGTERM end start-up at once: start() kills
     # the half-started server and re-raises; once it serves, they stop it gracefully.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -75,7 +78,10 @@ def serve(args) -> int:
         start_timeout_s=args.start_timeout,
         extra_args=args.tritonserver_args,
     )
-    print(f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...", flush=True)
+    print(
+        f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...",
+        flush=True,
+    )
     try:
         server.start()
     except PortInUseError as error:
@@ -290,8 +296,17 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--version", action=_VersionAction, help="show the versions of this library and tritonserver")
-    common.add_argument("--verbose", "-v", action="store_true", help="show tritonserver's log tail with server errors")
+    common.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show the versions of this library and tritonserver",
+    )
+    common.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="show tritonserver's log tail with server errors",
+    )
     parser._add_action(common._actions[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -313,12 +328,24 @@ def _parser() -> argparse.ArgumentParser:
             " s3://http://HOST:PORT/BUCKET/PATH)"
         ),
     )
-    for protocol, default in (("http", DEFAULT_HTTP_PORT), ("grpc", DEFAULT_GRPC_PORT), ("metrics", DEFAULT_METRICS_PORT)):
+    for protocol, default in (
+        ("http", DEFAULT_HTTP_PORT),
+        ("grpc", DEFAULT_GRPC_PORT),
+        ("metrics", DEFAULT_METRICS_PORT),
+    ):
         serve_parser.add_argument(
-            f"--{protocol}-port", type=int, default=default, metavar="PORT", help="default %(default)s; 0 lets the OS choose a free one"
+            f"--{protocol}-port",
+            type=int,
+            default=default,
+            metavar="PORT",
+            help="default %(default)s; 0 lets the OS choose a free one",
         )
-    serve_parser.add_argument("--model-control", choices=("none", "explicit", "poll"), default="none")
-    serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
+    serve_parser.add_argument(
+        "--model-control", choices=("none", "explicit", "poll"), default="none"
+    )
+    serve_parser.add_argument(
+        "--load", action="append", metavar="MODEL", help="with explicit control: load at start"
+    )
     serve_parser.add_argument(
         "--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose"
     )
@@ -353,11 +380,16 @@ def _parser() -> argparse.ArgumentParser:
     bundle_parser = commands.add_parser(
         "bundle",
         parents=[common],
-        help="copy a model repository so that it serves on a tritonserver whose Python lacks this library",
-        description="Copy REPOSITORY to OUT, giving every python step a packed Python environment (this Python, "
-        "its standard library, and the installed distributions this library needs to serve), the python-backend "
-        "stub for that Python, and EXECUTION_ENV_PATH pointing at it. NVIDIA's tritonserver containers then "
-        "serve OUT without installing anything.",
+        help=(
+            "copy a model repository so that it serves on a tritonserver whose Python lacks this"
+            " library"
+        ),
+        description=(
+            "Copy REPOSITORY to OUT, giving every python step a packed Python environment (this"
+            " Python, its standard library, and the installed distributions this library needs to"
+            " serve), the python-backend stub for that Python, and EXECUTION_ENV_PATH pointing at"
+            " it. NVIDIA's tritonserver containers then serve OUT without installing anything."
+        ),
     )
     bundle_parser.add_argument("out", help="the folder to write (must not exist)")
     bundle_parser.add_argument(
@@ -386,11 +418,17 @@ def _parser() -> argparse.ArgumentParser:
     deploy_parser = commands.add_parser(
         "deploy-files",
         parents=[common],
-        help="write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a repository",
-        description="Render the deployment files (Dockerfile; k8s/ Deployment, Service, HorizontalPodAutoscaler, "
-        "PodDisruptionBudget, prometheus-adapter rule; kserve/ InferenceService) into OUT, from one set of "
-        "settings so that ports, repository, shared memory and cache agree. Unset options keep the defaults "
-        "of the repository's own deploy/ folder.",
+        help=(
+            "write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a"
+            " repository"
+        ),
+        description=(
+            "Render the deployment files (Dockerfile; k8s/ Deployment, Service,"
+            " HorizontalPodAutoscaler, PodDisruptionBudget, prometheus-adapter rule; kserve/"
+            " InferenceService) into OUT, from one set of settings so that ports, repository,"
+            " shared memory and cache agree. Unset options keep the defaults of the repository's"
+            " own deploy/ folder."
+        ),
     )
     deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
     for field in _deploy_fields():
@@ -405,11 +443,17 @@ def _parser() -> argparse.ArgumentParser:
     build_parser = commands.add_parser(
         "build-backend",
         parents=[common],
-        help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
-        description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
-        "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
-        "serves `backend: \"pytorch\"` models. Needs cmake, ninja or make, and a C++ compiler; takes under a minute "
-        "on 2 cores, and a second call with the same torch returns at once.",
+        help=(
+            "build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch"
+            " (cached)"
+        ),
+        description=(
+            "Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the"
+            " torch of this interpreter, into the cache ($MTS_CACHE_DIR, else"
+            ' ~/.cache/merlin_torch_serving); TritonServer then serves `backend: "pytorch"` models.'
+            " Needs cmake, ninja or make, and a C++ compiler; takes under a minute on 2 cores, and"
+            " a second call with the same torch returns at once."
+        ),
     )
     build_parser.add_argument("backend", choices=("pytorch",), help="the backend to build")
     build_parser.add_argument(
@@ -441,14 +485,27 @@ def _parser() -> argparse.ArgumentParser:
         if name == "infer":
             sub.add_argument("model", help="the ensemble's model name")
             sub.add_argument("file", help="a .parquet or .csv file of raw rows")
-            sub.add_argument("--output", "-o", help="write the answer to .parquet, .csv or .json instead of printing")
-            sub.add_argument("--head", type=int, default=None, metavar="N", help="print only the first N rows of the answer")
+            sub.add_argument(
+                "--output",
+                "-o",
+                help="write the answer to .parquet, .csv or .json instead of printing",
+            )
+            sub.add_argument(
+                "--head",
+                type=int,
+                default=None,
+                metavar="N",
+                help="print only the first N rows of the answer",
+            )
             sub.add_argument(
                 "--columns",
                 type=column_names.argument,
                 default=None,
                 metavar="YOURS=INPUT,...",
-                help="the file's column names for the model's inputs, e.g. user_session=session_id,product=item_id",
+                help=(
+                    "the file's column names for the model's inputs, e.g."
+                    " user_session=session_id,product=item_id"
+                ),
             )
             sub.add_argument(
                 "--max-rows",
@@ -460,13 +517,29 @@ def _parser() -> argparse.ArgumentParser:
                     " model's limit)"
                 ),
             )
-            sub.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait for the model to be ready")
-            sub.add_argument("--retries", type=int, default=3, help="how often to retry errors that are safe to retry")
-        sub.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per request")
+            sub.add_argument(
+                "--wait",
+                type=float,
+                default=30.0,
+                metavar="SECONDS",
+                help="how long to wait for the model to be ready",
+            )
+            sub.add_argument(
+                "--retries",
+                type=int,
+                default=3,
+                help="how often to retry errors that are safe to retry",
+            )
+        sub.add_argument(
+            "--timeout", type=float, default=60.0, metavar="SECONDS", help="per request"
+        )
         sub.add_argument(
             "--url",
             default=None,
-            help=f"host:port, no scheme (default: localhost:{DEFAULT_GRPC_PORT} for grpc, localhost:{DEFAULT_HTTP_PORT} for http)",
+            help=(
+                f"host:port, no scheme (default: localhost:{DEFAULT_GRPC_PORT} for grpc,"
+                f" localhost:{DEFAULT_HTTP_PORT} for http)"
+            ),
         )
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)

@@ -108,7 +108,9 @@ class Client:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         if max_rows_per_request is not None and max_rows_per_request < 1:
-            raise ValueError(f"max_rows_per_request must be at least 1 or None, got {max_rows_per_request!r}")
+            raise ValueError(
+                f"max_rows_per_request must be at least 1 or None, got {max_rows_per_request!r}"
+            )
         self.url = _checked_address(url, protocol)
         self.protocol = protocol
         self.timeout_s = float(timeout_s)
@@ -146,7 +148,10 @@ class Client:
             try:
                 config = self._config(model)
             except InferenceError as error:
-                raise self._unknown(model) or error
+                unknown = self._unknown(model)
+                if unknown is None:
+                    raise
+                raise unknown from error
             self._schemas[model] = _schemas_from_config(config)
         return self._schemas[model]
 
@@ -203,8 +208,11 @@ class Client:
             except UnknownModelError:
                 raise
             except Exception as error:  # connection refused while it starts, ...
+                mapped: Exception
                 try:
-                    mapped, _ = transport.mapped(error, url=self.url, model=model, timeout_s=self.timeout_s)
+                    mapped, _ = transport.mapped(
+                        error, url=self.url, model=model, timeout_s=self.timeout_s
+                    )
                 except Exception:
                     mapped = error
                 if isinstance(mapped, WrongProtocolError):
@@ -212,7 +220,9 @@ class Client:
                 reason = f"{type(error).__name__}: {error}"
                 hint = mapped.hint if isinstance(mapped, ServerUnavailableError) else ""
             if time.monotonic() >= deadline:
-                raise ServerUnavailableError(self.url, f"not ready after {timeout_s:g} s: {reason}", hint)
+                raise ServerUnavailableError(
+                    self.url, f"not ready after {timeout_s:g} s: {reason}", hint
+                )
             time.sleep(_READY_POLL_S)
 
     # ---- inference --------------------------------------------------------------------------
@@ -350,7 +360,9 @@ def _checked_address(url: str, protocol: str) -> str:
         address = rest.rstrip("/")
         guess = "http" if scheme.lower() in ("http", "https") else protocol
         raise AddressError(
-            url, f"drop the scheme: Client({address!r}, protocol={guess!r}) (--url {address})", "the address must be host:port"
+            url,
+            f"drop the scheme: Client({address!r}, protocol={guess!r}) (--url {address})",
+            "the address must be host:port",
         )
     return url
 

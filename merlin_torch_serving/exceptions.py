@@ -6,7 +6,8 @@
     │   └── MissingColumnsError     input columns the request does not have (all of them)
     ├── WorkflowNotFittedError      an NVTabular workflow handed over before it was fitted
     ├── AddressError                a server address that cannot be used as given
-    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as TorchScript)
+    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as
+    TorchScript)
     ├── WorkflowError               an NVTabular workflow cannot be compiled or run on a request
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
@@ -114,7 +115,12 @@ class MissingColumnsError(InputError):
         self.missing = dict(missing)  # column -> what it should hold
         self.present = list(present)
         first = next(iter(self.missing))
-        self.column, self.expected, self.got, self.model = first, self.missing[first], "no such column", None
+        self.column, self.expected, self.got, self.model = (
+            first,
+            self.missing[first],
+            "no such column",
+            None,
+        )
         wanted = ", ".join(f"{name!r} ({described})" for name, described in self.missing.items())
         self.hint = f"the request has {', '.join(map(repr, self.present)) or 'no columns'}"
         MerlinTorchServingError.__init__(
@@ -131,7 +137,11 @@ class WorkflowNotFittedError(MerlinTorchServingError):
 
     def __init__(self, operators: Sequence[str]):
         self.operators = list(operators)
-        unfitted = f" (operators without statistics: {', '.join(self.operators)})" if self.operators else ""
+        unfitted = (
+            f" (operators without statistics: {', '.join(self.operators)})"
+            if self.operators
+            else ""
+        )
         super().__init__(
             "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with "
             f"nvtabular.Workflow.load(path); this one is not fitted{unfitted}"
@@ -207,6 +217,8 @@ class ArtifactError(MerlinTorchServingError):
         self.step = step
         self.problem = problem
         super().__init__(f"{kind} {step!r} cannot be loaded: {problem}; {hint}")
+
+
 class ModelNotImportableError(ExportError):
     """An eager model runs on the python backend by unpickling it there, which imports its classes;
     one of them cannot be imported by the server's Python."""
@@ -251,7 +263,11 @@ class PortInUseError(ServerError):
     def __init__(self, port: int, protocol: str, log_tail: str = "", hint: str = ""):
         self.port = port
         self.protocol = protocol
-        hint = hint or f"pass another {protocol} port, or 0 (or None) to let the operating system choose a free one"
+        hint = (
+            hint
+            or f"pass another {protocol} port, or 0 (or None) to let the operating system choose"
+            " a free one"
+        )
         super().__init__(f"{hint}: the {protocol} port {port} is already in use", log_tail)
 
 
@@ -294,8 +310,8 @@ class WrongProtocolError(ServerUnavailableError):
         super().__init__(
             url,
             detail,
-            f"{url} does not answer {protocol}: it looks like tritonserver's {other} port; pass protocol={other!r} "
-            f"(--protocol {other}) or the server's {protocol} port",
+            f"{url} does not answer {protocol}: it looks like tritonserver's {other} port; pass"
+            f" protocol={other!r} (--protocol {other}) or the server's {protocol} port",
         )
 
 
@@ -367,7 +383,9 @@ class UnknownModelError(InferenceError):
     def __init__(self, model: str, available: Sequence[str]):
         self.available = list(available)
         names = ", ".join(map(repr, self.available)) or "none"
-        Exception.__init__(self, f"use one of the models this server has: {names}; it has no model {model!r}")
+        Exception.__init__(
+            self, f"use one of the models this server has: {names}; it has no model {model!r}"
+        )
         self.model = model
 
 

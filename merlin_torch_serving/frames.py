@@ -58,7 +58,9 @@ def frame_to_table(
         return TensorTable(converted, _unsafe=True)
     missing = [c.name for c in schema if c.name not in columns]
     if missing:
-        raise MissingColumnsError({name: describe_column(schema[name]) for name in missing}, list(columns))
+        raise MissingColumnsError(
+            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in columns]
+        )
     extra = [name for name in columns if name not in schema.column_names]
     if extra:
         raise InputError(
@@ -190,7 +192,8 @@ def _no_rows(schema: ColumnSchema):
 
 
 def _integral(values: np.ndarray, want: np.dtype) -> bool:
-    """Whether float ``values`` are whole numbers inside ``want``'s range (so casting keeps them)."""
+    """Whether float ``values`` are whole numbers inside ``want``'s range (so casting keeps
+    them)."""
     limits = np.iinfo(want)
     with np.errstate(invalid="ignore"):
         return bool(

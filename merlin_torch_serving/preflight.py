@@ -21,8 +21,8 @@ def check(repository: Path | str, ports: Mapping[str, int | None]) -> None:
     nested = nested_repository(repository) if isinstance(repository, Path) else None
     if nested is not None:
         raise ServerError(
-            f"serve the repository itself, {str(nested)!r}: {str(repository)!r} holds a model repository, "
-            "not model folders"
+            f"serve the repository itself, {str(nested)!r}: {str(repository)!r} holds a model"
+            " repository, not model folders"
         )
     for key, port in ports.items():
         if port is not None and is_taken(port):
@@ -39,7 +39,11 @@ def nested_repository(folder: Path) -> Path | None:
     if any((child / "config.pbtxt").is_file() for child in children):
         return None
     for child in children:
-        if any((grandchild / "config.pbtxt").is_file() for grandchild in child.iterdir() if grandchild.is_dir()):
+        if any(
+            (grandchild / "config.pbtxt").is_file()
+            for grandchild in child.iterdir()
+            if grandchild.is_dir()
+        ):
             return child
     return None
 

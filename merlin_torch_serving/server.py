@@ -123,8 +123,8 @@ class TritonServer:
             )
         if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError(
-                "pass the folder that holds the model folders (the one Ensemble.export wrote into): "
-                f"model repository {str(self.repository)!r} is not a directory"
+                "pass the folder that holds the model folders (the one Ensemble.export wrote"
+                f" into): model repository {str(self.repository)!r} is not a directory"
             )
         preflight.check(self.repository, self.config.requested_ports)
         binary = find_tritonserver(self.config.binary)

@@ -32,11 +32,16 @@ from merlin_torch_serving.exceptions import (
 T = TypeVar("T")
 
 # how tritonserver words the answers of a model that is being (re)loaded or whose stub died
-_NOT_YET_SERVING = ("has no available versions", "is not at ready state", "is not ready", "is not healthy")
+_NOT_YET_SERVING = (
+    "has no available versions",
+    "is not at ready state",
+    "is not ready",
+    "is not healthy",
+)
 #: what to do when nothing answers at an address
 NO_SERVER_HINT = (
-    "start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) or pass the address "
-    "of a running one (--url HOST:PORT, Client(url))"
+    "start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) or pass"
+    " the address of a running one (--url HOST:PORT, Client(url))"
 )
 
 
@@ -86,15 +91,27 @@ def mapped(
         return error, False
     if isinstance(error, InferenceServerException):
         return _from_server(error, url=url, model=model, timeout_s=timeout_s)
-    if isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout":  # gevent's
-        return RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"), False
-    if isinstance(error, http.client.HTTPException):  # geventhttpclient's HTTPParseError: no HTTP came back
+    if (
+        isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout"
+    ):  # gevent's
+        return (
+            RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"),
+            False,
+        )
+    if isinstance(
+        error, http.client.HTTPException
+    ):  # geventhttpclient's HTTPParseError: no HTTP came back
         return WrongProtocolError(url, "http", f"{type(error).__name__}: {error}"), False
     if isinstance(error, ConnectionRefusedError):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}", NO_SERVER_HINT), True
     if isinstance(error, ConnectionError):
         # reset/aborted: inference has no side effect, so running it again is harmless
-        return ServerUnavailableError(url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"), True
+        return (
+            ServerUnavailableError(
+                url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"
+            ),
+            True,
+        )
     if isinstance(error, OSError):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}"), False
     raise error
@@ -112,7 +129,12 @@ def _from_server(
             return ServerUnavailableError(url, message, NO_SERVER_HINT), True
         if speaks_http(url):
             return WrongProtocolError(url, "grpc", message), False
-        return ServerUnavailableError(url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"), True
+        return (
+            ServerUnavailableError(
+                url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"
+            ),
+            True,
+        )
     if model is None:
         return ServerError(f"tritonserver at {url}: {message}"), False
     refused = InputError.from_message(message, model=model)
@@ -126,7 +148,9 @@ def speaks_http(url: str, timeout_s: float = 1.0) -> bool:
     sees only a closed socket)."""
     host, _, port = url.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout_s) as connection:
+        with socket.create_connection(
+            (host.strip("[]") or "localhost", int(port)), timeout=timeout_s
+        ) as connection:
             connection.sendall(b"GET /v2/health/live HTTP/1.0\r\n\r\n")
             return connection.recv(5) == b"HTTP/"
     except (OSError, ValueError):

@@ -26,6 +26,7 @@ import numpy as np
 from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
+from numpy.typing import DTypeLike
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 VALUES_SUFFIX = "__values"
@@ -80,9 +81,9 @@ def numpy_dtype(triton: str) -> np.dtype:
 
 
 def tensor_numpy_dtype(dtype) -> np.dtype:
-    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``), by torch's own conversion
-    (merlin-core's map lacks torch's unsigned types above 8 bits); ``TypeError`` for a dtype numpy
-    has not, such as bfloat16."""
+    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``), by torch's own
+    conversion (merlin-core's map lacks torch's unsigned types above 8 bits); ``TypeError`` for a
+    dtype numpy has not, such as bfloat16."""
     import torch  # only callers that hold tensors pay for it
 
     return torch.empty(0, dtype=dtype).numpy().dtype
@@ -170,14 +171,17 @@ def lengths(offsets: np.ndarray) -> np.ndarray:
     return np.diff(np.asarray(offsets))
 
 
-def offsets_from_lengths(row_lengths: np.ndarray, dtype: np.dtype = OFFSETS_DTYPE) -> np.ndarray:
-    """Offsets (starting at 0; int32 as they travel unless ``dtype`` says otherwise) from row lengths."""
+def offsets_from_lengths(row_lengths: np.ndarray, dtype: DTypeLike = OFFSETS_DTYPE) -> np.ndarray:
+    """Offsets (starting at 0; int32 as they travel unless ``dtype`` says otherwise) from row
+    lengths."""
     offsets = np.zeros(len(row_lengths) + 1, dtype=dtype)
     np.cumsum(row_lengths, out=offsets[1:])
     return offsets
 
 
-def segment_positions(starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def segment_positions(
+    starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
     """Flat positions of the segments ``[start, start + length)``, concatenated in row order.
 
     ``offsets`` are the output offsets (from ``row_lengths``); passing them avoids a second cumsum.
@@ -189,7 +193,8 @@ def segment_positions(starts: np.ndarray, row_lengths: np.ndarray, offsets: np.n
 def take_ragged(
     values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, dtype: np.dtype = OFFSETS_DTYPE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The given rows of a ragged column, in that order: its values and new offsets (of ``dtype``)."""
+    """The given rows of a ragged column, in that order: its values and new offsets (of
+    ``dtype``)."""
     offsets = np.asarray(offsets)
     starts = offsets[:-1][rows]
     row_lengths = offsets[1:][rows] - starts

@@ -88,10 +88,12 @@ class QueryTower(torch.nn.Module):
         super().__init__()
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            self.encoder = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, dimension))
+            self.encoder = torch.nn.Sequential(
+                torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, dimension)
+            )
             self.items = torch.nn.Embedding(n_items, dimension)
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         query = self.encoder(inputs["x"])
         return {"query": query, "scores": query @ self.items.weight.t()}
 

@@ -80,8 +80,12 @@ def gpt2(workflow, seed: int = 0, **task_options) -> SessionModel:
         body = tr.SequentialBlock(
             inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking)
         )
-        config = tr.GPT2Config.build(d_model=32, n_head=2, n_layer=2, total_seq_length=MAX_SEQUENCE_LENGTH)
-        body = tr.SequentialBlock(inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking))
+        config = tr.GPT2Config.build(
+            d_model=32, n_head=2, n_layer=2, total_seq_length=MAX_SEQUENCE_LENGTH
+        )
+        body = tr.SequentialBlock(
+            inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking)
+        )
         task = tr.NextItemPredictionTask(**{"weight_tying": True, **task_options})
         head = tr.Head(body, task, inputs=inputs)
         gpt2_model = tr.Model(head, max_sequence_length=MAX_SEQUENCE_LENGTH).eval()

@@ -184,20 +184,22 @@ def read_interactions(path: str | Path, columns: dict[str, str] | None = None) -
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"interactions file {str(path)!r} does not exist")
-    if _file_format(path) == "parquet":
-        interactions = pd.read_parquet(path)
-    else:
-        interactions = pd.read_csv(path)
-    return validate_interactions(interactions, source=f"interactions file {str(path)!r}", columns=columns)
+    interactions = pd.read_parquet(path) if _file_format(path) == "parquet" else pd.read_csv(path)
+    return validate_interactions(
+        interactions, source=f"interactions file {str(path)!r}", columns=columns
+    )
 
 
 def validate_interactions(
-    interactions: pd.DataFrame, *, source: str = "interactions", columns: dict[str, str] | None = None
+    interactions: pd.DataFrame,
+    *,
+    source: str = "interactions",
+    columns: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """Return the interactions with the four columns as int64, or raise naming what is wrong.
 
     ``columns`` renames the data's columns first (its name -> the expected name)."""
-    unknown = [name for name in (columns or {}) if name not in interactions.columns]
+    unknown = [name for name in columns or {} if name not in interactions.columns]
     if unknown:
         raise ValueError(
             f"fix the column mapping: {source} has no column {', '.join(map(repr, unknown))} "
@@ -208,9 +210,9 @@ def validate_interactions(
     if missing:
         example = ",".join(f"YOURS={column}" for column in missing)
         raise ValueError(
-            f"name the columns of {source} session_id, item_id, category and timestamp, or map yours "
-            f"with --columns {example} (columns={{'yours': {missing[0]!r}, ...}}): it has no column "
-            f"{', '.join(map(repr, missing))}; its columns: {list(interactions.columns)}"
+            f"name the columns of {source} session_id, item_id, category and timestamp, or map"
+            f" yours with --columns {example} (columns={{'yours': {missing[0]!r}, ...}}): it has no"
+            f" column {', '.join(map(repr, missing))}; its columns: {list(interactions.columns)}"
         )
     converted = {}
     for column in INTERACTION_COLUMNS:
@@ -218,7 +220,11 @@ def validate_interactions(
         if column == "timestamp" and pd.api.types.is_datetime64_any_dtype(values):
             # Seconds since the epoch, whatever the column's time unit and zone.
             values = (values - pd.Timestamp(0, tz=values.dt.tz)) // pd.Timedelta(seconds=1)
-        if pd.api.types.is_float_dtype(values) and values.notna().all() and (values == np.floor(values)).all():
+        if (
+            pd.api.types.is_float_dtype(values)
+            and values.notna().all()
+            and (values == np.floor(values)).all()
+        ):
             values = values.astype(np.int64)  # whole numbers stored as floats
         if not pd.api.types.is_integer_dtype(values):
             first = f" (first value {values.iloc[0]!r})" if len(values) else ""

@@ -1,6 +1,7 @@
 """Session-based recommendations end to end, on one machine without a GPU.
 
-    python examples/session_based/demo.py [--interactions clicks.parquet [--columns YOURS=session_id,...]]
+    python examples/session_based/demo.py [--interactions clicks.parquet [--columns
+    YOURS=session_id,...]]
                                           [--output demo-output] [--backend pytorch|python]
 
 raw clicks -> NVTabular workflow -> Transformers4Rec XLNet (trained here, on CPU) ->
@@ -27,7 +28,16 @@ if __package__ in (None, ""):
 import pandas as pd
 
 from examples.session_based import data, features, model
-from merlin_torch_serving import Client, DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow, TritonServer, column_names
+from merlin_torch_serving import (
+    Client,
+    DecodeItemIds,
+    Ensemble,
+    PredictPytorch,
+    TopK,
+    TransformWorkflow,
+    TritonServer,
+    column_names,
+)
 from merlin_torch_serving.backends import built_for_running_torch
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND
 
@@ -161,13 +171,34 @@ def _parse_args(argv):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
-    add("--interactions", help="a .parquet or .csv file of clicks (session_id, item_id, category, "
-        "timestamp); default: synthetic clicks")
-    add("--columns", type=column_names.argument, default=None, metavar="YOURS=EXPECTED,...", help="the file's names "
-        "for the four columns, e.g. user_session=session_id,product=item_id,category_code=category,ts=timestamp")
-    add("--output", default="demo-output", help="folder for the workflow, the data and the model "
-        "repository (default: %(default)s)")
-    add("--sessions", type=int, default=5000, help="synthetic sessions to generate (default: %(default)s)")
+    add(
+        "--interactions",
+        help=(
+            "a .parquet or .csv file of clicks (session_id, item_id, category, "
+            "timestamp); default: synthetic clicks"
+        ),
+    )
+    add(
+        "--columns",
+        type=column_names.argument,
+        default=None,
+        metavar="YOURS=EXPECTED,...",
+        help=(
+            "the file's names for the four columns, e.g."
+            " user_session=session_id,product=item_id,category_code=category,ts=timestamp"
+        ),
+    )
+    add(
+        "--output",
+        default="demo-output",
+        help="folder for the workflow, the data and the model repository (default: %(default)s)",
+    )
+    add(
+        "--sessions",
+        type=int,
+        default=5000,
+        help="synthetic sessions to generate (default: %(default)s)",
+    )
     add("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
     add(
         "--show",

@@ -46,9 +46,9 @@ def build_model(
     ``schema`` is the workflow's output schema; the model reads the item and category lists.
     ``n_items`` sets the size of the item table (the catalog the model scores) when it should be
     larger than the workflow's vocabulary: a model of a million items, to measure serving, without
-    data or training for a million items. The same seed gives the same initial weights. The dropout and masking rate differ from
-    Transformers4Rec's defaults (0.3 and 0.15) because with those a small model learns too slowly
-    to be trained in under a minute on CPU.
+    data or training for a million items. The same seed gives the same initial weights. The dropout
+    and masking rate differ from Transformers4Rec's defaults (0.3 and 0.15) because with those a
+    small model learns too slowly to be trained in under a minute on CPU.
     """
     missing = [name for name in MODEL_INPUT_COLUMNS if name not in schema.column_names]
     if missing:
@@ -88,7 +88,9 @@ def build_model(
 
 
 def with_item_catalog(schema: Schema, n_items: int) -> Schema:
-    """``schema`` with the item list's ids ranging over ``n_items`` encoded ids (0 to n_items - 1)."""
+    """``schema`` with the item list's ids ranging over ``n_items`` encoded ids (0 to n_items -
+    1)."""
+
     def widened(column):
         domain = {**column.properties.get("domain", {}), "min": 0, "max": int(n_items) - 1}
         return column.with_properties({**column.properties, "domain": domain})

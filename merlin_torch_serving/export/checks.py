@@ -48,8 +48,9 @@ def check_libtorch_schemas(model_name: str, input_schema: Schema, output_schema:
                         tensor,
                         f"a dtype Triton's pytorch backend accepts ({', '.join(LIBTORCH_DTYPES)})",
                         f"{spec.triton_dtype} ({spec.dtype})",
-                        "cast the column to a signed integer or float type before this step (for example in the "
-                        "workflow), or run the step's model on the python backend (its operator's backend='python')",
+                        "cast the column to a signed integer or float type before this step (for"
+                        " example in the workflow), or run the step's model on the python backend"
+                        " (its operator's backend='python')",
                     )
 
 

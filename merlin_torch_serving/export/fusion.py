@@ -58,8 +58,10 @@ def chain_source(step: TritonStep, modules: list[torch.jit.ScriptModule]) -> str
     (A tuple, not a list: Triton's pytorch backend crashes on a returned list.)"""
     known: dict[Ref, str] = {}  # the TorchScript expression of every tensor produced so far
     lines = []
-    for position, (call, module) in enumerate(zip(step.calls, modules)):
-        arguments = ", ".join(f"{_text(name)}: {source}" for name, source in _reads(call, step, known))
+    for position, (call, module) in enumerate(zip(step.calls, modules, strict=True)):
+        arguments = ", ".join(
+            f"{_text(name)}: {source}" for name, source in _reads(call, step, known)
+        )
         lines.append(f"    out_{position} = self.stage_{position}({{{arguments}}})")
         for name, expression in _outputs(call, module, f"out_{position}"):
             known[Ref(call.index, name)] = expression
@@ -74,9 +76,9 @@ def _scripted(call: OpCall, module: torch.nn.Module) -> torch.jit.ScriptModule:
         return torch.jit.script(module)
     except Exception as error:
         raise ExportError(
-            f"the TorchScript form of operator {call.op.label} ({type(module).__name__}) does not compile: "
-            f"{type(error).__name__}: {error}; note that TorchScript cannot read the annotations of a module "
-            "that starts with `from __future__ import annotations`"
+            f"the TorchScript form of operator {call.op.label} ({type(module).__name__}) does not"
+            f" compile: {type(error).__name__}: {error}; note that TorchScript cannot read the"
+            " annotations of a module that starts with `from __future__ import annotations`"
         ) from error
 
 
@@ -88,9 +90,13 @@ def _reads(call: OpCall, step: TritonStep, known: dict[Ref, str]) -> list[tuple[
         if ref in known:
             reads.append((name, known[ref]))
             continue
-        step_name = next(step_name for step_name, step_ref in step.inputs.items() if step_ref == ref)
+        step_name = next(
+            step_name for step_name, step_ref in step.inputs.items() if step_ref == ref
+        )
         column = step.input_schema[step_name]
-        for sent, received in zip(wire.column_specs(column), wire.column_specs(column.with_name(name))):
+        for sent, received in zip(
+            wire.column_specs(column), wire.column_specs(column.with_name(name)), strict=True
+        ):
             reads.append((received.name, f"inputs[{_text(sent.name)}]"))
     return reads
 
@@ -100,7 +106,7 @@ def _outputs(call: OpCall, module: torch.jit.ScriptModule, result: str) -> list[
     a tuple (or list) of Tensors in output-schema order, or a ``Dict[str, Tensor]`` keyed by output
     column."""
     names = call.output_schema.column_names
-    returns = module.forward.schema.returns
+    returns = module.forward.schema.returns  # type: ignore[attr-defined]  # a ScriptMethod
     kind = str(returns[0].type) if len(returns) == 1 else "nothing"
     if kind == "Tensor" and len(names) == 1:
         return [(names[0], result)]
@@ -109,9 +115,9 @@ def _outputs(call: OpCall, module: torch.jit.ScriptModule, result: str) -> list[
     if kind == "Dict[str, Tensor]":
         return [(name, f"{result}[{_text(name)}]") for name in names]
     raise ExportError(
-        f"the TorchScript form of operator {call.op.label} returns {kind}; it must return its {len(names)} "
-        f"output(s) {names} as a Tensor (one output), a tuple of {len(names)} Tensors in that order, or a "
-        "Dict[str, Tensor] keyed by output column"
+        f"the TorchScript form of operator {call.op.label} returns {kind}; it must return its"
+        f" {len(names)} output(s) {names} as a Tensor (one output), a tuple of {len(names)} Tensors"
+        " in that order, or a Dict[str, Tensor] keyed by output column"
     )
 
 
@@ -128,7 +134,7 @@ def _returns_in_order(module: torch.jit.ScriptModule, step: TritonStep) -> bool:
     """Whether the module of the step's one call returns a Tensor or a tuple that holds the step's
     outputs in their order."""
     (call,) = step.calls
-    returns = module.forward.schema.returns
+    returns = module.forward.schema.returns  # type: ignore[attr-defined]  # a ScriptMethod
     kind = returns[0].type.kind() if len(returns) == 1 else None
     produced = [Ref(call.index, name) for name in call.output_schema.column_names]
     return kind in ("TensorType", "TupleType") and list(step.outputs.values()) == produced

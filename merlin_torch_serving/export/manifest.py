@@ -75,10 +75,11 @@ def check_format(name: str, record: Mapping, kind: str = "step") -> None:
         written_with = record.get("library_version", "a version before manifests")
         raise ArtifactError(
             name,
-            f"it was exported by merlin-torch-serving {written_with} in step format "
-            f"{record.get('format_version')}, and this is {library_version()}, which reads format {STEP_FORMAT_VERSION}",
-            f"re-export the ensemble with merlin-torch-serving {library_version()}, or serve it with "
-            f"merlin-torch-serving {written_with}",
+            f"it was exported by merlin-torch-serving {written_with} in step format"
+            f" {record.get('format_version')}, and this is {library_version()}, which reads format"
+            f" {STEP_FORMAT_VERSION}",
+            f"re-export the ensemble with merlin-torch-serving {library_version()}, or serve it"
+            f" with merlin-torch-serving {written_with}",
             kind,
         )
 
@@ -97,7 +98,12 @@ def verify_export(repository: str | os.PathLike, name: str, version: int | None 
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as error:
-        raise ArtifactError(name, f"its manifest {str(manifest_path)!r} cannot be read ({error})", "re-export it", "ensemble") from error
+        raise ArtifactError(
+            name,
+            f"its manifest {str(manifest_path)!r} cannot be read ({error})",
+            "re-export it",
+            "ensemble",
+        ) from error
     check_format(name, manifest, kind="ensemble")
     for step in manifest.get("steps", []):
         step_dir = Path(repository) / step["model"] / str(version)

@@ -55,14 +55,19 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
         backend = call.op.backend
         if backend not in BACKENDS:
             raise ExportError(
-                f"operator {call.op.label} declares backend {backend!r}; an operator runs on one of {', '.join(BACKENDS)}"
+                f"operator {call.op.label} declares backend {backend!r}; an operator runs on one of"
+                f" {', '.join(BACKENDS)}"
             )
-        producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
+        producer_steps = [
+            step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
+        ]
         earliest = max(producer_steps, default=0)
         target, module = _libtorch_step_to_join(call, steps, step_of_call, consumers)
         if target is None and backend == "python":
             # any python step at or after the last producer's step already has the inputs ready
-            target = next((i for i in range(earliest, len(steps)) if steps[i].backend == "python"), None)
+            target = next(
+                (i for i in range(earliest, len(steps)) if steps[i].backend == "python"), None
+            )
         if target is None:
             if backend == "pytorch":
                 module = _libtorch_root(call)
@@ -112,21 +117,30 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
 def _libtorch_step_to_join(
     call: OpCall, steps: list[TritonStep], step_of_call: dict[int, int], consumers: dict[Ref, int]
 ) -> tuple[int | None, torch.nn.Module | None]:
-    """The libtorch step ``call`` compiles into, with its TorchScript form; ``(None, None)`` if none.
+    """The libtorch step ``call`` compiles into, with its TorchScript form; ``(None, None)`` if
+    none.
 
     It joins the latest step it reads from when that is a libtorch step, nothing else reads what it
     takes from that step (the scores of a whole catalog then never leave the model), its other
     inputs come from the request or earlier steps, libtorch carries every tensor it reads and
     writes, and it has a TorchScript form for these inputs.
     """
-    producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
+    producer_steps = [
+        step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
+    ]
     if not producer_steps or steps[max(producer_steps)].backend != "pytorch":
         return None, None
     target = max(producer_steps)
-    taken = [ref for ref in call.inputs.values() if ref.producer != REQUEST and step_of_call[ref.producer] == target]
+    taken = [
+        ref
+        for ref in call.inputs.values()
+        if ref.producer != REQUEST and step_of_call[ref.producer] == target
+    ]
     if any(consumers.get(ref, 0) != 1 for ref in taken):
         return None, None
-    if not _libtorch_carries(call.input_schema) or not _libtorch_carries(call.output_schema, dense=True):
+    if not _libtorch_carries(call.input_schema) or not _libtorch_carries(
+        call.output_schema, dense=True
+    ):
         return None, None
     module = call.op.torchscript(call.input_schema)
     return (target, module) if module is not None else (None, None)
@@ -137,14 +151,14 @@ def _libtorch_root(call: OpCall) -> torch.nn.Module:
     module = call.op.torchscript(call.input_schema)
     if module is None:
         raise ExportError(
-            f"operator {call.op.label} declares backend 'pytorch' but has no TorchScript form (its torchscript() "
-            "returned None); Triton's pytorch backend runs TorchScript only"
+            f"operator {call.op.label} declares backend 'pytorch' but has no TorchScript form (its"
+            " torchscript() returned None); Triton's pytorch backend runs TorchScript only"
         )
     ragged = [column.name for column in call.output_schema if wire.is_ragged(column)]
     if ragged:
         raise ExportError(
-            f"operator {call.op.label} declares backend 'pytorch' but its output {ragged[0]!r} is a ragged list; a "
-            "libtorch model returns dense tensors only"
+            f"operator {call.op.label} declares backend 'pytorch' but its output {ragged[0]!r} is a"
+            " ragged list; a libtorch model returns dense tensors only"
         )
     return module
 

@@ -37,7 +37,9 @@ STEP_FILE = "step.json"
 class HostedStep:
     """The operators of one exported step (``name``), wired as they were in the ensemble's plan."""
 
-    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None, name: str = "step"):
+    def __init__(
+        self, spec: dict, version_dir: str, max_rows: int | None = None, name: str = "step"
+    ):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
@@ -83,14 +85,15 @@ class HostedStep:
 
 
 def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
-    """The operator ``call`` (an entry of step.json) describes, if its class reads what was saved."""
+    """The operator ``call`` (an entry of step.json) describes, if its class reads what was
+    saved."""
     cls = operator_class(call["class"])
     saved = call.get("format_version")
     if saved != cls.format_version:
         raise ArtifactError(
             step,
-            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that class "
-            f"reads format {cls.format_version}",
+            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that"
+            f" class reads format {cls.format_version}",
             f"re-export the ensemble with merlin-torch-serving {library_version()}",
         )
     return cls.load(call["config"], artifact_path)

@@ -3,9 +3,9 @@
 Layout (``N`` is the version)::
 
     <repository>/
-      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python step)
-      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt                           (libtorch step)
-      <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
+      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python
+      step) <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt
+      (libtorch step) <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
 
 Steps are named after the operators they host, and written through the operators' contract only
 (``ops.base``): a python step records each operator's class, ``config()`` and artifacts in
@@ -182,7 +182,11 @@ def export_ensemble(
 
 
 def _write_step(
-    model_dir: Path, step: TritonStep, version: int, options: configs.ModelOptions, warmup_arrays: dict
+    model_dir: Path,
+    step: TritonStep,
+    version: int,
+    options: configs.ModelOptions,
+    warmup_arrays: dict,
 ) -> None:
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
@@ -192,8 +196,12 @@ def _write_step(
         module = libtorch_module(step)
         check_libtorch_return_type(step.name, module)
         torch.jit.save(module, str(version_dir / configs.LIBTORCH_MODEL_FILE))
-        config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
-        check_libtorch_model(step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays)
+        config = configs.pytorch_model_config(
+            step.name, step.input_schema, step.output_schema, options, warmup_files
+        )
+        check_libtorch_model(
+            step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays
+        )
     else:
         spec: dict[str, Any] = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},

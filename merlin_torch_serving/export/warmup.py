@@ -77,7 +77,9 @@ def _reads_request(call) -> bool:
 def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
     """The candidate with the request columns it lacks sampled from the input schema, in order."""
     rows = tables.num_rows(candidate) or 1
-    missing = plan.input_schema.remove_col([name for name in candidate.columns if name in plan.input_schema.column_names])
+    missing = plan.input_schema.remove_col(
+        [name for name in candidate.columns if name in plan.input_schema.column_names]
+    )
     filler = sample_table(missing, rows=rows) if len(missing) else None
     columns = {}
     for name in plan.input_schema.column_names:

@@ -16,7 +16,14 @@ from merlin.dag import ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.fastpath.batch import LIST_CELLS, OFFSETS_DTYPE, Batch, Column, as_python_scalars, same_values
+from merlin_torch_serving.fastpath.batch import (
+    LIST_CELLS,
+    OFFSETS_DTYPE,
+    Batch,
+    Column,
+    as_python_scalars,
+    same_values,
+)
 from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.kernel import Kernel

@@ -23,11 +23,17 @@ from merlin.dag.ops.udf import UDF
 from nvtabular import ops as nvt_ops
 
 from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
+from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.compiled import CompiledNode, CompiledWorkflow
-from merlin_torch_serving.fastpath.continuous import FillMissingKernel, LogKernel, NormalizeKernel, NormalizeMinMaxKernel
+from merlin_torch_serving.fastpath.continuous import (
+    FillMissingKernel,
+    LogKernel,
+    NormalizeKernel,
+    NormalizeMinMaxKernel,
+)
+from merlin_torch_serving.fastpath.errors import FastPathError, NotCompiled, library_errors
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
-from merlin_torch_serving.fastpath.errors import FastPathError, NotCompiled, library_errors
 from merlin_torch_serving.fastpath.kernel import Kernel
 from merlin_torch_serving.fastpath.lists import ListSliceKernel
 from merlin_torch_serving.fastpath.passthrough import Identity, RenameColumns, Select
@@ -70,7 +76,9 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
     that cannot be compiled is a ``WorkflowError``.
     """
     if not isinstance(workflow, nvt.Workflow):
-        raise TypeError(f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}")
+        raise TypeError(
+            f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}"
+        )
     with library_errors():
         return _compile(workflow, kernels)
 
@@ -94,7 +102,9 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
         kernel, fallback, reason = _kernel_for(node) if kernels else _nvtabular_step(node)
         if reason is not None:
             fallbacks.append((node.op.label, reason))
-            logger.warning("fast path: operator %r runs through NVTabular: %s", node.op.label, reason)
+            logger.warning(
+                "fast path: operator %r runs through NVTabular: %s", node.op.label, reason
+            )
         compiled.append(
             CompiledNode(
                 label=node.op.label if node.op else "input",

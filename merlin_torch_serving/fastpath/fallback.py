@@ -14,7 +14,13 @@ from merlin.dag import ColumnSelector, DataFormats, Node
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, LIST_CELLS, OFFSETS_DTYPE, Batch, Column
+from merlin_torch_serving.fastpath.batch import (
+    ARRAY_CELLS,
+    LIST_CELLS,
+    OFFSETS_DTYPE,
+    Batch,
+    Column,
+)
 from merlin_torch_serving.fastpath.errors import FastPathError
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving.exceptions import InputError
-from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, OFFSETS_DTYPE, Batch, Column
+from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
 from merlin_torch_serving.fastpath.errors import FastPathError
 from merlin_torch_serving.wire import (
     OFFSETS_DTYPE,
@@ -143,7 +143,8 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
         if is_list != column.is_list:
             want = "a list column" if is_list else "a scalar column"
             raise FastPathError(
-                f"output column {name!r} is {want} in the output schema, but the workflow made the other kind"
+                f"output column {name!r} is {want} in the output schema, but the workflow made the"
+                " other kind"
             )
         if output.ragged:
             arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
@@ -152,9 +153,9 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
             row_lengths = column.lengths()
             if np.any(row_lengths != output.width):
                 raise FastPathError(
-                    f"output column {name!r} is a list of {output.width} values per row in the output "
-                    f"schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list "
-                    "(ListSlice(pad=True)) or declare the column ragged"
+                    f"output column {name!r} is a list of {output.width} values per row in the"
+                    f" output schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values;"
+                    " pad the list (ListSlice(pad=True)) or declare the column ragged"
                 )
             arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, output.width)
         else:
@@ -182,7 +183,8 @@ def _fixed_length(column: ColumnSchema) -> int:
     dims = column.shape.dims
     if dims is None or len(dims) < 2 or not dims[1].is_fixed:
         raise FastPathError(
-            f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}"
+            f"output column {column.name!r} is a list without a fixed or ragged shape:"
+            f" {column.shape}"
         )
     return int(dims[1].max)
 
@@ -192,8 +194,9 @@ def _cast(name: str, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return values
     if dtype.kind in "iub" and values.dtype.kind == "f" and np.isnan(values).any():
         raise FastPathError(
-            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold them; "
-            "fill the nulls in the workflow (e.g. FillMissing) or give the column a float dtype"
+            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold"
+            " them; fill the nulls in the workflow (e.g. FillMissing) or give the column a float"
+            " dtype"
         )
     try:
         return values.astype(dtype)

@@ -90,7 +90,7 @@ def _padded(
     """Rows of ``lengths`` values each, padded to ``max_length`` as ``WireModel`` pads them."""
     dense = np.full((len(lengths), max_length), pad_value, dtype=values.dtype)
     starts = wire.offsets_from_lengths(lengths, np.int64)[:-1]
-    for row, (start, length) in enumerate(zip(starts, lengths)):
+    for row, (start, length) in enumerate(zip(starts, lengths, strict=True)):
         columns = slice(max_length - length, max_length) if pad_left else slice(0, length)
         dense[row, columns] = values[start : start + length]
     return dense

@@ -58,7 +58,8 @@ A minimal fusible operator::
             return {"column": self.column, "factor": self.factor}
 
         def torchscript(self, input_schema):
-            return ScaleModule(self.column, self.factor)  # forward(inputs) -> scale(inputs[column], factor)
+            return ScaleModule(self.column, self.factor)  # forward(inputs) -> scale(inputs[column],
+            factor)
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ class ServingOperator(BaseOperator):
         super().__init_subclass__(**kwargs)
         if "load" in cls.__dict__:
             raise TypeError(
-                f"{cls.__qualname__} overrides ServingOperator.load; operators are rebuilt through __init__ only: "
-                "override the classmethod load_arguments(config, artifact_path) to return __init__'s keyword arguments"
+                f"{cls.__qualname__} overrides ServingOperator.load; operators are rebuilt through"
+                " __init__ only: override the classmethod load_arguments(config, artifact_path) to"
+                " return __init__'s keyword arguments"
             )
 
     # ---- graph building ---------------------------------------------------------------------
@@ -198,7 +200,8 @@ class ServingOperator(BaseOperator):
 
     @classmethod
     def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
-        """``__init__``'s keyword arguments from ``config()`` and the files ``save_artifacts`` wrote."""
+        """``__init__``'s keyword arguments from ``config()`` and the files ``save_artifacts``
+        wrote."""
         return dict(config)
 
     @classmethod

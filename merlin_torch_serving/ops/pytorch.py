@@ -18,8 +18,16 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import InputError, SchemaError
-from merlin_torch_serving.model_prep.eager import EAGER_MODEL_FILE, load_eager_model, save_eager_model
-from merlin_torch_serving.model_prep.next_item import SESSION_EMBEDDING, next_item_scoring, session_encoder
+from merlin_torch_serving.model_prep.eager import (
+    EAGER_MODEL_FILE,
+    load_eager_model,
+    save_eager_model,
+)
+from merlin_torch_serving.model_prep.next_item import (
+    SESSION_EMBEDDING,
+    next_item_scoring,
+    session_encoder,
+)
 from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
 from merlin_torch_serving.model_prep.sample import named_inputs
 from merlin_torch_serving.model_prep.schemas import model_schemas
@@ -73,9 +81,9 @@ class PredictPytorch(ServingOperator):
         How short sequences are padded. Transformers4Rec pads with 0 on the right.
     output
         ``"session_embedding"`` splits a Transformers4Rec next-item model at the session's vector:
-        the step returns that vector (float ``[-1, d]``, column ``session_embedding``) instead of the
-        catalog's scores, for ``RetrieveTopK(k, item_vectors=model)`` to rank the items with. The
-        user's model is not changed; nothing else is needed. ``None`` (the default) keeps the
+        the step returns that vector (float ``[-1, d]``, column ``session_embedding``) instead of
+        the catalog's scores, for ``RetrieveTopK(k, item_vectors=model)`` to rank the items with.
+        The user's model is not changed; nothing else is needed. ``None`` (the default) keeps the
         model's own outputs.
     """
 
@@ -107,9 +115,14 @@ class PredictPytorch(ServingOperator):
         if isinstance(model, (str, os.PathLike)):
             model, saved_input_schema = load_model(model)
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}")
+            raise TypeError(
+                f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}"
+            )
         if output == SESSION_EMBEDDING:
-            model, output_schema = session_encoder(model), output_schema or _session_embedding_schema(model)
+            model, output_schema = (
+                session_encoder(model),
+                output_schema or _session_embedding_schema(model),
+            )
         model = model.eval()
         sample_inputs = None if sample is None else named_inputs(model, sample, "PredictPytorch")
         input_schema, output_schema = model_schemas(
@@ -233,7 +246,7 @@ class PredictPytorch(ServingOperator):
             "output_schema": schema_from_json(config["output_schema"]),
         }
 
-    def torchscript(self, input_schema: Schema) -> torch.jit.ScriptModule | None:
+    def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
         """The wrapped model, when it runs on libtorch (a python-backend model stays there)."""
         return self.module if self.backend_choice == "pytorch" else None
 

@@ -5,7 +5,8 @@ and compiled into the libtorch model whose scores it ranks (``TopK.torchscript``
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
-from typing import Any, Dict, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,11 +50,15 @@ def top_k_items(
     refused = torch.isin(best.indices, excluded_ids)
     if seen_rows.numel() > 0:
         matches = (best.indices[seen_rows] == seen_ids.unsqueeze(1)).to(torch.int32)
-        seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(0, seen_rows, matches)
+        seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(
+            0, seen_rows, matches
+        )
         refused = refused | (seen_counts > 0)
     order = torch.argsort(refused.to(torch.int32), dim=1, stable=True)[:, :k]
     values = torch.gather(best.values, 1, order)
-    values = torch.where(torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values)
+    values = torch.where(
+        torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values
+    )
     return torch.gather(best.indices, 1, order), values
 
 
@@ -66,8 +71,11 @@ class TopKSelection(torch.nn.Module):
     scores: str
     seen: str
     seen_ragged: bool
+    excluded_ids: torch.Tensor
 
-    def __init__(self, k: int, excluded_ids: Sequence[int], scores: str, seen: str, seen_ragged: bool):
+    def __init__(
+        self, k: int, excluded_ids: Sequence[int], scores: str, seen: str, seen_ragged: bool
+    ):
         super().__init__()
         self.k = k
         self.scores = scores
@@ -75,16 +83,18 @@ class TopKSelection(torch.nn.Module):
         self.seen_ragged = seen_ragged
         self.register_buffer("excluded_ids", torch.tensor(list(excluded_ids), dtype=torch.int64))
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-        seen_values: Optional[torch.Tensor] = None
-        seen_offsets: Optional[torch.Tensor] = None
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        seen_values: torch.Tensor | None = None
+        seen_offsets: torch.Tensor | None = None
         if self.seen != "":
             if self.seen_ragged:
                 seen_values = inputs[self.seen + wire.VALUES_SUFFIX].to(torch.int64)
                 seen_offsets = inputs[self.seen + wire.OFFSETS_SUFFIX].to(torch.int64)
             else:
                 seen_values = inputs[self.seen].to(torch.int64)
-        return top_k_items(inputs[self.scores], self.k, self.excluded_ids, seen_values, seen_offsets)
+        return top_k_items(
+            inputs[self.scores], self.k, self.excluded_ids, seen_values, seen_offsets
+        )
 
 
 class TopK(ServingOperator):
@@ -182,8 +192,12 @@ class TopK(ServingOperator):
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         scores = input_schema[self._scores_column(input_schema)]
-        catalog = scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
-        return ranked_items_schema(self.k, catalog, scores.dtype.without_shape, self.ids_column, self.scores_column)
+        catalog = (
+            scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
+        )
+        return ranked_items_schema(
+            self.k, catalog, scores.dtype.without_shape, self.ids_column, self.scores_column
+        )
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         # the selector lists the expected input columns in order: scores first
@@ -214,7 +228,9 @@ class TopK(ServingOperator):
     def torchscript(self, input_schema: Schema) -> TopKSelection:
         seen = self.seen_column or ""
         ragged = bool(seen) and wire.is_ragged(input_schema[seen])
-        return TopKSelection(self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged)
+        return TopKSelection(
+            self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged
+        )
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -269,22 +285,36 @@ def check_seen_items(label: str, seen: ColumnSchema) -> None:
         raise SchemaError(label, seen.name, "an int list of item ids", describe_column(seen))
 
 
-def ranked_items_schema(k: int, catalog: int | None, scores_dtype, ids_column: str, scores_column: str) -> Schema:
+def ranked_items_schema(
+    k: int, catalog: int | None, scores_dtype, ids_column: str, scores_column: str
+) -> Schema:
     """The two outputs of a top-k selection: item ids (in the catalog's domain) and their scores."""
     id_properties = {"domain": {"min": 0, "max": int(catalog) - 1}} if catalog else {}
     return Schema(
         [
-            ColumnSchema(ids_column, tags=[Tags.ITEM_ID], properties=id_properties, dtype="int64", dims=(None, k)),
+            ColumnSchema(
+                ids_column,
+                tags=[Tags.ITEM_ID],
+                properties=id_properties,
+                dtype="int64",
+                dims=(None, k),
+            ),
             ColumnSchema(scores_column, dtype=scores_dtype, dims=(None, k)),
         ]
     )
 
 
-def seen_tensors(table: TensorTable, seen_column: str | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def seen_tensors(
+    table: TensorTable, seen_column: str | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The seen items' values and offsets (``None`` for a dense list, or for no column) as int64."""
     if seen_column is None:
         return None, None
     seen = table[seen_column]
     values = torch.from_numpy(np.asarray(seen.values).astype(np.int64, copy=False))
-    offsets = None if seen.offsets is None else torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+    offsets = (
+        None
+        if seen.offsets is None
+        else torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+    )
     return values, offsets

@@ -46,14 +46,36 @@ def check_ragged(name: str, values: torch.Tensor, offsets: torch.Tensor):
     """Refuse offsets that would make padding read the wrong rows: they must start at 0, never
     decrease and end at the number of values. Raised in TorchScript, the message reaches a libtorch
     client as the last line of the error, naming the column as the library's InputError does."""
-    expected = "offsets from 0 up to len('" + name + wire.VALUES_SUFFIX + "') = " + str(values.shape[0]) + ", never decreasing"
+    expected = (
+        "offsets from 0 up to len('"
+        + name
+        + wire.VALUES_SUFFIX
+        + "') = "
+        + str(values.shape[0])
+        + ", never decreasing"
+    )
     if offsets.dim() != 1 or offsets.shape[0] == 0:
-        raise ValueError("input column '" + name + wire.OFFSETS_SUFFIX + "': expected " + expected + ", got no offsets")
+        raise ValueError(
+            "input column '"
+            + name
+            + wire.OFFSETS_SUFFIX
+            + "': expected "
+            + expected
+            + ", got no offsets"
+        )
     first, last = int(offsets[0]), int(offsets[-1])
     if first != 0 or last != values.shape[0] or bool((offsets[1:] < offsets[:-1]).any()):
         raise ValueError(
-            "input column '" + name + wire.OFFSETS_SUFFIX + "': expected " + expected
-            + ", got offsets from " + str(first) + " to " + str(last) + " or going back"
+            "input column '"
+            + name
+            + wire.OFFSETS_SUFFIX
+            + "': expected "
+            + expected
+            + ", got offsets from "
+            + str(first)
+            + " to "
+            + str(last)
+            + " or going back"
         )
 
 
@@ -131,7 +153,11 @@ class WireModel(torch.nn.Module):
         for name in self.ragged_inputs + self.dense_inputs:
             # rows of different counts would broadcast silently inside the model
             if name in inputs or name + wire.OFFSETS_SUFFIX in inputs:
-                rows = inputs[name].shape[0] if name in inputs else inputs[name + wire.OFFSETS_SUFFIX].shape[0] - 1
+                rows = (
+                    inputs[name].shape[0]
+                    if name in inputs
+                    else inputs[name + wire.OFFSETS_SUFFIX].shape[0] - 1
+                )
                 if first == "":
                     first, expected_rows = name, rows
                 elif rows != expected_rows:

@@ -86,7 +86,8 @@ class TransformWorkflow(ServingOperator):
         self._compiled = compile_workflow(workflow, kernels=fast_path)
 
     def compiled_workflow(self) -> CompiledWorkflow:
-        """The workflow compiled for the fast path (or step by step through NVTabular, without it)."""
+        """The workflow compiled for the fast path (or step by step through NVTabular, without
+        it)."""
         return self._compiled
 
     @property
@@ -168,7 +169,10 @@ class TransformWorkflow(ServingOperator):
     def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
         import nvtabular
 
-        return {"workflow": nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR)), **config}
+        return {
+            "workflow": nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR)),
+            **config,
+        }
 
 
 def _check_fitted(workflow) -> None:

@@ -1,9 +1,10 @@
 """Runs notebooks/session_based_recommendations.ipynb top to bottom, small, on a real tritonserver.
 
-The kernel is ipykernel on this interpreter (``sys.executable``), whatever kernelspecs are installed,
-with the checkout on its path as the project's kernel has it (see ``./run notebook``). The committed
-notebook carries the outputs of this run: ``MTS_NOTEBOOK_UPDATE=1`` makes the run write them back
-into it, and a test checks that the committed outputs come from the code that is committed.
+The kernel is ipykernel on this interpreter (``sys.executable``), whatever kernelspecs are
+installed, with the checkout on its path as the project's kernel has it (see ``./run notebook``).
+The committed notebook carries the outputs of this run: ``MTS_NOTEBOOK_UPDATE=1`` makes the run
+write them back into it, and a test checks that the committed outputs come from the code that is
+committed.
 """
 
 from __future__ import annotations
@@ -92,8 +93,12 @@ def executed_notebook(tmp_path_factory, pytorch_backend):
     executed = output / NOTEBOOK.name
     nbformat.write(notebook, executed)
     if failure is not None:
-        pytest.fail(f"{NOTEBOOK.name} failed; the executed copy is {executed}\n{failure}", pytrace=False)
-    assert sorted(NOTEBOOK.parent.iterdir()) == checkout_before, "the notebook wrote into the checkout"
+        pytest.fail(
+            f"{NOTEBOOK.name} failed; the executed copy is {executed}\n{failure}", pytrace=False
+        )
+    assert sorted(NOTEBOOK.parent.iterdir()) == checkout_before, (
+        "the notebook wrote into the checkout"
+    )
     if os.environ.get("MTS_NOTEBOOK_UPDATE") == "1":
         nbformat.write(notebook, NOTEBOOK)
     return notebook, output / "run"
@@ -117,8 +122,11 @@ def test_committed_outputs_are_the_suites_run_of_the_committed_code(executed_not
     committed = nbformat.read(NOTEBOOK, as_version=4)
     executed, _ = executed_notebook
     code_cells = [cell for cell in committed.cells if cell.cell_type == "code"]
-    assert [cell.source for cell in code_cells] == [cell.source for cell in executed.cells if cell.cell_type == "code"], (
-        "a code cell changed since the committed outputs were made; run this test with MTS_NOTEBOOK_UPDATE=1"
+    assert [cell.source for cell in code_cells] == [
+        cell.source for cell in executed.cells if cell.cell_type == "code"
+    ], (
+        "a code cell changed since the committed outputs were made; run this test with"
+        " MTS_NOTEBOOK_UPDATE=1"
     )
     assert [cell.execution_count for cell in code_cells] == list(range(1, len(code_cells) + 1))
     assert all(cell.outputs for cell in code_cells if cell.id != "parameters")
@@ -126,9 +134,19 @@ def test_committed_outputs_are_the_suites_run_of_the_committed_code(executed_not
 
 
 def test_the_notebook_shows_the_operator_chain_and_needs_no_path_workaround():
-    code = "\n".join(cell.source for cell in nbformat.read(NOTEBOOK, as_version=4).cells if cell.cell_type == "code")
-    assert "sys.path" not in code and "from examples.session_based.demo" not in code
-    for operator in ("TransformWorkflow(workflow)", "PredictPytorch(session_model", "TopK(", "DecodeItemIds(workflow"):
+    code = "\n".join(
+        cell.source
+        for cell in nbformat.read(NOTEBOOK, as_version=4).cells
+        if cell.cell_type == "code"
+    )
+    assert "sys.path" not in code
+    assert "from examples.session_based.demo" not in code
+    for operator in (
+        "TransformWorkflow(workflow)",
+        "PredictPytorch(session_model",
+        "TopK(",
+        "DecodeItemIds(workflow",
+    ):
         assert operator in code
 
 
@@ -137,7 +155,11 @@ def test_the_notebook_writes_into_a_new_temporary_folder_by_default(monkeypatch,
 
     monkeypatch.delenv("MTS_NOTEBOOK_OUTPUT", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    parameters = next(cell for cell in nbformat.read(NOTEBOOK, as_version=4).cells if cell.get("id") == "parameters")
+    parameters = next(
+        cell
+        for cell in nbformat.read(NOTEBOOK, as_version=4).cells
+        if cell.get("id") == "parameters"
+    )
     namespace = {}
     exec(parameters.source, namespace)
     assert Path(namespace["OUTPUT_DIR"]).parent == tmp_path
@@ -199,7 +221,9 @@ def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(exe
     sessions = [int(session) for session in shown.group(1).split(", ")]
     assert len(sessions) == 3
     for session in sessions:
-        assert re.search(rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check)
+        assert re.search(
+            rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check
+        )
 
 
 def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
@@ -216,8 +240,17 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen(
-        [str(ROOT / "run"), "notebook", "--no-browser", f"--port={port}", "--IdentityProvider.token=t"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        [
+            str(ROOT / "run"),
+            "notebook",
+            "--no-browser",
+            f"--port={port}",
+            "--IdentityProvider.token=t",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
     def get(path):
@@ -231,7 +264,9 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
                 specs = get("/api/kernelspecs")
             except OSError:
                 time.sleep(0.5)
-        assert specs is not None, process.stderr.read().decode() if process.poll() is not None else "no answer"
+        assert specs is not None, (
+            process.stderr.read().decode() if process.poll() is not None else "no answer"
+        )
         notebook = get("/api/contents/notebooks/session_based_recommendations.ipynb")
     finally:
         if process.poll() is None:

@@ -147,8 +147,11 @@ def test_interactions_round_trip_through_a_file(interactions, tmp_path, file_nam
 def test_reading_a_file_without_a_column_names_the_missing_column(interactions, tmp_path):
     path = tmp_path / "clicks.csv"
     interactions.drop(columns=["category"]).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=r"^name the columns of .* or map yours with --columns YOURS=category "
-                       r"\(columns=\{'yours': 'category', ...\}\): it has no column 'category'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^name the columns of .* or map yours with --columns YOURS=category "
+        r"\(columns=\{'yours': 'category', ...\}\): it has no column 'category'",
+    ):
         data.read_interactions(path)
 
 
@@ -156,14 +159,20 @@ def test_reading_a_file_with_other_column_names_and_a_mapping(interactions, tmp_
     path = tmp_path / "clicks.csv"
     renamed = {"session_id": "user_session", "item_id": "product_id", "timestamp": "ts"}
     interactions.rename(columns=renamed).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=r"it has no column 'session_id', 'item_id', 'timestamp'; its columns"):
+    with pytest.raises(
+        ValueError, match=r"it has no column 'session_id', 'item_id', 'timestamp'; its columns"
+    ):
         data.read_interactions(path)
-    mapped = data.read_interactions(path, columns={theirs: ours for ours, theirs in renamed.items()})
+    mapped = data.read_interactions(
+        path, columns={theirs: ours for ours, theirs in renamed.items()}
+    )
     pd.testing.assert_frame_equal(mapped[list(data.INTERACTION_COLUMNS)], interactions)
 
 
 def test_whole_float_ids_are_read_as_integers(interactions):
-    validated = data.validate_interactions(interactions.astype({"item_id": "float64", "session_id": "float64"}))
+    validated = data.validate_interactions(
+        interactions.astype({"item_id": "float64", "session_id": "float64"})
+    )
     pd.testing.assert_frame_equal(validated, interactions)
 
 

@@ -154,7 +154,8 @@ def test_models_lists_versions_states_and_whether_stubs_answer(served_repository
 
 def first_error_line(result) -> str:
     assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "Exception ignored" not in result.stderr, result.stderr
     return result.stderr.strip().splitlines()[0]
 
 
@@ -167,38 +168,51 @@ def free_port() -> int:
 def test_a_url_with_a_scheme_is_refused_naming_the_address_to_pass(served_repository):
     _, urls, _ = served_repository
     result = run_cli("models", "--url", f"http://{urls['HTTP']}", "--protocol", "http")
-    assert first_error_line(result) == (
-        f"error: drop the scheme: Client('{urls['HTTP']}', protocol='http') (--url {urls['HTTP']}): "
-        f"the address must be host:port (got 'http://{urls['HTTP']}')"
+    assert (
+        first_error_line(result)
+        == f"error: drop the scheme: Client('{urls['HTTP']}', protocol='http') (--url"
+        f" {urls['HTTP']}): the address must be host:port (got 'http://{urls['HTTP']}')"
     )
     assert "_closed" not in result.stderr
 
 
-@pytest.mark.parametrize("protocol, port, other", [("http", "gRPC", "grpc"), ("grpc", "HTTP", "http")])
-def test_the_wrong_protocol_for_the_port_names_the_other_protocol(served_repository, protocol, port, other):
+@pytest.mark.parametrize(
+    ("protocol", "port", "other"), [("http", "gRPC", "grpc"), ("grpc", "HTTP", "http")]
+)
+def test_the_wrong_protocol_for_the_port_names_the_other_protocol(
+    served_repository, protocol, port, other
+):
     _, urls, _ = served_repository
     result = run_cli("models", "--url", urls[port], "--protocol", protocol)
-    assert first_error_line(result) == (
-        f"error: {urls[port]} does not answer {protocol}: it looks like tritonserver's {other} port; "
-        f"pass protocol='{other}' (--protocol {other}) or the server's {protocol} port"
+    assert (
+        first_error_line(result)
+        == f"error: {urls[port]} does not answer {protocol}: it looks like tritonserver's {other}"
+        f" port; pass protocol='{other}' (--protocol {other}) or the server's {protocol} port"
     )
 
 
 @pytest.mark.parametrize("command", ["models", "infer"])
 def test_no_server_running_says_to_start_serve_or_pass_the_url(tmp_path, command):
     toy_session.interactions(2).to_parquet(tmp_path / "rows.parquet")
-    arguments = ("infer", "reco", str(tmp_path / "rows.parquet"), "--wait", "1") if command == "infer" else ("models",)
+    arguments = (
+        ("infer", "reco", str(tmp_path / "rows.parquet"), "--wait", "1")
+        if command == "infer"
+        else ("models",)
+    )
     result = run_cli(*arguments, "--url", f"127.0.0.1:{free_port()}")
     assert first_error_line(result).startswith(
-        "error: start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) "
-        "or pass the address of a running one (--url HOST:PORT, Client(url))"
+        "error: start a server (`merlin-torch-serving serve REPOSITORY`, or"
+        " TritonServer(repository)) or pass the address of a running one (--url HOST:PORT,"
+        " Client(url))"
     )
 
 
 def test_an_unknown_model_lists_the_models_the_server_has(served_repository, tmp_path):
     _, urls, _ = served_repository
     toy_session.interactions(2).to_parquet(tmp_path / "rows.parquet")
-    result = run_cli("infer", "recommendations", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"])
+    result = run_cli(
+        "infer", "recommendations", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"]
+    )
     line = first_error_line(result)
     assert line.startswith("error: use one of the models this server has: 'reco', 'reco-0-")
     assert line.endswith("; it has no model 'recommendations'")
@@ -210,28 +224,52 @@ def test_a_taken_port_is_found_before_any_model_loads_and_port_0_is_advised(serv
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run_cli("serve", served, "--grpc-port", str(port), "--http-port", "0", "--metrics-port", "0", "--verbose")
-    assert first_error_line(result) == (
-        f"error: pass --grpc-port 0 (the OS picks a free port, printed when ready) or another free port: "
-        f"the gRPC port {port} is already in use"
+        result = run_cli(
+            "serve",
+            served,
+            "--grpc-port",
+            str(port),
+            "--http-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--verbose",
+        )
+    assert (
+        first_error_line(result)
+        == "error: pass --grpc-port 0 (the OS picks a free port, printed when ready) or another"
+        f" free port: the gRPC port {port} is already in use"
     )
     assert len(result.stderr.strip().splitlines()) == 1  # no tritonserver log: none was started
 
 
 def test_serve_given_the_folder_above_a_repository_names_the_repository(served_repository):
     served = Path(re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1))
-    result = run_cli("serve", str(served.parent), "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0")
-    assert first_error_line(result) == (
-        f"error: serve the repository itself, {str(served)!r}: {str(served.parent)!r} holds a model "
-        f"repository, not model folders"
+    result = run_cli(
+        "serve", str(served.parent), "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"
+    )
+    assert (
+        first_error_line(result)
+        == f"error: serve the repository itself, {str(served)!r}: {str(served.parent)!r} holds a"
+        " model repository, not model folders"
     )
 
 
 def test_integer_ids_stored_as_whole_floats_are_accepted(served_repository, ensemble, tmp_path):
     _, urls, _ = served_repository
     rows = toy_session.interactions(3, seed=33)
-    rows.astype({"item_id": "float64", "session_id": "float64"}).to_csv(tmp_path / "rows.csv", index=False)
-    result = run_cli("infer", "reco", str(tmp_path / "rows.csv"), "--url", urls["gRPC"], "-o", str(tmp_path / "answer.parquet"))
+    rows.astype({"item_id": "float64", "session_id": "float64"}).to_csv(
+        tmp_path / "rows.csv", index=False
+    )
+    result = run_cli(
+        "infer",
+        "reco",
+        str(tmp_path / "rows.csv"),
+        "--url",
+        urls["gRPC"],
+        "-o",
+        str(tmp_path / "answer.parquet"),
+    )
     assert result.returncode == 0, result.stderr
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     expected = ensemble.transform(rows)
@@ -239,35 +277,52 @@ def test_integer_ids_stored_as_whole_floats_are_accepted(served_repository, ense
     np.testing.assert_array_equal(np.stack(answer["item_ids"]), np.stack(expected["item_ids"]))
 
 
-def test_renamed_columns_are_all_named_with_the_fix_and_then_mapped(served_repository, ensemble, tmp_path):
+def test_renamed_columns_are_all_named_with_the_fix_and_then_mapped(
+    served_repository, ensemble, tmp_path
+):
     _, urls, _ = served_repository
     rows = toy_session.interactions(3, seed=34)
     renamed = rows.rename(columns={"session_id": "user_session", "item_id": "product_id"})
     renamed.to_parquet(tmp_path / "rows.parquet")
 
     refused = run_cli("infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"])
-    assert first_error_line(refused) == (
-        "error: name the request's columns as the model's inputs, or map yours to them: "
+    assert (
+        first_error_line(refused)
+        == "error: name the request's columns as the model's inputs, or map yours to them: "
         "columns={'<your column>': 'item_id', ...} (--columns YOURS=item_id,...)"
     )
-    assert "missing input columns: 'item_id' (int64 scalar), 'session_id' (int64 scalar)" in refused.stderr
+    assert (
+        "missing input columns: 'item_id' (int64 scalar), 'session_id' (int64 scalar)"
+        in refused.stderr
+    )
 
     mapped = run_cli(
-        "infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"],
-        "--columns", "user_session=session_id,product_id=item_id", "-o", str(tmp_path / "answer.parquet"),
+        "infer",
+        "reco",
+        str(tmp_path / "rows.parquet"),
+        "--url",
+        urls["gRPC"],
+        "--columns",
+        "user_session=session_id,product_id=item_id",
+        "-o",
+        str(tmp_path / "answer.parquet"),
     )
     assert mapped.returncode == 0, mapped.stderr
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     assert list(answer.columns[:1]) == ["user_session"]  # the session id comes back under your name
     expected = ensemble.transform(rows)
-    np.testing.assert_array_equal(np.stack(answer["item_scores"]), np.stack(expected["item_scores"]))
+    np.testing.assert_array_equal(
+        np.stack(answer["item_scores"]), np.stack(expected["item_scores"])
+    )
 
 
 def test_infer_head_prints_the_first_rows_and_how_many_there_are(served_repository, tmp_path):
     _, urls, _ = served_repository
     rows = toy_session.interactions(5, seed=35)
     rows.to_parquet(tmp_path / "rows.parquet")
-    result = run_cli("infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"], "--head", "2")
+    result = run_cli(
+        "infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"], "--head", "2"
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert [int(line.split()[0]) for line in lines[1:3]] == list(pd.unique(rows["session_id"]))[:2]
@@ -278,8 +333,17 @@ def test_commands_and_the_import_print_no_third_party_warning(served_repository)
     _, urls, _ = served_repository
     assert run_cli("models", "--url", urls["gRPC"]).stderr == ""
     imported = subprocess.run(
-        [sys.executable, "-c", "import merlin_torch_serving as m; m.Client, m.Ensemble, m.TransformWorkflow, m.TritonServer"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            (
+                "import merlin_torch_serving as m; m.Client, m.Ensemble, m.TransformWorkflow,"
+                " m.TritonServer"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert (imported.returncode, imported.stdout, imported.stderr) == (0, "", "")
 
@@ -375,8 +439,22 @@ def test_ctrl_c_during_start_up_stops_at_once_without_a_traceback(served_reposit
     served = re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1)
     repository = shutil.copytree(served, tmp_path / "repository")  # its own, to find its server by
     process = subprocess.Popen(
-        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "merlin_torch_serving",
+            "serve",
+            str(repository),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         read_until(process, "starting tritonserver on")
@@ -402,7 +480,10 @@ def servers_of(repository) -> list[int]:
     flag = f"--model-repository={Path(repository).resolve()}"
     pids = []
     for process in psutil.process_iter(["cmdline", "status"]):
-        if flag in (process.info["cmdline"] or []) and process.info["status"] != psutil.STATUS_ZOMBIE:
+        if (
+            flag in (process.info["cmdline"] or [])
+            and process.info["status"] != psutil.STATUS_ZOMBIE
+        ):
             pids.append(process.pid)
     return pids
 

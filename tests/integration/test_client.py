@@ -71,32 +71,49 @@ def test_triton_executor_runs_the_ensemble_through_the_same_call(served, client)
 
 def test_client_names_a_missing_column(served, client):
     rows = toy_session.interactions(2, seed=24).drop(columns=["timestamp"])
-    with pytest.raises(InputError, match="missing input columns: 'timestamp' \\(int64 scalar\\); the request has"):
+    with pytest.raises(
+        InputError, match="missing input columns: 'timestamp' \\(int64 scalar\\); the request has"
+    ):
         client.infer("toy-client", rows)
 
 
 def test_client_maps_the_callers_column_names_to_the_inputs_and_back(served, client):
     rows = toy_session.interactions(3, seed=26)
-    answer = client.infer("toy-client", rows.rename(columns={"session_id": "visit"}), columns={"visit": "session_id"})
+    answer = client.infer(
+        "toy-client", rows.rename(columns={"session_id": "visit"}), columns={"visit": "session_id"}
+    )
     assert_frames_equal(answer, served.transform(rows).rename(columns={"session_id": "visit"}))
 
 
 def test_client_refuses_a_mapping_of_a_column_the_request_lacks(served, client):
-    with pytest.raises(InputError, match="input column 'visit': expected a column of the request .*fix the mapping visit=session_id"):
+    with pytest.raises(
+        InputError,
+        match=(
+            r"input column 'visit': expected a column of the request .*fix the mapping"
+            r" visit=session_id"
+        ),
+    ):
         client.infer("toy-client", toy_session.interactions(1), columns={"visit": "session_id"})
 
 
 def test_an_unknown_model_lists_the_models_the_server_has(served, client):
-    with pytest.raises(UnknownModelError, match=r"^use one of the models this server has: .*'toy-client'.*; it has no model 'toy'$"):
+    with pytest.raises(
+        UnknownModelError,
+        match=r"^use one of the models this server has: .*'toy-client'.*; it has no model 'toy'$",
+    ):
         client.infer("toy", toy_session.interactions(1))
     with pytest.raises(UnknownModelError, match="it has no model 'toy'"):
         client.wait_until_ready("toy", timeout_s=30)
 
 
-@pytest.mark.parametrize("url, protocol", [("http://localhost:8000", "http"), ("grpc://localhost:8001/", "grpc")])
+@pytest.mark.parametrize(
+    ("url", "protocol"), [("http://localhost:8000", "http"), ("grpc://localhost:8001/", "grpc")]
+)
 def test_an_address_with_a_scheme_is_refused_before_tritonclient_sees_it(url, protocol):
     address = url.split("://")[1].rstrip("/")
-    with pytest.raises(AddressError, match=f"^drop the scheme: Client\\('{address}', protocol='{protocol}'\\)"):
+    with pytest.raises(
+        AddressError, match=f"^drop the scheme: Client\\('{address}', protocol='{protocol}'\\)"
+    ):
         Client(url, protocol)
 
 

@@ -53,16 +53,22 @@ def test_extra_columns_are_refused_and_missing_ones_named():
     with pytest.raises(MissingColumnsError) as refused:
         frames.frame_to_table(data, SCHEMA)
     assert str(refused.value).splitlines() == [
-        "name the request's columns as the model's inputs, or map yours to them: "
-        "columns={'<your column>': 'items', ...} (--columns YOURS=items,...)",
-        "missing input columns: 'items' (int64 ragged list), 'embedding' (float32 fixed list [-1, 2]); "
-        "the request has 'session_id'",
+        (
+            "name the request's columns as the model's inputs, or map yours to them: "
+            "columns={'<your column>': 'items', ...} (--columns YOURS=items,...)"
+        ),
+        (
+            "missing input columns: 'items' (int64 ragged list), 'embedding' (float32 fixed list"
+            " [-1, 2]); the request has 'session_id'"
+        ),
     ]
     assert (refused.value.column, refused.value.missing.keys()) == ("items", {"items", "embedding"})
 
 
 def test_whole_floats_are_taken_as_integer_ids():
-    table = frames.frame_to_table(request(session_id=np.array([8382491.0, 2.0]), items=[[3.0, 4.0, 5.0], [6.0]]), SCHEMA)
+    table = frames.frame_to_table(
+        request(session_id=np.array([8382491.0, 2.0]), items=[[3.0, 4.0, 5.0], [6.0]]), SCHEMA
+    )
     assert table["session_id"].values.tolist() == [8382491, 2]
     assert table["session_id"].values.dtype == np.int64
     assert table["items"].values.dtype == np.int64

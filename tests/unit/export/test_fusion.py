@@ -221,7 +221,9 @@ def test_blanking_joins_a_two_output_libtorch_model_in_either_output_order(
 
 
 class FourOutputs(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         x = inputs["x"]
         return x.sum(1), x * 2.0, x.max(1).values, x.min(1).values
 
@@ -231,12 +233,15 @@ FOUR_OUTPUTS = Schema([ColumnSchema(name) for name in ("total", "doubled", "larg
 
 
 def four_outputs_reading(read):
-    predict = ["x"] >> PredictPytorch(torch.jit.script(FourOutputs()), FOUR_OUTPUTS_INPUT, FOUR_OUTPUTS, backend="pytorch")
+    predict = ["x"] >> PredictPytorch(
+        torch.jit.script(FourOutputs()), FOUR_OUTPUTS_INPUT, FOUR_OUTPUTS, backend="pytorch"
+    )
     return Ensemble(predict[read], FOUR_OUTPUTS_INPUT)
 
 
 @pytest.mark.parametrize(
-    "read", [["doubled"], ["total", "largest"], ["smallest", "doubled"], ["total", "doubled", "smallest"]]
+    "read",
+    [["doubled"], ["total", "largest"], ["smallest", "doubled"], ["total", "doubled", "smallest"]],
 )
 def test_a_libtorch_model_returns_only_the_outputs_the_graph_reads(tmp_path, read):
     ensemble = four_outputs_reading(read)

@@ -105,11 +105,19 @@ def test_a_manifest_in_another_format_is_refused_by_verify_export(exported, tmp_
     manifest = json.loads(manifest_path.read_text())
     manifest.update(format_version=STEP_FORMAT_VERSION - 1, library_version="0.0.9")
     manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(ArtifactError, match=rf"ensemble 'reco' cannot be loaded: it was exported by merlin-torch-serving 0\.0\.9 in step format {STEP_FORMAT_VERSION - 1}, and this is 0\.1\.0"):
+    with pytest.raises(
+        ArtifactError,
+        match=(
+            r"ensemble 'reco' cannot be loaded: it was exported by merlin-torch-serving 0\.0\.9 in"
+            rf" step format {STEP_FORMAT_VERSION - 1}, and this is 0\.1\.0"
+        ),
+    ):
         verify_export(copy, "reco")
 
 
-def test_an_operator_saved_in_another_format_of_its_own_refuses_to_load_naming_it(exported, tmp_path):
+def test_an_operator_saved_in_another_format_of_its_own_refuses_to_load_naming_it(
+    exported, tmp_path
+):
     import shutil
 
     step_dir = tmp_path / "reco-0-transformworkflow" / "1"
@@ -120,9 +128,13 @@ def test_an_operator_saved_in_another_format_of_its_own_refuses_to_load_naming_i
     (step_dir / "step.json").write_text(json.dumps(spec))
     with pytest.raises(
         ArtifactError,
-        match=rf"step 'reco-0-transformworkflow' cannot be loaded: its operator TransformWorkflow was saved in format "
-        rf"{TransformWorkflow.format_version + 1} of merlin_torch_serving\.ops\.workflow\.TransformWorkflow, and that "
-        rf"class reads format {TransformWorkflow.format_version}; re-export",
+        match=(
+            rf"step 'reco-0-transformworkflow' cannot be loaded: its operator TransformWorkflow was"
+            rf" saved in format "
+            rf"{TransformWorkflow.format_version + 1} of"
+            r" merlin_torch_serving\.ops\.workflow\.TransformWorkflow, and that "
+            rf"class reads format {TransformWorkflow.format_version}; re-export"
+        ),
     ):
         HostedStep.load(str(step_dir))
 

@@ -6,7 +6,6 @@ import inspect
 import json
 import re
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pytest
@@ -36,7 +35,7 @@ def negate(scores: torch.Tensor) -> torch.Tensor:
 
 
 class NegateModule(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return negate(inputs["scores"])
 
 
@@ -87,14 +86,19 @@ def test_every_built_in_operator_is_rebuilt_from_its_saved_form_through_init(bui
         assert type(loaded) is type(op)
         assert loaded.config() == op.config(), op.label
     topk = type(built_ins[2]).load(built_ins[2].config(), str(tmp_path))
-    assert topk.seen_column == "item_id-list" and topk.exclude_ids == [0, 2]
+    assert topk.seen_column == "item_id-list"
+    assert topk.exclude_ids == [0, 2]
 
 
-def test_a_new_pytorch_operator_starts_a_libtorch_step_that_later_torchscript_operators_join(tmp_path):
+def test_a_new_pytorch_operator_starts_a_libtorch_step_that_later_torchscript_operators_join(
+    tmp_path,
+):
     ensemble = Ensemble(["scores"] >> Negate() >> TopK(2), SCORES)
     result = ensemble.export(tmp_path, "negated")
     assert result.fused == {"negated-0-negate_topk": ["Negate", "TopK(k=2)"]}
-    request = {"scores": np.array([[0.5, 0.1, 0.9, 0.3, 0.2, 0.7], [1, 2, 3, 4, 5, 6]], dtype=np.float32)}
+    request = {
+        "scores": np.array([[0.5, 0.1, 0.9, 0.3, 0.2, 0.7], [1, 2, 3, 4, 5, 6]], dtype=np.float32)
+    }
     served = run_repository(tmp_path, "negated", request)
     expected = ensemble.run(TensorTable(request, _unsafe=True))
     np.testing.assert_array_equal(served["item_ids"], expected["item_ids"].values)
@@ -136,11 +140,23 @@ class Untyped(torch.nn.Module):
 
 
 @pytest.mark.parametrize(
-    "op, message",
+    ("op", "message"),
     [
-        (Unknown(), r"operator Unknown declares backend 'tensorflow'; an operator runs on one of python, pytorch"),
-        (NoTorchScript(), r"operator NoTorchScript declares backend 'pytorch' but has no TorchScript form"),
-        (Uncompilable(), r"the TorchScript form of operator Uncompilable \(Untyped\) does not compile"),
+        (
+            Unknown(),
+            (
+                r"operator Unknown declares backend 'tensorflow'; an operator runs on one of"
+                r" python, pytorch"
+            ),
+        ),
+        (
+            NoTorchScript(),
+            r"operator NoTorchScript declares backend 'pytorch' but has no TorchScript form",
+        ),
+        (
+            Uncompilable(),
+            r"the TorchScript form of operator Uncompilable \(Untyped\) does not compile",
+        ),
     ],
     ids=["unknown backend", "pytorch without torchscript", "torchscript that does not compile"],
 )
@@ -152,7 +168,8 @@ def test_an_operator_that_breaks_the_contract_is_an_export_error_naming_it(op, m
 def test_a_torchscript_operator_after_a_python_step_stays_on_python():
     plan = Ensemble(["scores"] >> TopK(2), SCORES).plan
     (step,) = partition(plan, "e")
-    assert step.backend == "python" and step.torchscript == {}
+    assert step.backend == "python"
+    assert step.torchscript == {}
 
 
 def operator_classes() -> set[str]:
@@ -170,7 +187,13 @@ def operator_classes() -> set[str]:
 
 def test_the_exporter_names_no_operator_class():
     classes = operator_classes()
-    assert {"TransformWorkflow", "PredictPytorch", "TopK", "DecodeItemIds", "BlankFilteredRows"} <= classes
+    assert {
+        "TransformWorkflow",
+        "PredictPytorch",
+        "TopK",
+        "DecodeItemIds",
+        "BlankFilteredRows",
+    } <= classes
     export = Path(inspect.getfile(partition)).parent
     pattern = re.compile(r"\b(" + "|".join(sorted(classes)) + r")\b")
     named = [
