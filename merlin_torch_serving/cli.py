@@ -4,9 +4,9 @@ merlin-torch-serving serve REPOSITORY [-- TRITONSERVER ARGS]
                                            run tritonserver in the foreground (Ctrl-C stops it)
 merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
 merlin-torch-serving models                what the server has loaded, and whether it answers
-merlin-torch-serving bundle REPOSITORY OUT  a copy that serves where the server's Python lacks this
-library merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes manifests and a KServe
-InferenceService merlin-torch-serving build-backend pytorch [--sources PATH]
+merlin-torch-serving bundle REPOSITORY OUT  a copy for servers whose Python lacks this library
+merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes and KServe manifests
+merlin-torch-serving build-backend pytorch [--sources PATH]
                                            build Triton's libtorch backend for this torch
 """
 
@@ -340,21 +340,6 @@ def _parser() -> argparse.ArgumentParser:
             metavar="PORT",
             help="default %(default)s; 0 lets the OS choose a free one",
         )
-    serve_parser.add_argument(
-        "--model-control", choices=("none", "explicit", "poll"), default="none"
-    )
-    serve_parser.add_argument(
-        "--load", action="append", metavar="MODEL", help="with explicit control: load at start"
-    )
-    serve_parser.add_argument(
-        "--http-port", type=int, default=DEFAULT_HTTP_PORT, help="0 lets the OS choose"
-    )
-    serve_parser.add_argument(
-        "--grpc-port", type=int, default=DEFAULT_GRPC_PORT, help="0 lets the OS choose"
-    )
-    serve_parser.add_argument(
-        "--metrics-port", type=int, default=DEFAULT_METRICS_PORT, help="0 lets the OS choose"
-    )
     serve_parser.add_argument(
         "--model-control", choices=("none", "explicit", "poll"), default="none"
     )

@@ -6,8 +6,7 @@
 ``render(DeploySettings())`` (a test keeps the two equal), so edit here, not there.
 
     Dockerfile                         CPU image: Python 3.11, this library, the bundled
-    tritonserver,
-                                       Triton's libtorch backend built for its torch
+                                       tritonserver, Triton's libtorch backend built for its torch
     k8s/deployment.yaml                `merlin-torch-serving serve` on the repository URL; probes on
                                        Triton's health endpoints; /dev/shm in memory; resources
     k8s/service.yaml                   HTTP, gRPC and metrics ports (Prometheus scrape annotations)

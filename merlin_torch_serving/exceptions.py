@@ -6,8 +6,7 @@
     │   └── MissingColumnsError     input columns the request does not have (all of them)
     ├── WorkflowNotFittedError      an NVTabular workflow handed over before it was fitted
     ├── AddressError                a server address that cannot be used as given
-    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as
-    TorchScript)
+    ├── ModelPreparationError       a PyTorch model cannot run as asked (e.g. as TorchScript)
     ├── WorkflowError               an NVTabular workflow cannot be compiled or run on a request
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for

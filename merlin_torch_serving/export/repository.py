@@ -3,9 +3,9 @@
 Layout (``N`` is the version)::
 
     <repository>/
-      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python
-      step) <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt
-      (libtorch step) <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
+      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python)
+      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt                           (libtorch)
+      <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
 
 Steps are named after the operators they host, and written through the operators' contract only
 (``ops.base``): a python step records each operator's class, ``config()`` and artifacts in

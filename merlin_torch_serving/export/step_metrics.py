@@ -7,11 +7,10 @@ Triton's own ``nv_inference_count`` counts them too.
 
     mts_requests_total{model}                     requests the step answered
     mts_sessions_total{model}                     rows it answered with (one per session)
-    mts_filtered_sessions_total{model}            sessions the workflow's filters dropped (answered
-    blank) mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met
-    (fast path) mts_fastpath_fallbacks_total{model,operator}  workflow operators run through
-    NVTabular mts_operator_seconds_total{model,operator}    time inside each operator of the (fused)
-    step
+    mts_filtered_sessions_total{model}            sessions the workflow's filters dropped (blank)
+    mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met (fast)
+    mts_fastpath_fallbacks_total{model,operator}  workflow operators run through NVTabular
+    mts_operator_seconds_total{model,operator}    time inside each operator of the (fused) step
 
 A series appears with its first non-zero count. Each increment is a message to the server process
 that waits for its answer (~12 us on an idle machine, a scheduler time slice or more on a busy

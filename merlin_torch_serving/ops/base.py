@@ -58,8 +58,8 @@ A minimal fusible operator::
             return {"column": self.column, "factor": self.factor}
 
         def torchscript(self, input_schema):
-            return ScaleModule(self.column, self.factor)  # forward(inputs) -> scale(inputs[column],
-            factor)
+            # forward(inputs) -> scale(inputs[column], factor)
+            return ScaleModule(self.column, self.factor)
 """
 
 from __future__ import annotations
