@@ -26,7 +26,7 @@ from merlin_torch_serving.ops.topk import (
     check_seen_items,
     ranked_items_schema,
     seen_tensors,
-    single_column,
+    set_selection,
 )
 from merlin_torch_serving.retrieval.indexes import ItemIndex, build_index, load_index
 from merlin_torch_serving.retrieval.specs import IndexSpec, index_spec, to_config
@@ -78,15 +78,8 @@ class RetrieveTopK(ServingOperator):
         scores_column: str = "item_scores",
     ):
         super().__init__()
-        if int(k) < 1:
-            raise ValueError(f"k must be at least 1, got {k!r}")
-        self.k = int(k)
+        set_selection(self, k, seen_items, exclude_ids, ids_column, scores_column)
         self.query_name = query
-        self.exclude_ids = sorted({int(i) for i in exclude_ids})
-        self.ids_column = ids_column
-        self.scores_column = scores_column
-        self.seen_node = seen_items
-        self.seen_column = single_column(seen_items) if seen_items is not None else None
         self._index: ItemIndex | None = None
         if isinstance(item_vectors, ItemIndex):
             self._index = item_vectors

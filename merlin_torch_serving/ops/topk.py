@@ -129,15 +129,8 @@ class TopK(ServingOperator):
         scores_column: str = "item_scores",
     ):
         super().__init__()
-        if int(k) < 1:
-            raise ValueError(f"k must be at least 1, got {k!r}")
-        self.k = int(k)
+        set_selection(self, k, seen_items, exclude_ids, ids_column, scores_column)
         self.scores_name = scores
-        self.exclude_ids = sorted({int(i) for i in exclude_ids})
-        self.ids_column = ids_column
-        self.scores_column = scores_column
-        self.seen_node = seen_items
-        self.seen_column = single_column(seen_items) if seen_items is not None else None
 
     @property
     def label(self) -> str:
@@ -318,3 +311,15 @@ def seen_tensors(
         else torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
     )
     return values, offsets
+
+
+def set_selection(op, k, seen_items, exclude_ids, ids_column, scores_column) -> None:
+    """The settings every top-k selector shares (TopK, RetrieveTopK), checked and set on ``op``."""
+    if int(k) < 1:
+        raise ValueError(f"k must be at least 1, got {k!r}")
+    op.k = int(k)
+    op.exclude_ids = sorted({int(i) for i in exclude_ids})
+    op.ids_column = ids_column
+    op.scores_column = scores_column
+    op.seen_node = seen_items
+    op.seen_column = single_column(seen_items) if seen_items is not None else None
