@@ -115,6 +115,20 @@ def _aggs_per_column(aggs: dict, allowed: list[str]) -> dict[str, list]:
     return {column: list(value) for column, value in aggs.items() if column in allowed}
 
 
+def _first_equal(values: np.ndarray, extremes: np.ndarray, groups: Groups) -> np.ndarray:
+    """Each group's extreme as the group's first value equal to it, as pandas picks it: fmin and
+    fmax keep the last of equal values, which differ between 0.0 and -0.0 only in their sign."""
+    row_group = np.repeat(np.arange(len(groups.counts)), groups.counts)
+    rows = np.arange(len(values))
+    first = np.minimum.reduceat(
+        np.where(values == extremes[row_group], rows, len(values)), groups.starts
+    )
+    found = first < len(values)
+    picked = extremes.copy()
+    picked[found] = values[first[found]]
+    return picked
+
+
 def _reduce(agg: str, values: np.ndarray, groups: Groups) -> np.ndarray:
     kind = values.dtype.kind
     nulls = null_mask(values)
@@ -129,7 +143,8 @@ def _reduce(agg: str, values: np.ndarray, groups: Groups) -> np.ndarray:
             return values[:0]
         # fmin/fmax skip NaN, as pandas does
         reduce: np.ufunc = np.fmin if agg == "min" else np.fmax
-        return reduce.reduceat(values, groups.starts)
+        extremes = reduce.reduceat(values, groups.starts)
+        return _first_equal(values, extremes, groups) if kind == "f" else extremes
     if kind in "iub":
         integers = values.astype(np.int64)
         if agg == "sum":

@@ -192,3 +192,16 @@ def test_groupby_first_last_and_list_of_datetimes_equal_nvtabular(datetime_first
     compiled = compile_workflow(datetime_first_last)
     assert compiled.fallbacks == []
     assert_wire_equal(compiled.transform(request), oracle(datetime_first_last, request))
+
+
+def test_groupby_min_and_max_of_equal_zeros_keep_the_first_sign_as_pandas_does(by_k):
+    # fmin and fmax keep the last of equal values; pandas keeps the first, 0.0 and -0.0 included
+    request = {
+        "k": np.array([1.0, 1.0, 1.0, 2.0, 2.0, 3.0]),
+        "t": np.array([0.0, 1.0, 2.0, 0.0, 1.0, 0.0]),
+        "v": np.arange(6, dtype=np.int32),
+        "f": np.array([np.nan, -0.0, 0.0, 0.0, -0.0, -0.0]),
+    }
+    got = compile_workflow(by_k).transform(request)
+    assert np.signbit(got["f-min"]).tolist() == [True, False, True]
+    assert_wire_equal(got, oracle(by_k, request))
