@@ -239,19 +239,22 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [
-            str(ROOT / "run"),
-            "notebook",
-            "--no-browser",
-            f"--port={port}",
-            "--IdentityProvider.token=t",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    # JupyterLab logs to stderr: a file, since a pipe nobody reads would fill and stall it
+    log = tmp_path / "notebook.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            [
+                str(ROOT / "run"),
+                "notebook",
+                "--no-browser",
+                f"--port={port}",
+                "--IdentityProvider.token=t",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            start_new_session=True,
+        )
 
     def get(path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?token=t", timeout=10) as answer:
@@ -264,9 +267,7 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
                 specs = get("/api/kernelspecs")
             except OSError:
                 time.sleep(0.5)
-        assert specs is not None, (
-            process.stderr.read().decode() if process.poll() is not None else "no answer"
-        )
+        assert specs is not None, log.read_text() if process.poll() is not None else "no answer"
         notebook = get("/api/contents/notebooks/session_based_recommendations.ipynb")
     finally:
         if process.poll() is None:
