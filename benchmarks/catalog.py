@@ -350,8 +350,10 @@ def _answer_in_chunks(ensemble: Ensemble, rows, sessions_per_chunk: int = 50):
 
 
 def _held_out_sessions():
-    """Every held-out session's raw clicks (``build_workload`` splits the same clicks the same
-    way)."""
+    """Every held-out session's raw clicks.
+
+    ``build_workload`` splits the same clicks the same way.
+    """
     return data.split_by_time(data.generate_interactions())[1]
 
 

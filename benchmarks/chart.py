@@ -20,8 +20,10 @@ PROJECT_COLOUR, MERLIN_COLOUR = "#1f6fb4", "#9a9a9a"
 
 
 def draw(path: Path, measurements: list[Measurement]) -> None:
-    """Two panels (p50 latency, sessions/s), one group of two bars per (sessions, clients)
-    setting."""
+    """Two panels, p50 latency and sessions/s.
+
+    Each has one group of two bars per (sessions, clients) setting.
+    """
     import matplotlib
 
     matplotlib.use("Agg")

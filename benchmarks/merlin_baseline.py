@@ -74,8 +74,10 @@ class PredictTorchScriptInExecutor(PredictPyTorch):
         return result if returns_table else result.to_df()
 
     def _dense(self, column) -> np.ndarray:
-        """Each row's last ``max_sequence_length`` values, right-padded with 0 (as the model was
-        trained)."""
+        """Each row's last ``max_sequence_length`` values, right-padded with 0.
+
+        That is how the model was trained.
+        """
         values = np.asarray(column.values).astype(np.int64, copy=False)
         if column.offsets is None:
             return values.reshape(-1, self.max_sequence_length)

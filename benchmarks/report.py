@@ -237,8 +237,10 @@ def _disturbance_summary(measurements: list[Measurement]) -> str:
 
 
 def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
-    """In-process parts and, for 1-session single-client gRPC, the server's share of each
-    latency."""
+    """In-process parts, and the server's share of each latency.
+
+    The server's share is for 1-session single-client gRPC.
+    """
     lines = [
         (
             "In-process parts (median ms of `Ensemble.transform` split by operator; `compute sum`"

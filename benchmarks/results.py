@@ -1,5 +1,7 @@
-"""The records a run produces, as saved in latest.json: one per measurement, one per server
-start."""
+"""The records a run produces, as saved in latest.json.
+
+There is one per measurement and one per server start.
+"""
 
 from __future__ import annotations
 
@@ -114,8 +116,10 @@ def find(
 def measurement_from_load(
     system, protocol, client, sessions, concurrency, result, rss_mb, other, server_side
 ) -> Measurement:
-    """The record of one measurement: a load result, the peak server RSS, the CPU others took
-    meanwhile."""
+    """The record of one measurement.
+
+    It holds a load result, the peak server RSS, and the CPU others took meanwhile.
+    """
     return Measurement(
         system=system,
         protocol=protocol,

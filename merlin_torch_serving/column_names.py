@@ -13,8 +13,10 @@ from merlin_torch_serving.exceptions import InputError
 
 
 def parse(text: str) -> dict[str, str]:
-    """``"a=x,b=y"`` -> ``{"a": "x", "b": "y"}``; a malformed pair is a ValueError that shows the
-    form."""
+    """``"a=x,b=y"`` -> ``{"a": "x", "b": "y"}``.
+
+    A malformed pair is a ValueError that shows the form.
+    """
     mapping = {}
     for pair in filter(None, (part.strip() for part in text.split(","))):
         yours, sep, theirs = (side.strip() for side in pair.partition("="))
@@ -63,8 +65,10 @@ def rename(data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str]
 
 
 def restore(frame: pd.DataFrame, mapping: Mapping[str, str] | None) -> pd.DataFrame:
-    """The answer with the columns that are mapped inputs (the session id coming back) under the
-    caller's names again."""
+    """The answer, with the columns that are mapped inputs under the caller's names again.
+
+    Such a column is an input that comes back, like the session id.
+    """
     if not mapping:
         return frame
     back = {theirs: yours for yours, theirs in mapping.items() if theirs in frame.columns}

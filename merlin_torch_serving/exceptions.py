@@ -300,8 +300,10 @@ class ServerUnavailableError(ServerError):
 
 
 class WrongProtocolError(ServerUnavailableError):
-    """The address answers, but in the other protocol: an HTTP client on the gRPC port, or the
-    reverse."""
+    """The address answers, but in the other protocol.
+
+    An HTTP client is on the gRPC port, or the reverse.
+    """
 
     def __init__(self, url: str, protocol: str, detail: str):
         self.protocol = protocol
@@ -359,13 +361,17 @@ class BackendNotAvailableError(ModelLoadError):
 
 
 class BackendBuildError(MerlinTorchServingError):
-    """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler's
-    error."""
+    """Building Triton's pytorch backend failed.
+
+    The cause is a missing tool, bad sources, or the compiler's error.
+    """
 
 
 class BundleError(MerlinTorchServingError):
-    """A repository could not be bundled with its Python environment: what is missing and how to get
-    it."""
+    """A repository could not be bundled with its Python environment.
+
+    The message says what is missing and how to get it.
+    """
 
 
 class InferenceError(MerlinTorchServingError):

@@ -22,8 +22,10 @@ from merlin_torch_serving.schemas import describe_column
 
 
 def table_to_frame(table: TensorTable, names: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """One DataFrame column per table column (renamed through ``names``); list columns hold
-    one numpy array per row."""
+    """One DataFrame column per table column, renamed through ``names``.
+
+    List columns hold one numpy array per row.
+    """
     data = {}
     for name, column in table.items():
         values = np.asarray(column.values)
@@ -192,8 +194,10 @@ def _no_rows(schema: ColumnSchema):
 
 
 def _integral(values: np.ndarray, want: np.dtype) -> bool:
-    """Whether float ``values`` are whole numbers inside ``want``'s range (so casting keeps
-    them)."""
+    """Whether float ``values`` are whole numbers inside ``want``'s range.
+
+    If they are, casting keeps them.
+    """
     limits = np.iinfo(want)
     with np.errstate(invalid="ignore"):
         return bool(

@@ -15,8 +15,10 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def protocol_of(location: str | os.PathLike) -> str | None:
-    """The URL scheme of ``location`` (``"s3"``), or None for a local path (``file://``
-    included)."""
+    """The URL scheme of ``location`` (``"s3"``), or None for a local path.
+
+    A ``file://`` URL counts as a local path.
+    """
     if not isinstance(location, str):
         return None
     match = _URL.match(location)

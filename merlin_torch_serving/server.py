@@ -174,8 +174,10 @@ class TritonServer:
 
     @property
     def pid(self) -> int | None:
-        """The pid of the last started tritonserver; kept after stop() so callers can check it is
-        gone."""
+        """The pid of the last started tritonserver.
+
+        It is kept after stop() so callers can check it is gone.
+        """
         return self._pid
 
     @property
@@ -202,15 +204,16 @@ class TritonServer:
         return self._log.text()
 
     def backends(self) -> list[str]:
-        """Backends this server can run: the subfolders of its backend directory, plus
-        "ensemble"."""
+        """Backends this server can run: its backend directory's subfolders, plus "ensemble"."""
         if self._backend_directory is None:
             self._backend_directory = backend_directory(find_tritonserver(self.config.binary))
         return backends_in(self._backend_directory)
 
     def models(self) -> list[ModelStatus]:
-        """The repository index: every model folder, with the state of each version the server
-        knows."""
+        """The repository index: one ``ModelStatus`` per model folder.
+
+        Each holds the state of every version the server knows.
+        """
         return self._require_running().admin.models()
 
     def health(self) -> list[ModelHealth]:

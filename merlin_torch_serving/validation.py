@@ -75,8 +75,10 @@ class EntryCheck:
         )
 
     def check(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Raise ``InputError`` for the first tensor of ``arrays`` (wire format) that does not
-        fit."""
+        """Raise ``InputError`` for the first tensor of ``arrays`` that does not fit.
+
+        ``arrays`` are in the wire format.
+        """
         extra = sorted(set(arrays) - self._names)
         if extra:
             raise InputError(
@@ -150,8 +152,10 @@ def _checked_tensor(spec: wire.TensorSpec, array) -> np.ndarray:
 
 
 def _check_offsets(name: str, offsets: np.ndarray, values: int, values_name: str) -> None:
-    """Offsets of a ragged list: at least one entry, from 0, never decreasing, ending at the
-    values."""
+    """Check the offsets of a ragged list.
+
+    They need at least one entry, start at 0, never decrease, and end at the number of values.
+    """
     expected = f"offsets from 0 up to len({values_name!r}) = {values}, never decreasing"
     if len(offsets) == 0:
         raise InputError(

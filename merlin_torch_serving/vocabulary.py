@@ -50,8 +50,10 @@ class CategoryVocabulary:
 
     @classmethod
     def from_labels(cls, column: str, values: np.ndarray, labels: np.ndarray) -> CategoryVocabulary:
-        """From raw values and the encoded id of each (``read_labels``); null values are left
-        out."""
+        """From raw values and the encoded id of each, as ``read_labels`` gives them.
+
+        Null values are left out.
+        """
         present = ~pd.isna(values)
         size = int(labels.max()) + 1 if len(labels) else 0
         is_item = np.zeros(size, dtype=bool)
@@ -82,8 +84,10 @@ class CategoryVocabulary:
         return -1 if kind in "iu" else (np.nan if kind == "f" else None)
 
     def decode(self, ids: np.ndarray) -> np.ndarray:
-        """Raw values of encoded ``ids`` (any shape); reserved or out-of-range ids give
-        ``missing_value``."""
+        """Raw values of encoded ``ids``, of any shape.
+
+        Reserved or out-of-range ids give ``missing_value``.
+        """
         ids = np.asarray(ids)
         inside = (ids >= 0) & (ids < self.size)
         safe = np.where(inside, ids, 0)
@@ -130,8 +134,10 @@ def read_labels(op, column: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def is_single_file(op, column: str) -> bool:
-    """Whether NVTabular wrote the vocabulary of ``column`` as one parquet file (not a folder of
-    parts)."""
+    """Whether NVTabular wrote the vocabulary of ``column`` as one parquet file.
+
+    The other way is a folder of parts.
+    """
     path = op.categories.get(op.storage_name.get(column, column))
     return not path or not os.path.isdir(path)
 

@@ -172,8 +172,10 @@ def lengths(offsets: np.ndarray) -> np.ndarray:
 
 
 def offsets_from_lengths(row_lengths: np.ndarray, dtype: DTypeLike = OFFSETS_DTYPE) -> np.ndarray:
-    """Offsets (starting at 0; int32 as they travel unless ``dtype`` says otherwise) from row
-    lengths."""
+    """Offsets from row lengths, starting at 0.
+
+    They are int32, as they travel, unless ``dtype`` says otherwise.
+    """
     offsets = np.zeros(len(row_lengths) + 1, dtype=dtype)
     np.cumsum(row_lengths, out=offsets[1:])
     return offsets
@@ -193,8 +195,10 @@ def segment_positions(
 def take_ragged(
     values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, dtype: np.dtype = OFFSETS_DTYPE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The given rows of a ragged column, in that order: its values and new offsets (of
-    ``dtype``)."""
+    """The given rows of a ragged column, in that order.
+
+    Returns their values and new offsets of ``dtype``.
+    """
     offsets = np.asarray(offsets)
     starts = offsets[:-1][rows]
     row_lengths = offsets[1:][rows] - starts

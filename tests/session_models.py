@@ -36,8 +36,10 @@ SERVED_TORCH_THREADS = ModelOptions().torch_threads
 
 @dataclass(frozen=True)
 class SessionModel:
-    """A model to serve (eager Transformers4Rec, or TorchScript with its schemas) and its eager
-    twin."""
+    """A model to serve and its eager twin.
+
+    The model to serve is eager Transformers4Rec, or TorchScript with its schemas.
+    """
 
     name: str
     served: object
@@ -151,8 +153,10 @@ def eager_top_k(
 
 
 def masked_top_k(scores: np.ndarray, seen_lists, k: int) -> np.ndarray:
-    """The k best encoded ids per row, the reserved ids and each row's seen items left out; ties
-    go to the lower id."""
+    """The k best encoded ids per row; ties go to the lower id.
+
+    The reserved ids and each row's seen items are left out.
+    """
     masked = scores.copy()
     masked[:, list(RESERVED_IDS)] = -np.inf
     for row, seen in enumerate(seen_lists):

@@ -100,8 +100,10 @@ INT64_VECTOR = ("TYPE_INT64", [-1])
 
 
 def write_doubler(repository: str | Path, name: str, **options) -> Path:
-    """A python model that answers ``y = 2 * x`` (int64 vectors); ``options`` as
-    write_python_model's."""
+    """A python model that answers ``y = 2 * x`` (int64 vectors).
+
+    ``options`` are as for write_python_model.
+    """
     return write_python_model(
         repository,
         name,

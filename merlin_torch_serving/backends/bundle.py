@@ -35,8 +35,10 @@ def bundled_tritonserver() -> Path | None:
 
 
 def pytriton_libraries() -> Path | None:
-    """``<site-packages>/nvidia_pytriton.libs``: the wheel's shared libraries, libtritonserver
-    included."""
+    """The folder of the wheel's shared libraries, libtritonserver included.
+
+    That is ``<site-packages>/nvidia_pytriton.libs``.
+    """
     root = pytriton_server_root()
     return root.parent.parent / "nvidia_pytriton.libs" if root is not None else None
 

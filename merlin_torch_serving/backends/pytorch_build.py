@@ -103,8 +103,10 @@ def built_pytorch_backend(
 
 
 def built_for_running_torch(binary: str | os.PathLike | None = None) -> BuiltBackend | None:
-    """The cached build for ``binary`` (default: the bundled tritonserver) and the running torch, or
-    None."""
+    """The cached build for ``binary`` and the running torch, or None.
+
+    ``binary`` defaults to the bundled tritonserver.
+    """
     binary = binary if binary is not None else bundle.bundled_tritonserver()
     version = bundle.tritonserver_version(binary) if binary is not None else None
     if version is None or importlib.util.find_spec("torch") is None:
@@ -211,8 +213,10 @@ def _compile(
 
 
 def _install(library: Path, record: dict, staging: Path, target: Path) -> None:
-    """The library and its record, renamed into ``target`` whole (a failed build leaves nothing
-    there)."""
+    """The library and its record, renamed into ``target`` whole.
+
+    A failed build leaves nothing there.
+    """
     staging.mkdir()
     shutil.copy2(library, staging / BACKEND_LIBRARY)
     (staging / BUILD_RECORD).write_text(json.dumps(record, indent=1) + "\n")
@@ -235,8 +239,10 @@ class _Tools:
 
 
 def _build_tools(cloning: bool) -> _Tools:
-    """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``; a clear error
-    for what is missing."""
+    """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``.
+
+    What is missing gets a clear error.
+    """
     missing = []
     if cloning and shutil.which("git") is None:
         missing.append("git, to clone the sources (apt-get install git), or pass --sources")
@@ -307,8 +313,10 @@ def _release(server_version: str) -> str:
 def _cloned_sources(
     release: str, organization: str, destination: Path, log: Path, progress
 ) -> Path:
-    """``destination`` holding a shallow clone of pytorch_backend at ``release``; CMake fetches the
-    rest."""
+    """``destination`` holding a shallow clone of pytorch_backend at ``release``.
+
+    CMake fetches the rest.
+    """
     progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
     repository = f"{organization}/pytorch_backend.git"
     _run(
@@ -330,8 +338,7 @@ def _cloned_sources(
 
 
 def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
-    """The folder holding the five source folders: ``sources`` itself, or where its tarball
-    unpacks."""
+    """The folder with the five source folders: ``sources`` itself, or where its tarball unpacks."""
     if sources.is_dir():
         root = sources
     elif sources.is_file():
@@ -410,8 +417,10 @@ def _upstream_options(release: str, organization: str) -> list[str]:
 def _run(
     command: Sequence[str], log_path: Path, what: str, on_line: Callable[[str], None] | None = None
 ) -> None:
-    """Run ``command``, appending its output to ``log_path``; a failure raises with the log's
-    tail."""
+    """Run ``command``, appending its output to ``log_path``.
+
+    A failure raises with the log's tail.
+    """
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
@@ -442,7 +451,9 @@ def _run(
 
 
 def _report_progress(line: str, progress: Callable[[str], None]) -> None:
-    """Pass on ninja's ``[3/12] Building ...`` and make's ``[ 25%] Building ...`` lines,
-    shortened."""
+    """Pass on ninja's and make's progress lines, shortened.
+
+    They look like ``[3/12] Building ...`` (ninja) and ``[ 25%] Building ...`` (make).
+    """
     if _PROGRESS.match(line):
         progress("  " + re.sub(r" \S*/", " ", line, count=1)[:160])

@@ -61,8 +61,7 @@ class PackedEnvironment:
 
 
 def requirement_closure(name: str, extras: Iterable[str] = ()) -> set[str]:
-    """``name`` and every distribution it requires (with ``extras``), from the installed
-    metadata."""
+    """``name`` and each distribution it requires (with ``extras``), from the installed metadata."""
     seen: set[tuple[str, frozenset]] = set()
     pending = [(canonicalize_name(name), frozenset(extras))]
     while pending:
@@ -144,8 +143,10 @@ def read_packed(path: str | os.PathLike) -> PackedEnvironment:
 
 
 def archive(environment: Path, tarball: Path) -> None:
-    """A ``.tar.gz`` of the environment, as the python backend extracts it (paths relative to its
-    root)."""
+    """A ``.tar.gz`` of the environment, as the python backend extracts it.
+
+    Its paths are relative to the environment's root.
+    """
     with tarfile.open(tarball, "w:gz", compresslevel=1) as archive_file:
         for entry in sorted(environment.iterdir()):
             archive_file.add(entry, arcname=entry.name)
@@ -230,8 +231,10 @@ def _installed_normally(dist) -> bool:
 
 
 def _copy_packages_of(dist, name: str, root: Path, site_packages: Path) -> None:
-    """An editable or source-tree install: its import packages as they are, and a minimal
-    dist-info."""
+    """Copy an editable or source-tree install.
+
+    Its import packages are copied as they are, and it gets a minimal dist-info.
+    """
     top_level = (
         dist.read_text("top_level.txt") or canonicalize_name(name).replace("-", "_")
     ).split()

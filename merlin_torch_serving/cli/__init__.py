@@ -41,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _without_log(error: MerlinTorchServingError, verbose: bool) -> str:
-    """The error's message; tritonserver's log tail only with --verbose (its first line says what to
-    do)."""
+    """The error's message, and tritonserver's log tail only with --verbose.
+
+    The message's first line says what to do.
+    """
     if isinstance(error, ServerError) and error.log_tail and not verbose:
         return f"{error.summary}\n(--verbose shows the last lines of tritonserver's log)"
     return str(error)

@@ -177,8 +177,7 @@ def build_backend(args) -> int:
 
 
 def version_report() -> str:
-    """This library's version, the Python it runs on, and the tritonserver that `serve` would
-    start."""
+    """This library's version, the Python it runs on, and the tritonserver `serve` would start."""
     import platform
 
     from merlin_torch_serving import __version__
@@ -194,8 +193,10 @@ def version_report() -> str:
 
 
 def _print_models(report) -> None:
-    """One line per model (``ModelHealth``): version, state, whether its stubs run, failed
-    requests."""
+    """One line per model (``ModelHealth``).
+
+    Each line gives the version, the state, whether its stubs run, and the failed requests.
+    """
     if not report:
         print("no models")
         return

@@ -137,8 +137,7 @@ def warn_about_differing_thread_counts(repository: str | os.PathLike) -> None:
 
 
 def check_libtorch_return_type(model_name: str, module) -> None:
-    """Refuse a forward declared to return a List or a Dict, before anything is compiled around
-    it."""
+    """Refuse a forward declared to return a List or Dict, before anything is compiled around it."""
     returns = module.forward.schema.returns
     kind = returns[0].type.kind() if len(returns) == 1 else None
     if kind in ("ListType", "DictType"):

@@ -186,8 +186,10 @@ def pytorch_model_config(
     options: ModelOptions,
     warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
-    """A libtorch model: one ``Dict[str, Tensor]`` input keyed by input names, outputs by
-    position."""
+    """The config of a libtorch model.
+
+    One ``Dict[str, Tensor]`` input keyed by input names; outputs by position.
+    """
     return _parse(
         {
             "name": name,

@@ -131,8 +131,10 @@ def _text(name: str) -> str:
 
 
 def _returns_in_order(module: torch.jit.ScriptModule, step: TritonStep) -> bool:
-    """Whether the module of the step's one call returns a Tensor or a tuple that holds the step's
-    outputs in their order."""
+    """Whether the module of the step's one call returns the step's outputs in their order.
+
+    It must return them as a Tensor, or as a tuple that holds them in that order.
+    """
     (call,) = step.calls
     returns = module.forward.schema.returns  # type: ignore[attr-defined]  # a ScriptMethod
     kind = returns[0].type.kind() if len(returns) == 1 else None

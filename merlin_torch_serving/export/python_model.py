@@ -85,8 +85,10 @@ class HostedStep:
 
 
 def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
-    """The operator ``call`` (an entry of step.json) describes, if its class reads what was
-    saved."""
+    """The operator ``call`` describes, if its class reads what was saved.
+
+    ``call`` is an entry of step.json.
+    """
     cls = operator_class(call["class"])
     saved = call.get("format_version")
     if saved != cls.format_version:

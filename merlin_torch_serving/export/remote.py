@@ -95,8 +95,10 @@ def _mirror_layout(fs, root: str, local: Path, name: str) -> set[str]:
 
 
 def _files_to_upload(local: Path, result: ExportResult, add_version: bool) -> list[str]:
-    """Relative paths of what this export wrote, each model's config.pbtxt after its other files,
-    the ensemble last."""
+    """Relative paths of what this export wrote, in the order to upload them.
+
+    Each model's config.pbtxt comes after its other files, and the ensemble comes last.
+    """
     ordered = []
     for model in [*[m for m in result.models if m != result.name], result.name]:
         model_dir = local / model

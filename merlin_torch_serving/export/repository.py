@@ -379,8 +379,10 @@ def _write_manifest(
 
 
 def _previous_steps(ensemble_dir: Path) -> list[str]:
-    """The step models the newest export of the ensemble in ``ensemble_dir`` wrote, from its
-    manifest."""
+    """The step models the newest export of the ensemble in ``ensemble_dir`` wrote.
+
+    They are read from its manifest.
+    """
     record = (
         ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE
         if ensemble_dir.is_dir()

@@ -69,8 +69,10 @@ class Batch:
 
     @classmethod
     def of(cls, columns: Mapping[str, Column]) -> Batch:
-        """A batch whose row count comes from its columns (0 without columns, like an empty
-        DataFrame)."""
+        """A batch whose row count comes from its columns.
+
+        Without columns it has 0 rows, like an empty DataFrame.
+        """
         num_rows = next(iter(columns.values())).num_rows if columns else 0
         return cls(columns, num_rows)
 
@@ -136,8 +138,7 @@ def as_python_scalars(values: np.ndarray) -> np.ndarray:
 
 
 def same_values(left: np.ndarray, right: np.ndarray) -> bool:
-    """Exact equality of two arrays, dtype included, with NaN equal to NaN and -0.0 unequal to
-    0.0."""
+    """Exact equality of two arrays, dtype included, with NaN == NaN and -0.0 != 0.0."""
     if left.dtype != right.dtype or left.shape != right.shape:
         return False
     if left.dtype.kind == "O":

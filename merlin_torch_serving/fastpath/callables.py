@@ -103,8 +103,10 @@ class UDFKernel:
 
 
 class SeriesUDFKernel(UDFKernel):
-    """The UDF called on the column as the pandas Series NVTabular passes it; no DataFrame is
-    built."""
+    """The UDF called on the column as the pandas Series NVTabular passes it.
+
+    No DataFrame is built.
+    """
 
     def _argument(self, name: str, column: Column):
         if column.is_list:

@@ -122,8 +122,10 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
 
 
 def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:
-    """The node's kernel, NVTabular's execution of it, and why the two are the same (if they
-    are)."""
+    """The node's kernel, NVTabular's execution of it, and why the two are the same.
+
+    The reason is None when they are not the same.
+    """
     if node.op is None:
         return Identity(), None, None
     selection = node.input_columns.resolve(node.input_schema)

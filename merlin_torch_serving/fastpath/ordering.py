@@ -17,8 +17,10 @@ from merlin_torch_serving.fastpath.errors import Delegate
 
 
 def sort_order(keys: list[np.ndarray], ascending: bool) -> np.ndarray:
-    """Row positions in the order of ``DataFrame.sort_values(by=keys, ascending,
-    na_position="last")``."""
+    """Row positions in the order ``DataFrame.sort_values`` gives.
+
+    The call is ``DataFrame.sort_values(by=keys, ascending, na_position="last")``.
+    """
     try:
         if len(keys) == 1:
             return _single_key_order(keys[0], ascending)

@@ -25,8 +25,10 @@ from merlin_torch_serving.wire import (
 
 
 def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
-    """The request as a batch: the input schema's columns, with strings as object arrays like
-    pandas."""
+    """The request as a batch of the input schema's columns.
+
+    Strings are object arrays, as in pandas.
+    """
     if not isinstance(columns, Mapping):
         raise TypeError(
             f"columns must be a mapping of column name to numpy array, got {type(columns).__name__}"
@@ -164,8 +166,10 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
 
 
 def empty_wire_arrays(layout: list[OutputColumn]) -> dict[str, np.ndarray]:
-    """The wire format of zero rows for every output column (float64 where the schema has no
-    dtype)."""
+    """The wire format of zero rows for every output column.
+
+    A column whose schema has no dtype is float64.
+    """
     arrays = {}
     for output in layout:
         dtype = output.dtype or np.dtype(np.float64)

@@ -180,8 +180,7 @@ class ServerProcess:
 
 
 def new_shm_prefix() -> str:
-    """A prefix for one server's python-backend shared memory, so that it can be found and
-    removed."""
+    """A prefix for one server's python-backend shared memory, so it can be found and removed."""
     return f"merlin_torch_serving_{os.getpid()}_{secrets.token_hex(4)}_"
 
 

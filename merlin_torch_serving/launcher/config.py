@@ -97,8 +97,10 @@ class ServerConfig:
 
     @property
     def names_shared_memory(self) -> bool:
-        """Whether ``extra_args`` name the python backend's shared memory: the caller then owns
-        it."""
+        """Whether ``extra_args`` name the python backend's shared memory.
+
+        If they do, the caller owns it.
+        """
         return any(SHM_PREFIX_OPTION in arg for arg in self.extra_args)
 
     def ports(self, assigned: Sequence[int]) -> Ports:

@@ -40,8 +40,10 @@ class ProcessKeeper:
         self._thread.start()
 
     def popen(self, command: list[str], **options) -> subprocess.Popen:
-        """``subprocess.Popen(command, **options)``, forked by the keeper thread; killed with this
-        process."""
+        """``subprocess.Popen(command, **options)``, forked by the keeper thread.
+
+        The child is killed with this process.
+        """
         done: queue.Queue = queue.Queue(maxsize=1)
         self._requests.put((command, options, done))
         outcome = done.get()

@@ -60,8 +60,10 @@ class RunningServer:
     # -- starting -------------------------------------------------------------------------------
 
     def wait_until_serving(self, deadline: float) -> None:
-        """Return once the server answers on its ports and the models asked for at start are
-        loaded."""
+        """Return once the server is serving.
+
+        That is, once it answers on its ports and the models asked for at start are loaded.
+        """
         ports = set(self.ports)
         while True:
             self.raise_if_exited()
@@ -119,8 +121,10 @@ class RunningServer:
         return None
 
     def load(self, name: str, timeout_s: float) -> None:
-        """Load (or reload) ``name`` and return once it is loaded; ``ModelLoadError`` if it fails
-        to."""
+        """Load (or reload) ``name`` and return once it is loaded.
+
+        Raises ``ModelLoadError`` if it fails to load.
+        """
         try:
             reason = self.try_load(name, timeout_s)
         except TimeoutError:

@@ -222,8 +222,10 @@ def _as_tuple(outputs) -> tuple:
 
 
 def _quietly(function, *args):
-    """Call a torch.jit function without its deprecation notices (this library chose it
-    knowingly)."""
+    """Call a torch.jit function without its deprecation notices.
+
+    This library chose that function knowingly.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)

@@ -131,8 +131,10 @@ def bind_arguments(
 
 
 def needs_adapter(signature: ForwardSignature, arguments: dict[str, str] | None) -> bool:
-    """Whether the model must be wrapped in ``DictCall`` to take one dict and return a tensor or a
-    tuple of several."""
+    """Whether the model must be wrapped in ``DictCall``.
+
+    The wrapped model takes one dict and returns a tensor or a tuple of several.
+    """
     return arguments is not None or signature.returns not in ("tensor", "tuple")
 
 

@@ -200,8 +200,10 @@ class ServingOperator(BaseOperator):
 
     @classmethod
     def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
-        """``__init__``'s keyword arguments from ``config()`` and the files ``save_artifacts``
-        wrote."""
+        """``__init__``'s keyword arguments, read back.
+
+        They come from ``config()`` and the files ``save_artifacts`` wrote.
+        """
         return dict(config)
 
     @classmethod

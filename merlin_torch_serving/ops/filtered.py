@@ -68,8 +68,10 @@ class BlankRows(torch.nn.Module):
 
 
 class BlankFilteredRows(ServingOperator):
-    """Blanks ``columns`` on the rows where ``filtered_column`` is True; returns only
-    ``columns``."""
+    """Blanks ``columns`` on the rows where ``filtered_column`` is True.
+
+    Only ``columns`` are returned.
+    """
 
     def __init__(self, filtered_column: str, columns: Sequence[str]):
         super().__init__()

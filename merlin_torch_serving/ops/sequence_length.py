@@ -93,8 +93,10 @@ def with_model_lengths(
 
 
 def _padded_to(column: ColumnSchema, length: int, source: str) -> ColumnSchema:
-    """``column`` as a ragged list of up to ``length`` items, if its schema allows no longer
-    lists."""
+    """``column`` as a ragged list of up to ``length`` items.
+
+    Its schema must allow no longer lists.
+    """
     longest = _longest_list(column)
     if longest is not None and longest > length:
         raise SchemaError(

@@ -98,8 +98,10 @@ class ExactItems(ItemIndex):
 
 
 class FaissItems(ItemIndex):
-    """A faiss index of the recommendable items (their ids as faiss ids), searched by inner
-    product."""
+    """A faiss index of the recommendable items, searched by inner product.
+
+    The items' ids are their faiss ids.
+    """
 
     def __init__(self, spec: HNSWIndex | IVFIndex, index, catalog_size: int):
         self.spec = spec

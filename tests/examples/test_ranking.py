@@ -29,8 +29,10 @@ def eager_scores(ranking, rows: pd.DataFrame) -> np.ndarray:
 
 
 def request_rows(ranking, n: int = 40) -> pd.DataFrame:
-    """Held-out impressions without the label, with unseen ids, an unseen device and missing
-    values."""
+    """Held-out impressions without the label.
+
+    They include unseen ids, an unseen device and missing values.
+    """
     rows = ranking.held_out.head(n).drop(columns=[data.LABEL_COLUMN]).copy()
     rows.loc[rows.index[:3], "user_id"] = [1, 2, 3]  # never seen in training
     rows.loc[rows.index[3], "device"] = "smart-tv"

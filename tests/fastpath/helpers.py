@@ -37,8 +37,10 @@ def request_frame(columns: dict[str, np.ndarray], input_schema: Schema) -> pd.Da
 
 
 def oracle(workflow: nvt.Workflow, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``workflow.transform`` on the request's DataFrame, in the wire format of the output
-    schema."""
+    """``workflow.transform`` on the request's DataFrame.
+
+    The result is in the wire format of the output schema.
+    """
     output = workflow.transform(request_frame(columns, workflow.input_schema))
     return wire_from_frame(output, workflow.output_schema)
 
@@ -164,8 +166,10 @@ def session_workflow(
 
 
 def rich_session_workflow(train: pd.DataFrame, categories_path: str) -> nvt.Workflow:
-    """Sessions with string item ids, a continuous feature, a LambdaOp, a session Filter and
-    padding."""
+    """A workflow on sessions with string item ids.
+
+    It has a continuous feature, a LambdaOp, a session Filter and padding.
+    """
     categorify = ["item_id", "category"] >> nvt.ops.Categorify(out_path=categories_path)
     price_log = ["price"] >> nvt.ops.LogOp() >> nvt.ops.Rename(postfix="_log")
     price_norm = ["price"] >> nvt.ops.Normalize() >> nvt.ops.Rename(postfix="_norm")

@@ -1,5 +1,7 @@
-"""Hypothesis strategies for raw interaction requests: shuffled sessions, ties, unseen and null
-ids."""
+"""Hypothesis strategies for raw interaction requests.
+
+They draw shuffled sessions, ties, and unseen and null ids.
+"""
 
 from __future__ import annotations
 

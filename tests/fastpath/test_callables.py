@@ -1,5 +1,7 @@
-"""Compiled LambdaOp and Filter: numpy calls where they match pandas on probe data, NVTabular
-otherwise."""
+"""Compiled LambdaOp and Filter.
+
+They compile to numpy calls where those match pandas on probe data; otherwise NVTabular runs them.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""compile_workflow's contract: what it accepts, what it reports, and how it rejects bad
-requests."""
+"""compile_workflow's contract: what it accepts, what it reports, how it rejects bad requests."""
 
 from __future__ import annotations
 

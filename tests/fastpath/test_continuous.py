@@ -1,5 +1,7 @@
-"""The compiled FillMissing, LogOp, Normalize and NormalizeMinMax: the same bits as NVTabular's
-pandas arithmetic."""
+"""The compiled FillMissing, LogOp, Normalize and NormalizeMinMax.
+
+They give the same bits as NVTabular's pandas arithmetic.
+"""
 
 from __future__ import annotations
 

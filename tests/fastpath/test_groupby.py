@@ -1,5 +1,7 @@
-"""The compiled Groupby: pandas' sort and group order, every compiled aggregation, NVTabular's
-casts."""
+"""The compiled Groupby.
+
+Covered: pandas' sort and group order, every compiled aggregation, and NVTabular's casts.
+"""
 
 from __future__ import annotations
 
@@ -57,8 +59,10 @@ def by_two_keys_two_sorts():
 
 @st.composite
 def grouped_rows(draw, two_keys: bool = False):
-    """Rows with repeated keys (some null), tied and null sort values, and floats of wide
-    magnitude."""
+    """Rows with repeated keys (some null), and tied and null sort values.
+
+    Their floats are of wide magnitude.
+    """
     rows = draw(st.integers(1, 60))
     floats = st.one_of(
         st.floats(-1e6, 1e6, allow_nan=False),

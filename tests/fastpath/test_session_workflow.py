@@ -120,8 +120,10 @@ def test_padded_workflow_empty_request_gives_zero_rows_of_the_fixed_width(padded
 
 @pytest.fixture(scope="module")
 def filtered_value_count_workflow(train, categories_path):
-    """Sessions of two or more clicks, then ValueCount on the lists: the getting-started example's
-    tail."""
+    """Sessions of two or more clicks, then ValueCount on the lists.
+
+    This is the getting-started example's tail.
+    """
     import nvtabular as nvt
 
     from tests.fastpath.helpers import fit

@@ -83,8 +83,10 @@ def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory, pytorch_
 
 
 def clicks(n_sessions=3, seed=40, **changes):
-    """Raw clicks of the toy interactions as a dict of lists, with columns changed or dropped
-    (None)."""
+    """Raw clicks of the toy interactions as a dict of lists.
+
+    ``changes`` replace columns, or drop them when None.
+    """
     data = {
         name: values.tolist()
         for name, values in toy_session.interactions(n_sessions, seed=seed).items()
@@ -118,8 +120,10 @@ def many_sessions(rows: int) -> dict:
 
 
 def sessions(values, offsets, categories=None) -> dict:
-    """Wire arrays of the sessions ensemble: item lists as given, category lists of the same
-    shape."""
+    """Wire arrays of the sessions ensemble.
+
+    Item lists are as given; category lists have the same shape.
+    """
     values = np.asarray(values, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int32)
     return {
@@ -361,8 +365,10 @@ def output_names(ensemble: Ensemble) -> dict:
 
 
 def requests_sent(path: str, case: Case, ensemble: Ensemble) -> list:
-    """The request tables ``path`` sent for ``case``: the Client splits what the server would
-    refuse."""
+    """The request tables ``path`` sent for ``case``.
+
+    The Client splits what the server would refuse.
+    """
     table = (
         wire.from_wire(raw_arrays(case, ensemble), ensemble.input_schema)
         if case.wire

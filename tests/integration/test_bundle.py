@@ -55,8 +55,10 @@ def bundled(tmp_path_factory, toy_workflow, toy_model, packed_environment):
 
 @pytest.fixture(scope="module")
 def foreign_python_backend(tmp_path_factory):
-    """The bundled python backend with the Python 3.12 stub as its default: only a model's own
-    stub runs Python 3.11."""
+    """The bundled python backend, with the Python 3.12 stub as its default.
+
+    Only a model's own stub runs Python 3.11.
+    """
     backends = tmp_path_factory.mktemp("backends")
     shutil.copytree(
         pytriton_server_root() / "backends" / "python",

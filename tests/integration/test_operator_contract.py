@@ -47,8 +47,10 @@ class TemperatureModule(torch.nn.Module):
 
 
 class Temperature(ServingOperator):
-    """Scores divided by a temperature (sharper or flatter rankings), in-process and in
-    TorchScript."""
+    """Scores divided by a temperature, for sharper or flatter rankings.
+
+    It runs in-process and in TorchScript.
+    """
 
     def __init__(self, temperature: float, column: str = "next-item"):
         super().__init__()

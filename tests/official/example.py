@@ -32,8 +32,10 @@ class Example:
 
     @property
     def scores_column(self) -> str:
-        """Transformers4Rec names the scores of its own top k ``item_id_scores``; TopK
-        ``item_scores``."""
+        """The name of the scores column.
+
+        Transformers4Rec names the scores of its own top k ``item_id_scores``; TopK ``item_scores``.
+        """
         return "item_id_scores" if self.has_top_k else "item_scores"
 
     @property

@@ -47,8 +47,10 @@ def interactions(
 
 
 def workflow(categories_path: str) -> nvt.Workflow:
-    """The notebook's workflow, unfitted (Categorify writes its vocabularies under
-    ``categories_path``)."""
+    """The notebook's workflow, unfitted.
+
+    Categorify writes its vocabularies under ``categories_path``.
+    """
     categories = ["item_id", "category"] >> nvt.ops.Categorify(out_path=categories_path)
     grouped = (categories + ["session_id", "day", "age_days", "weekday_sin"]) >> nvt.ops.Groupby(
         groupby_cols=["session_id"],

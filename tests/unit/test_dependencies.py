@@ -7,8 +7,10 @@ from packaging.utils import canonicalize_name
 
 
 def requirement_closure(name: str, extras: frozenset = frozenset()) -> set[str]:
-    """Every distribution an install of ``name[extras]`` requires, through the installed
-    metadata."""
+    """Every distribution an install of ``name[extras]`` requires.
+
+    Found through the installed metadata.
+    """
     seen, pending = set(), [(canonicalize_name(name), extras)]
     while pending:
         current, current_extras = pending.pop()

@@ -133,8 +133,10 @@ def test_decoding_joins_the_fused_libtorch_model_and_returns_raw_ids(
 
 
 class ScoresAndIds(torch.nn.Module):
-    """A model that ranks by itself, like Transformers4Rec with top_k: (scores, ids) of the 3
-    best."""
+    """A model that ranks by itself, like Transformers4Rec with top_k.
+
+    It returns (scores, ids) of the 3 best.
+    """
 
     def __init__(self, scorer: torch.nn.Module):
         super().__init__()

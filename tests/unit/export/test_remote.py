@@ -1,5 +1,7 @@
-"""Export to an fsspec URL (fsspec's in-memory filesystem here; s3:// runs in the integration
-tests)."""
+"""Export to an fsspec URL, here on fsspec's in-memory filesystem.
+
+s3:// runs in the integration tests.
+"""
 
 import fsspec
 import pytest

@@ -1,5 +1,7 @@
-"""Replacing a repository so its path always holds a whole tree, and cleaning up after a killed
-export."""
+"""Replacing a repository, and cleaning up after a killed export.
+
+A replaced repository's path always holds a whole tree.
+"""
 
 import errno
 import os

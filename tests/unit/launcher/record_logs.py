@@ -44,8 +44,10 @@ def write_ensemble(repository: Path, name: str, step: str) -> None:
 
 
 class Recorder:
-    """Runs each situation in a fresh repository and writes what the server said, paths
-    shortened."""
+    """Runs each situation in a fresh repository and writes what the server said.
+
+    Paths in it are shortened.
+    """
 
     def __init__(self, root: Path):
         self._root = root

@@ -1,5 +1,7 @@
-"""Item indexes: described by specs, built, saved and loaded, searched with each row's
-exclusions."""
+"""Item indexes: described by specs, built, saved and loaded, and searched.
+
+A search applies each row's exclusions.
+"""
 
 import numpy as np
 import pytest
