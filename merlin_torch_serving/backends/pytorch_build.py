@@ -6,11 +6,9 @@ compiled against torch's headers and libraries, so it is built here, once per (t
 torch) pair, into the cache (see ``bundle.cache_root``); a second call with the same torch returns
 the cached build at once.
 
-Sources come either from ``sources`` (a tarball or a folder holding ``pytorch_backend/``,
-``backend/``, ``core/``, ``common/`` and ``rapidjson/`` at the server's release; the build then
-needs no network) or, without it, from a shallow clone of the upstream repository at the release
-matching the server, with CMake fetching the other three (needs git, the network and RapidJSON's
-headers installed, as upstream documents).
+Sources come either from ``sources`` (the build then needs no network) or, without it, from a
+shallow clone of upstream at the release matching the server (needs git, the network and
+RapidJSON's headers installed, as upstream documents); ``pytorch_sources.py`` says what they hold.
 """
 
 from __future__ import annotations
@@ -25,19 +23,17 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from merlin_torch_serving.backends import bundle
+from merlin_torch_serving.backends import bundle, pytorch_sources
 from merlin_torch_serving.exceptions import BackendBuildError
 
 BACKEND_LIBRARY = "libtriton_pytorch.so"
 BUILD_RECORD = "build.json"
-SOURCE_FOLDERS = ("pytorch_backend", "backend", "core", "common", "rapidjson")
 UPSTREAM_ORGANIZATION = "https://github.com/triton-inference-server"
 #: the command that builds it, for messages
 BUILD_COMMAND = "merlin-torch-serving build-backend pytorch"
@@ -142,13 +138,16 @@ def build_pytorch_backend(
     log = work / "build.log"
     try:
         if sources is not None:
-            source_root = _unpacked_sources(Path(sources), work / "sources", progress)
-            options, origin = _offline_options(source_root), os.fspath(Path(sources).resolve())
+            source_root = pytorch_sources.unpacked(Path(sources), work / "sources", progress)
+            options, origin = (
+                pytorch_sources.offline_options(source_root),
+                os.fspath(Path(sources).resolve()),
+            )
         else:
             release = _release(server_version)
             source_root = _cloned_sources(release, organization, work / "sources", log, progress)
             options, origin = (
-                _upstream_options(release, organization),
+                pytorch_sources.upstream_options(release, organization),
                 f"{organization}/pytorch_backend@{release}",
             )
         library = _compile(tools, torch, source_root, options, work / "build", log, jobs, progress)
@@ -318,54 +317,8 @@ def _cloned_sources(
     CMake fetches the rest.
     """
     progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
-    repository = f"{organization}/pytorch_backend.git"
-    _run(
-        [
-            "git",
-            "clone",
-            "--quiet",
-            "--depth",
-            "1",
-            "--branch",
-            release,
-            repository,
-            str(destination / "pytorch_backend"),
-        ],
-        log,
-        "git clone",
-    )
+    _run(pytorch_sources.clone_command(release, organization, destination), log, "git clone")
     return destination
-
-
-def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
-    """The folder with the five source folders: ``sources`` itself, or where its tarball unpacks."""
-    if sources.is_dir():
-        root = sources
-    elif sources.is_file():
-        progress(f"unpacking {sources}")
-        try:
-            with tarfile.open(sources) as archive:
-                archive.extractall(destination, filter="data")
-        except (tarfile.TarError, OSError) as error:
-            raise BackendBuildError(
-                f"could not unpack the sources {str(sources)!r}: {error}"
-            ) from error
-        root = destination
-    else:
-        raise BackendBuildError(
-            f"sources {str(sources)!r} do not exist; pass a .tar.gz or a folder holding"
-            f" {', '.join(SOURCE_FOLDERS)}, or leave --sources out to clone them (needs the"
-            " network)"
-        )
-    missing = [name for name in SOURCE_FOLDERS if not (root / name).is_dir()]
-    if missing:
-        found = sorted(entry.name for entry in root.iterdir()) if root.is_dir() else []
-        raise BackendBuildError(
-            f"sources {str(sources)!r} lack the folder(s) {', '.join(missing)}: expected"
-            f" {', '.join(SOURCE_FOLDERS)} (Triton's pytorch_backend, backend, core and common at"
-            f" one release, and RapidJSON), found {', '.join(found) or 'nothing'}"
-        )
-    return root
 
 
 # ---- cmake ------------------------------------------------------------------------------------
@@ -389,28 +342,6 @@ def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
         # torch's headers include Python.h
         f"-DPython3_EXECUTABLE={sys.executable}",
         f"-DPython3_INCLUDE_DIR={sysconfig.get_paths()['include']}",
-    ]
-
-
-def _offline_options(source_root: Path) -> list[str]:
-    """FetchContent takes the three dependencies from the sources and never goes online."""
-    rapidjson = source_root / "rapidjson"
-    return [
-        f"-DCMAKE_CXX_FLAGS=-I{rapidjson / 'include'}",
-        f"-DRapidJSON_DIR={rapidjson / 'lib' / 'cmake' / 'RapidJSON'}",
-        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
-        *(
-            f"-DFETCHCONTENT_SOURCE_DIR_REPO-{name.upper()}={source_root / name}"
-            for name in ("common", "core", "backend")
-        ),
-    ]
-
-
-def _upstream_options(release: str, organization: str) -> list[str]:
-    """FetchContent clones the three dependencies at ``release``, as upstream's build does."""
-    return [
-        f"-DTRITON_REPO_ORGANIZATION={organization}",
-        *(f"-DTRITON_{name}_REPO_TAG={release}" for name in ("COMMON", "CORE", "BACKEND")),
     ]
 
 

@@ -13,11 +13,11 @@ import pytest
 from merlin_torch_serving import cli
 from merlin_torch_serving.backends import bundle
 from merlin_torch_serving.backends.pytorch_build import (
-    SOURCE_FOLDERS,
     TorchInstall,
     build_folder,
     build_pytorch_backend,
 )
+from merlin_torch_serving.backends.pytorch_sources import SOURCE_FOLDERS
 from merlin_torch_serving.exceptions import BackendBuildError
 
 # Writes the options the build passes into the "library", so the test can read them back.
