@@ -21,14 +21,13 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-import warnings  # noqa: E402
+import warnings
 
 for _category in (UserWarning, FutureWarning, DeprecationWarning):
     warnings.filterwarnings("ignore", category=_category)
 
-import argparse  # noqa: E402
+import argparse
 import json
-import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -123,13 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(","))
     rounds = 5 if args.quick else args.rounds
     began = time.perf_counter()
-    say = lambda message: print(f"[{time.perf_counter() - began:7.1f} s] {message}", flush=True)
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - began:7.1f} s] {message}", flush=True)
+
     rows: list[Row] = []
     results: list[CatalogResult] = []
     with tempfile.TemporaryDirectory(prefix="catalog-sweep-") as scratch:
         epochs = 1 if args.quick else EPOCHS
         say(
-            f"building the workload: clicks, workflow, the example's XLNet trained {epochs} epoch(s)"
+            f"building the workload: clicks, workflow, the example's XLNet trained {epochs}"
+            " epoch(s)"
         )
         workload = build_workload(
             Path(scratch), session_counts=SESSION_COUNTS, epochs=epochs, progress=False
@@ -176,27 +179,30 @@ def _sweep_catalog(workload, size, index_spec, rounds, held_out, scratch: Path, 
     ensembles = {path: Ensemble(graph, workflow.input_schema) for path, graph in graphs.items()}
     retriever = _operator(ensembles[RETRIEVAL], RetrieveTopK)
     began = time.perf_counter()
-    retriever.item_index  # built here, timed
+    _ = retriever.item_index  # built here, timed
     build_s = time.perf_counter() - began
     index_dir = scratch / f"index-{size}"
     index_dir.mkdir()
     retriever.save_artifacts(str(index_dir))
     index_mb = sum(f.stat().st_size for f in index_dir.iterdir()) / 2**20
     say(f"  {index_spec.kind} index built in {build_s:.1f} s, {index_mb:.0f} MB")
-    _operator(ensembles[BLOCKWISE], RetrieveTopK).item_index
+    _ = _operator(ensembles[BLOCKWISE], RetrieveTopK).item_index
 
     exact = _answer_in_chunks(ensembles[EXACT], held_out)
     blockwise = _answer_in_chunks(ensembles[BLOCKWISE], held_out)
     retrieved = _answer_in_chunks(ensembles[RETRIEVAL], held_out)
     recall = float(
         np.mean(
-            [len(set(a) & set(b)) / TOP_K for a, b in zip(retrieved["item_ids"], exact["item_ids"])]
+            [
+                len(set(a) & set(b)) / TOP_K
+                for a, b in zip(retrieved["item_ids"], exact["item_ids"], strict=True)
+            ]
         )
     )
     same_ids = bool(np.array_equal(np.stack(blockwise["item_ids"]), np.stack(exact["item_ids"])))
     say(
-        f"  recall@10 of retrieval against exact over {len(exact)} held-out sessions: {recall:.4f}; "
-        f"exact RetrieveTopK {'returns' if same_ids else 'does NOT return'} TopK's ids"
+        f"  recall@10 of retrieval against exact over {len(exact)} held-out sessions: {recall:.4f};"
+        f" exact RetrieveTopK {'returns' if same_ids else 'does NOT return'} TopK's ids"
     )
 
     settings = [(path, "in-process, 1 thread", LocalExecutor(1)) for path in ensembles]
@@ -205,7 +211,8 @@ def _sweep_catalog(workload, size, index_spec, rounds, held_out, scratch: Path, 
         rows = _measure(settings, ensembles, workload.requests, rounds, catalog)
     for row in rows:
         say(
-            f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms  {row.sessions_per_s:8.0f} sess/s"
+            f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms "
+            f" {row.sessions_per_s:8.0f} sess/s"
         )
     distinct = len({int(ids[0]) for ids in exact["item_ids"]})
     result = CatalogResult(
@@ -309,7 +316,8 @@ def _measure_served(
         for row in rows[-len(SESSION_COUNTS) :]:
             row.server_rss_mb = memory.peak_bytes / 2**20
             say(
-                f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms  RSS {row.server_rss_mb:6.0f} MB"
+                f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms"
+                f"  RSS {row.server_rss_mb:6.0f} MB"
             )
     return rows
 
@@ -342,7 +350,10 @@ def _answer_in_chunks(ensemble: Ensemble, rows, sessions_per_chunk: int = 50):
 
 
 def _held_out_sessions():
-    """Every held-out session's raw clicks (``build_workload`` splits the same clicks the same way)."""
+    """Every held-out session's raw clicks.
+
+    ``build_workload`` splits the same clicks the same way.
+    """
     return data.split_by_time(data.generate_interactions())[1]
 
 
@@ -379,7 +390,10 @@ def _targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, b
         (
             f"recall@10 against exact at {largest:,} items at least 0.95",
             results[-1].recall_at_10 >= 0.95,
-            f"{results[-1].recall_at_10:.4f} over {results[-1].held_out_sessions} held-out sessions",
+            (
+                f"{results[-1].recall_at_10:.4f} over {results[-1].held_out_sessions} held-out"
+                " sessions"
+            ),
         ),
     ]
     for sessions in SESSION_COUNTS:
@@ -388,15 +402,21 @@ def _targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, b
             earlier = EARLIER_EXACT_1M_MS[sessions]
             targets.append(
                 (
-                    f"exact scoring (TopK) at {largest:,} items, {sessions} session(s), no slower than before ({earlier:.0f} ms, "
-                    "model and top-k alone; here the whole ensemble)",
+                    (
+                        f"exact scoring (TopK) at {largest:,} items, {sessions} session(s), no"
+                        f" slower than before ({earlier:.0f} ms, model and top-k alone; here the"
+                        " whole ensemble)"
+                    ),
                     exact <= earlier,
                     f"{exact:.2f} ms",
                 )
             )
         targets.append(
             (
-                f"exact RetrieveTopK at {largest:,} items, {sessions} session(s), no slower than exact TopK",
+                (
+                    f"exact RetrieveTopK at {largest:,} items, {sessions} session(s), no slower"
+                    " than exact TopK"
+                ),
                 blockwise <= exact,
                 f"{blockwise:.2f} ms vs {exact:.2f} ms ({exact / blockwise:.2f}x faster)",
             )
@@ -430,8 +450,11 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
     lines = [
         "# Catalog sweep",
         "",
-        f"{machine['date_utc']}, commit {machine['commit']}, {machine['logical_cpus']} CPUs ({machine['cpu']}), "
-        f"load average at start {machine['load_average_at_start']}. Approximate index: {record['index']} {record['index_spec']}.",
+        (
+            f"{machine['date_utc']}, commit {machine['commit']}, {machine['logical_cpus']} CPUs"
+            f" ({machine['cpu']}), load average at start {machine['load_average_at_start']}."
+            f" Approximate index: {record['index']} {record['index_spec']}."
+        ),
         "",
         "## Targets (this run)",
         "",
@@ -443,7 +466,11 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
         "",
         "## Per catalog",
         "",
-        "| catalog | index | build s | index MB | recall@10 | held-out sessions | distinct best items | exact RetrieveTopK ids = TopK ids | exported MB (exact / exact RetrieveTopK / retrieval) | other CPU (cores) |",
+        (
+            "| catalog | index | build s | index MB | recall@10 | held-out sessions | distinct best"
+            " items | exact RetrieveTopK ids = TopK ids | exported MB (exact / exact RetrieveTopK /"
+            " retrieval) | other CPU (cores) |"
+        ),
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     for r in results:
@@ -453,7 +480,10 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
             else "not served"
         )
         lines.append(
-            f"| {r.catalog:,} | {r.index} | {r.index_build_s:.1f} | {r.index_mb:.0f} | {r.recall_at_10:.4f} | {r.held_out_sessions} | {r.distinct_best_items} | {'yes' if r.exact_retrieval_equals_topk else 'NO'} | {exported} | {r.other_cpu_cores:.2f} |"
+            f"| {r.catalog:,} | {r.index} | {r.index_build_s:.1f} | {r.index_mb:.0f} |"
+            f" {r.recall_at_10:.4f} | {r.held_out_sessions} | {r.distinct_best_items} |"
+            f" {'yes' if r.exact_retrieval_equals_topk else 'NO'} | {exported} |"
+            f" {r.other_cpu_cores:.2f} |"
         )
     lines += [
         "",
@@ -465,7 +495,8 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
     for r in rows:
         rss = f"{r.server_rss_mb:.0f}" if r.server_rss_mb is not None else ""
         lines.append(
-            f"| {r.catalog:,} | {r.path} | {r.where} | {r.sessions} | {r.p50_ms:.2f} | {r.sessions_per_s:.0f} | {r.requests} | {rss} |"
+            f"| {r.catalog:,} | {r.path} | {r.where} | {r.sessions} | {r.p50_ms:.2f} |"
+            f" {r.sessions_per_s:.0f} | {r.requests} | {rss} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -27,11 +27,11 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-from benchmarks import server_stats  # noqa: E402
-from benchmarks.sweep_clients import ClientJob, grpc_sender, run_clients  # noqa: E402
-from benchmarks.systems import project_ensemble  # noqa: E402
-from benchmarks.workload import build_workload  # noqa: E402
-from merlin_torch_serving import ModelOptions, TritonServer, frames, wire  # noqa: E402
+from benchmarks import server_stats
+from benchmarks.sweep_clients import ClientJob, grpc_sender, run_clients
+from benchmarks.systems import project_ensemble
+from benchmarks.workload import build_workload
+from merlin_torch_serving import ModelOptions, TritonServer, frames, wire
 
 RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
 CONCURRENCIES = (1, 8, 32, 64)
@@ -209,8 +209,10 @@ def _point(export, protocol, clients, latencies, failures, batches, window_s) ->
         max(largest, default=None),
     )
     _say(
-        f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 {point.p99_ms:7.2f} ms, "
-        f"{point.sessions_per_s:7.1f} sessions/s, batches {point.mean_batch} (largest {point.largest_batch}), "
+        f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 "
+        f"{point.p99_ms:7.2f} ms, "
+        f"{point.sessions_per_s:7.1f} sessions/s, batches {point.mean_batch} (largest "
+        f"{point.largest_batch}), "
         f"failures {failures}"
     )
     return point
@@ -303,7 +305,8 @@ def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
     with TritonServer(repository, start_timeout_s=600.0) as server:
         ready = time.perf_counter()
         # connected before timing, requests serialized: the server's cold start, not the client's
-        # (a fresh tritonclient process paid 2 to 10 ms more on its first infer here, warm server or not)
+        # (a fresh tritonclient process paid 2 to 10 ms more on its first infer here, warm server
+        # or not)
         send, close = grpc_sender(server.grpc_url, export, requests, OUTPUTS)
 
         def timed(index: int) -> float:
@@ -338,8 +341,10 @@ def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
         after_idle,
     )
     _say(
-        f"{export}: ready after {start.start_to_ready_s} s; first requests {first} ms; steady p50 {start.steady_p50_ms} ms; "
-        f"in the server: first {server_first} ms, steady mean {server_steady} ms; after {IDLE_S} s idle {after_idle} ms"
+        f"{export}: ready after {start.start_to_ready_s} s; first requests {first} ms; steady p50 "
+        f"{start.steady_p50_ms} ms; "
+        f"in the server: first {server_first} ms, steady mean {server_steady} ms; after {IDLE_S} "
+        f"s idle {after_idle} ms"
     )
     return start
 
@@ -360,23 +365,28 @@ def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
             if on32 and off32:
                 ratio = on32.sessions_per_s / off32.sessions_per_s
                 lines.append(
-                    f"{kind} {protocol}, 32 clients: sessions/s x{ratio:.2f} batched/unbatched (target >= 5): "
+                    f"{kind} {protocol}, 32 clients: sessions/s x{ratio:.2f} batched/unbatched "
+                    f"(target >= 5): "
                     f"{'met' if ratio >= 5 else 'NOT met'}; p99 {on32.p99_ms} vs {off32.p99_ms} ms "
                     f"({'met' if on32.p99_ms <= off32.p99_ms else 'NOT met'})"
                 )
             if on1 and off1:
                 ratio = on1.p50_ms / off1.p50_ms
                 lines.append(
-                    f"{kind} {protocol}, 1 client: p50 {on1.p50_ms} vs {off1.p50_ms} ms, x{ratio:.2f} (target <= 1.10): "
+                    f"{kind} {protocol}, 1 client: p50 {on1.p50_ms} vs {off1.p50_ms} ms, "
+                    f"x{ratio:.2f} (target <= 1.10): "
                     f"{'met' if ratio <= 1.10 else 'NOT met'}"
                 )
     for start in cold:
         ratio = start.first_request_ms / start.steady_p50_ms
         in_server = start.server_first_ms / start.server_steady_mean_ms
         lines.append(
-            f"{start.export}: first request {start.first_request_ms} ms = x{ratio:.2f} steady p50 (target <= 2): "
-            f"{'met' if ratio <= 2 else 'NOT met'}; in the server x{in_server:.2f}; the first after {IDLE_S:g} s idle "
-            f"x{start.after_idle_ms / start.steady_p50_ms:.2f}; start to ready {start.start_to_ready_s} s"
+            f"{start.export}: first request {start.first_request_ms} ms = x{ratio:.2f} steady p50 "
+            f"(target <= 2): "
+            f"{'met' if ratio <= 2 else 'NOT met'}; in the server x{in_server:.2f}; the first "
+            f"after {IDLE_S:g} s idle "
+            f"x{start.after_idle_ms / start.steady_p50_ms:.2f}; start to ready "
+            f"{start.start_to_ready_s} s"
         )
     return lines
 
@@ -385,11 +395,15 @@ def _markdown(record: dict) -> str:
     lines = [
         f"# Concurrency sweep ({record['started']} UTC, {record['minutes']} min)",
         "",
-        f"Load average before/after: {record['load_average_before']} / {record['load_average_after']} (2 cores). "
-        f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized requests (as perf_analyzer does), one session per request, each client its own sessions, "
-        f"{record['rounds']} windows of {record['window_s']} s per point, the four exports taking turns. Batches: requests per execution of the python step.",
+        f"Load average before/after: {record['load_average_before']} / "
+        f"{record['load_average_after']} (2 cores). "
+        f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized "
+        f"requests (as perf_analyzer does), one session per request, each client its own sessions, "
+        f"{record['rounds']} windows of {record['window_s']} s per point, the four exports taking "
+        f"turns. Batches: requests per execution of the python step.",
         "",
-        "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest batch | failures |",
+        "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest "
+        "batch | failures |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for p in record["points"]:
@@ -399,13 +413,16 @@ def _markdown(record: dict) -> str:
         )
     lines += [
         "",
-        "| export | start to ready s | first request ms | next requests ms | steady p50 ms | in the server: first ms | steady mean ms | after 1 s idle ms |",
+        "| export | start to ready s | first request ms | next requests ms | steady p50 ms | in "
+        "the server: first ms | steady mean ms | after 1 s idle ms |",
         "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for c in record["cold_starts"]:
         lines.append(
-            f"| {c['export']} | {c['start_to_ready_s']} | {c['first_request_ms']} | {c['next_requests_ms']} | "
-            f"{c['steady_p50_ms']} | {c['server_first_ms']} | {c['server_steady_mean_ms']} | {c['after_idle_ms']} |"
+            f"| {c['export']} | {c['start_to_ready_s']} | {c['first_request_ms']} | "
+            f"{c['next_requests_ms']} | "
+            f"{c['steady_p50_ms']} | {c['server_first_ms']} | {c['server_steady_mean_ms']} | "
+            f"{c['after_idle_ms']} |"
         )
     lines += ["", "Targets:", ""] + [f"- {line}" for line in record["targets"]]
     return "\n".join(lines) + "\n"

@@ -24,9 +24,9 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-from merlin_torch_serving.export import config as configs  # noqa: E402
-from merlin_torch_serving.export.python_model import HostedStep, renamed_copy  # noqa: E402
-from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files  # noqa: E402
+from merlin_torch_serving.export import config as configs
+from merlin_torch_serving.export.python_model import HostedStep, renamed_copy
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             alone.append(time.perf_counter() - began)
         merged_ms, alone_ms = np.median(merged) * 1000, np.median(alone) * 1000
         print(
-            f"{count} one-session requests: merged run {merged_ms:.2f} ms, one by one {alone_ms:.2f} ms, x{alone_ms / merged_ms:.2f}"
+            f"{count} one-session requests: merged run {merged_ms:.2f} ms, one by one "
+            f"{alone_ms:.2f} ms, x{alone_ms / merged_ms:.2f}"
         )
     return 0
 

@@ -9,7 +9,7 @@ starts (a gRPC ``ModelInferRequest``, or the body of an HTTP request in the bina
 extension), sent as bytes, and its answer is read as bytes and checked for success, not decoded
 (tritonclient's ``infer`` costs about 0.5 ms of client CPU a request here, which is more than a
 batched step spends on it). Only numpy, grpc and tritonclient are imported here, so a process
-starts in a moment. Answers themselves are checked in the tests (tests/integration/test_batching.py).
+starts in a moment. The answers themselves are checked in tests/integration/test_batching.py.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class Collected:
     def add(self, name: str, value: float, labels: dict[str, str]) -> None:
         self._add((name, tuple(sorted(labels.items()))), value)
 
-    def merge(self, other: "Collected") -> None:
+    def merge(self, other: Collected) -> None:
         for key, value in other.totals.items():
             self._add(key, value)
 
@@ -45,7 +45,10 @@ _collected: contextvars.ContextVar[Collected | None] = contextvars.ContextVar(
 
 
 def count(name: str, value: float = 1, **labels: str) -> None:
-    """Add ``value`` to counter ``name`` of the request being served (nothing outside a served step)."""
+    """Add ``value`` to counter ``name`` of the request being served.
+
+    Outside a served step, this does nothing.
+    """
     collected = _collected.get()
     if collected is not None and value:
         collected.add(name, float(value), labels)

@@ -79,9 +79,9 @@ class ModelOptions:
         sessions, runs its operators once, and splits the answers back per request (bit for bit
         what answering them one at a time gives, for a model whose kernels compute each session
         independently of the batch, as Transformers4Rec's XLNet's do; see the README). Every
-        tensor of a request then carries a
-        leading dimension of 1 (``c__values`` is ``[1, n]``), which ``Client`` reads from the
-        config; clients that send Merlin Systems' form (``[n]``) need ``batching=False``, the default.
+        tensor of a request then carries a leading dimension of 1 (``c__values`` is ``[1, n]``),
+        which ``Client`` reads from the config; clients that send Merlin Systems' form (``[n]``)
+        need ``batching=False``, the default.
     max_batch_rows
         The most rows (clicks; each value of a ragged list counts) one merged run holds: a batch
         with more is run in several merged runs, so the batch size bounds memory as
@@ -153,7 +153,8 @@ class ModelOptions:
         if reserved:
             raise ValueError(
                 f"parameters {sorted(reserved)} are set through ModelOptions' own fields "
-                "(torch_threads, max_request_rows, max_batch_rows, warmup_count, execution_env, metrics); pass them there"
+                "(torch_threads, max_request_rows, max_batch_rows, warmup_count, execution_env, "
+                "metrics); pass them there"
             )
         if self.instance_count < 1:
             raise ValueError(f"instance_count must be at least 1, got {self.instance_count!r}")
@@ -183,9 +184,11 @@ def tensor_configs(
     ``ragged_batch`` lets Triton batch requests of different lengths (inputs of batched models)."""
     configs = []
     for spec in wire.schema_specs(schema):
-        entry = {"name": spec.name, "data_type": spec.config_dtype, "dims": list(spec.dims)}
-        if request_dim:
-            entry["dims"] = [1, *entry["dims"]]
+        entry: dict[str, object] = {
+            "name": spec.name,
+            "data_type": spec.config_dtype,
+            "dims": [1, *spec.dims] if request_dim else list(spec.dims),
+        }
         if ragged_batch:
             entry["allow_ragged_batch"] = True
         configs.append(entry)
@@ -247,7 +250,10 @@ def pytorch_model_config(
     options: ModelOptions,
     warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
-    """A libtorch model: one ``Dict[str, Tensor]`` input keyed by input names, outputs by position."""
+    """The config of a libtorch model.
+
+    One ``Dict[str, Tensor]`` input keyed by input names; outputs by position.
+    """
     return _parse(
         {
             "name": name,
@@ -344,8 +350,8 @@ def _version_policy(policy) -> dict:
     ):
         return {"version_policy": {"specific": {"versions": list(policy)}}}
     raise ValueError(
-        f"version_policy must be None, 'all', a number of newest versions (1 or more) or a sequence of "
-        f"version numbers, got {policy!r}"
+        "version_policy must be None, 'all', a number of newest versions (1 or more) or a sequence"
+        f" of version numbers, got {policy!r}"
     )
 
 

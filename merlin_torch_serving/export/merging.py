@@ -87,12 +87,12 @@ def split(answer: Arrays, counts: Sequence[int]) -> list[dict[str, np.ndarray]] 
             continue  # cut with its offsets
         if _is_offsets(name, answer):
             values = answer[name[: -len(wire.OFFSETS_SUFFIX)] + wire.VALUES_SUFFIX]
-            for part, start, stop in zip(parts, bounds[:-1], bounds[1:]):
+            for part, start, stop in zip(parts, bounds[:-1], bounds[1:], strict=True):
                 offsets = array[start : stop + 1]
                 part[name] = (offsets - offsets[0]).astype(wire.OFFSETS_DTYPE, copy=False)
                 part[_values_name(name)] = values[int(offsets[0]) : int(offsets[-1])]
         else:
-            for part, start, stop in zip(parts, bounds[:-1], bounds[1:]):
+            for part, start, stop in zip(parts, bounds[:-1], bounds[1:], strict=True):
                 part[name] = array[start:stop]
     return parts
 
@@ -126,4 +126,4 @@ def _key_values(request: Arrays, keys: Sequence[str]) -> set:
         return set()
     if len(keys) == 1:
         return set(np.asarray(request[keys[0]]).tolist())
-    return set(zip(*(np.asarray(request[key]).tolist() for key in keys)))
+    return set(zip(*(np.asarray(request[key]).tolist() for key in keys), strict=True))

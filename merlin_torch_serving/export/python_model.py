@@ -80,7 +80,7 @@ class HostedStep:
         step: str | None = None,
         max_rows: int | None = None,
         max_batch_rows: int | None = None,
-    ) -> "HostedStep":
+    ) -> HostedStep:
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
@@ -97,50 +97,52 @@ class HostedStep:
     ) -> list[dict[str, np.ndarray] | Exception]:
         """Per request, its answer (wire arrays) or the error it alone gets: requests are checked
         one by one, then answered in merged runs (see ``merging``)."""
-        answers: list = [None] * len(requests)
-        checked = {}
+        answers: dict[int, dict[str, np.ndarray] | Exception] = {}
+        checked: dict[int, dict[str, np.ndarray]] = {}
         for index, arrays in enumerate(requests):
             try:
                 checked[index] = self._entry(arrays)
-            except Exception as error:  # noqa: BLE001 - a bad request fails alone
+            except Exception as error:  # a bad request fails alone
                 answers[index] = error
+        for run in self._runs(checked):
+            parts = self._answer_run([checked[i] for i in run])
+            answers.update(zip(run, parts, strict=True))
+        return [answers[index] for index in range(len(requests))]
+
+    def _runs(self, checked: Mapping[int, dict[str, np.ndarray]]) -> list[list[int]]:
+        """The indices of the requests each merged run holds (one a run when none may merge)."""
         indices = list(checked)
-        keys = self.merge_keys
-        groups = (
-            [
-                [indices[i] for i in run]
-                for run in merging.plan_runs(
-                    [checked[i] for i in indices], keys, self.max_batch_rows
-                )
-            ]
-            if keys is not None
-            else [[i] for i in indices]
+        if self.merge_keys is None:
+            return [[index] for index in indices]
+        planned = merging.plan_runs(
+            [checked[index] for index in indices], self.merge_keys, self.max_batch_rows
         )
-        for run in groups:
-            parts = None
-            if len(run) > 1:
-                with (
-                    metrics.tentative() as keep
-                ):  # a merged run that fails is run again per request
-                    try:
-                        answer = self._answer(merging.concat([checked[i] for i in run]))
-                        parts = merging.split(
-                            answer, [merging.answer_rows(checked[i], keys) for i in run]
-                        )
-                    except Exception:  # noqa: BLE001 - answered one by one below, each with its own error
-                        parts = None
-                    if parts is not None:
-                        keep()
-            if parts is None:
-                parts = []
-                for i in run:
-                    try:
-                        parts.append(self._answer(checked[i]))
-                    except Exception as error:  # noqa: BLE001
-                        parts.append(error)
-            for i, part in zip(run, parts):
-                answers[i] = part
-        return answers
+        return [[indices[i] for i in run] for run in planned]
+
+    def _answer_run(
+        self, run: list[dict[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray] | Exception]:
+        """The answers to one run's requests: of one merged run, or one by one when there is one
+        request or the merged run fails (each request then gets its own error)."""
+        if len(run) > 1:
+            # counted only if it answers: a merged run that fails is run again request by request
+            with metrics.tentative() as keep:
+                try:
+                    answer = self._answer(merging.concat(run))
+                    rows = [merging.answer_rows(request, self.merge_keys or []) for request in run]
+                    parts = merging.split(answer, rows)
+                except Exception:
+                    parts = None
+                if parts is not None:
+                    keep()
+                    return list(parts)
+        return [self._answer_or_error(request) for request in run]
+
+    def _answer_or_error(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | Exception:
+        try:
+            return self._answer(arrays)
+        except Exception as error:  # one failing request must not fail the others
+            return error
 
     def _entry(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The request's wire arrays (text as ``str``), once they are checked."""
@@ -164,9 +166,13 @@ class HostedStep:
             keys = call.op.request_groups()
             if keys is None:
                 return None
-            names = [name_of.get(call.inputs.get(key)) for key in keys]
-            if any(name is None or wire.is_ragged(self.input_schema[name]) for name in names):
-                return None
+            names: list[str] = []
+            for key in keys:
+                ref = call.inputs.get(key)
+                name = name_of.get(ref) if ref is not None else None
+                if name is None or wire.is_ragged(self.input_schema[name]):
+                    return None
+                names.append(name)
             if names and found and names != found:
                 return None
             found = names or found
@@ -174,14 +180,17 @@ class HostedStep:
 
 
 def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
-    """The operator ``call`` (an entry of step.json) describes, if its class reads what was saved."""
+    """The operator ``call`` describes, if its class reads what was saved.
+
+    ``call`` is an entry of step.json.
+    """
     cls = operator_class(call["class"])
     saved = call.get("format_version")
     if saved != cls.format_version:
         raise ArtifactError(
             step,
-            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that class "
-            f"reads format {cls.format_version}",
+            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that"
+            f" class reads format {cls.format_version}",
             f"re-export the ensemble with merlin-torch-serving {library_version()}",
         )
     return cls.load(call["config"], artifact_path)
@@ -228,19 +237,20 @@ class TritonPythonModel:
             self._warm_up(json.loads(warmup), os.path.join(args["model_repository"], WARMUP_DIR))
 
     def execute(self, requests):
-        arrays = []
+        items: list[dict[str, np.ndarray] | Exception] = []
         for request in requests:
             try:
-                arrays.append(self._request_arrays(request))
-            except Exception as error:  # noqa: BLE001 - answered as that request's error below
-                arrays.append(error)
-        good = [i for i, item in enumerate(arrays) if not isinstance(item, Exception)]
-        for i, answer in zip(good, self._run([arrays[i] for i in good])):
-            arrays[i] = answer
+                items.append(self._request_arrays(request))
+            except Exception as error:  # answered as that request's error below
+                items.append(error)
+        good = [i for i, item in enumerate(items) if not isinstance(item, Exception)]
+        batch = [item for item in items if not isinstance(item, Exception)]
+        for i, answer in zip(good, self._run(batch), strict=True):
+            items[i] = answer
         if self.metrics is not None:
-            for _ in range(sum(isinstance(item, Exception) for item in arrays)):
+            for _ in range(sum(isinstance(item, Exception) for item in items)):
                 self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
-        return [self._response(item) for item in arrays]
+        return [self._response(item) for item in items]
 
     def finalize(self):
         step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early
@@ -257,14 +267,14 @@ class TritonPythonModel:
                 else [self._run_one(arrays) for arrays in batch]
             )
         answered = sum(not isinstance(answer, Exception) for answer in answers)
-        if self.metrics is not None and answered:
+        if self.metrics is not None and collected is not None and answered:
             self.metrics.publish(collected, answered)
         return answers
 
     def _run_one(self, arrays):
         try:
             return self.step.run(arrays)
-        except Exception as error:  # noqa: BLE001 - one failing request must not fail the others
+        except Exception as error:
             return error
 
     def _request_arrays(self, request) -> dict[str, np.ndarray]:
@@ -278,7 +288,8 @@ class TritonPythonModel:
                 if array.ndim == 0 or array.shape[0] != 1:
                     raise InputError(
                         spec.name,
-                        "a leading dimension of 1 (this ensemble batches requests: each tensor is [1, ...])",
+                        "a leading dimension of 1 (this ensemble batches requests: each tensor is "
+                        "[1, ...])",
                         f"shape {list(array.shape)}",
                         "send one request per batch item; Client does",
                     )

@@ -7,15 +7,14 @@ other steps send and expect: ``[1, ...]``.
 """
 
 # no `from __future__ import annotations`: TorchScript reads the annotations below as types
-from typing import Dict, Tuple
 
 import torch
 
 from merlin_torch_serving.exceptions import ExportError
 
 
-def _inner(inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    unbatched: Dict[str, torch.Tensor] = {}
+def _inner(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    unbatched: dict[str, torch.Tensor] = {}
     for name, tensor in inputs.items():
         unbatched[name] = tensor[0]
     return unbatched
@@ -28,7 +27,7 @@ class OneRequestOne(torch.nn.Module):
         super().__init__()
         self.inner = inner
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.inner(_inner(inputs)).unsqueeze(0)
 
 
@@ -39,7 +38,7 @@ class OneRequestPair(torch.nn.Module):
         super().__init__()
         self.inner = inner
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         first, second = self.inner(_inner(inputs))
         return first.unsqueeze(0), second.unsqueeze(0)
 
@@ -53,6 +52,8 @@ def with_request_dim(
     if outputs == 2:
         return torch.jit.script(OneRequestPair(module))
     raise ExportError(
-        f"step {step!r}: a libtorch step of {outputs} outputs cannot join a batched export (one or two "
-        "outputs can); export with ModelOptions(batching=False), or run that model on the python backend"
+        f"step {step!r}: a libtorch step of {outputs} outputs cannot join a batched export (one "
+        f"or two "
+        "outputs can); export with ModelOptions(batching=False), or run that model on the python "
+        "backend"
     )

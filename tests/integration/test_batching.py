@@ -79,7 +79,7 @@ def _concurrent_answers(
             for index in order:
                 try:
                     answers.append((int(index), client.infer(model, requests[index])))
-                except Exception as error:  # noqa: BLE001 - every failure is reported
+                except Exception as error:
                     errors.append(f"request {index}: {type(error).__name__}: {error}")
 
     workers = [threading.Thread(target=send, args=(seed,)) for seed in range(threads)]
@@ -99,7 +99,7 @@ def test_concurrent_batched_answers_equal_unbatched_and_in_process(
 ):
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
     with Client(url, protocol) as client:
-        for rows, want in zip(requests, expected):
+        for rows, want in zip(requests, expected, strict=True):
             assert_frames_equal(client.infer("batching-python-off", rows), want)
 
     answers = _concurrent_answers(
@@ -108,7 +108,8 @@ def test_concurrent_batched_answers_equal_unbatched_and_in_process(
 
     wrong = [index for index, answer in answers if not frames_equal(answer, expected[index])]
     assert not wrong, (
-        f"{len(wrong)} of {len(answers)} answers differ from their own request's, e.g. request {wrong[0]}"
+        f"{len(wrong)} of {len(answers)} answers differ from their own request's, e.g. request "
+        f"{wrong[0]}"
     )
     assert {len(answer) for index, answer in answers if index == len(requests) - 2} == {
         0
@@ -143,7 +144,7 @@ def test_batched_form_is_refused_plainly_to_a_client_that_sends_merlins_form(
 
     rows = requests[1][session_workflow.input_schema.column_names]
     outputs = Client(triton_server.grpc_url).schemas("batching-python-on").response_names
-    with pytest.raises(Exception, match="shape|dims|dimension"):
+    with pytest.raises(Exception, match=r"shape|dims|dimension"):
         send_triton_request(
             session_workflow.input_schema,
             rows,

@@ -51,12 +51,10 @@ def test_concat_joins_ragged_and_scalar_tensors_and_split_cuts_them_back():
     merged = merging.concat(parts)
     assert merged["session_id"].tolist() == [5, 6, 7]
     assert merged["items__values"].tolist() == [1, 2, 3]
-    assert (
-        merged["items__offsets"].tolist() == [0, 1, 3, 3]
-        and merged["items__offsets"].dtype == np.int32
-    )
+    assert merged["items__offsets"].tolist() == [0, 1, 3, 3]
+    assert merged["items__offsets"].dtype == np.int32
     cut = merging.split(merged, [2, 1, 0])
-    for part, own in zip(cut, parts):
+    for part, own in zip(cut, parts, strict=True):
         assert part.keys() == own.keys()
         for name in own:
             np.testing.assert_array_equal(part[name], own[name], err_msg=name)
@@ -95,17 +93,14 @@ def test_batched_configs(batched_exports):
     for name in ("python", "pytorch"):
         ensemble = configs.from_pbtxt((batched_exports / name / "config.pbtxt").read_text())
         assert ensemble.max_batch_size == 0
-        assert all(list(t.dims)[0] == 1 for t in [*ensemble.input, *ensemble.output])
+        assert all(t.dims[0] == 1 for t in [*ensemble.input, *ensemble.output])
         assert ensemble.parameters[configs.REQUEST_DIM_PARAMETER].string_value == "true"
     libtorch = configs.from_pbtxt(
         (batched_exports / "pytorch-1-predictpytorch_topk" / "config.pbtxt").read_text()
     )
-    assert libtorch.max_batch_size == 0 and all(
-        list(t.dims)[0] == 1 for t in [*libtorch.input, *libtorch.output]
-    )
-    assert all(
-        list(t.dims)[0] == 1 for sample in libtorch.model_warmup for t in sample.inputs.values()
-    )
+    assert libtorch.max_batch_size == 0
+    assert all(t.dims[0] == 1 for t in [*libtorch.input, *libtorch.output])
+    assert all(t.dims[0] == 1 for sample in libtorch.model_warmup for t in sample.inputs.values())
 
 
 def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_workflow):
@@ -137,7 +132,7 @@ def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_
 
     assert "input column 'item_id'" in str(answers[-1])  # the bad request failed alone
     bounds = np.cumsum([0] + [len(np.unique(r["session_id"])) for r in requests[:-1]])
-    for i, (answer, own) in enumerate(zip(answers, alone)):
+    for i, (answer, own) in enumerate(zip(answers[:-1], alone, strict=True)):
         assert answer.keys() == own.keys()
         np.testing.assert_array_equal(answer["session_id"], own["session_id"])
         np.testing.assert_array_equal(answer["item_ids"], own["item_ids"])
