@@ -317,11 +317,11 @@ def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
 
         before = server_stats.snapshot(server.http_url)
         first = [timed(0)]
-        after_first = server_stats.snapshot(server.http_url)
+        after_first = _counted(server.http_url, export, before, 1)
         first += [timed(i) for i in range(1, COLD_REQUESTS)]
         before_steady = server_stats.snapshot(server.http_url)
         steady = [timed(i) for i in range(COLD_REQUESTS, COLD_REQUESTS + STEADY_REQUESTS)]
-        after_steady = server_stats.snapshot(server.http_url)
+        after_steady = _counted(server.http_url, export, before_steady, STEADY_REQUESTS)
         idle = []
         for i in range(3):
             time.sleep(IDLE_S)
@@ -347,6 +347,18 @@ def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
         f"s idle {after_idle} ms"
     )
     return start
+
+
+def _counted(http_url: str, export: str, before: dict, requests: int) -> dict:
+    """A snapshot of the server's statistics once they count ``requests`` more answered requests
+    of ``export`` than ``before`` (Triton may add a request to them just after answering it)."""
+    wanted = before.get(export, {}).get("success", (0, 0))[0] + requests
+    for _ in range(100):
+        after = server_stats.snapshot(http_url)
+        if after.get(export, {}).get("success", (0, 0))[0] >= wanted:
+            return after
+        time.sleep(0.02)
+    raise RuntimeError(f"{export}: the server's statistics never counted {requests} more requests")
 
 
 def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
