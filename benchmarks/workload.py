@@ -36,7 +36,12 @@ class Workload:
 
 
 def build_workload(
-    directory: Path, *, session_counts: tuple[int, ...], epochs: int = 1, progress: bool = True
+    directory: Path,
+    *,
+    session_counts: tuple[int, ...],
+    epochs: int = 1,
+    progress: bool = True,
+    requests_per_setting: int = REQUESTS_PER_SETTING,
 ) -> Workload:
     """Generate clicks, fit the workflow, train the model briefly and cut the requests.
 
@@ -55,7 +60,7 @@ def build_workload(
         session_model, features.transform(workflow, train), epochs=epochs, progress=progress
     )
     training_seconds = time.perf_counter() - started
-    requests = {n: request_frames(held_out, n, REQUESTS_PER_SETTING) for n in session_counts}
+    requests = {n: request_frames(held_out, n, requests_per_setting) for n in session_counts}
     return Workload(
         workflow=workflow,
         workflow_dir=workflow_dir,

@@ -36,6 +36,7 @@ from merlin_torch_serving.export.config import (
     INPUT_SCHEMA_PARAMETER,
     MAX_REQUEST_ROWS_PARAMETER,
     OUTPUT_SCHEMA_PARAMETER,
+    REQUEST_DIM_PARAMETER,
     REQUEST_GROUPS_PARAMETER,
 )
 from merlin_torch_serving.health import (
@@ -59,13 +60,16 @@ class ModelSchemas:
     """What a served model takes and returns; ``response_names`` maps output columns to the
     names they travel under (see ``wire.response_name``). ``request_groups`` are the request
     columns a big request may be split by (``[]``: any rows; None: it must not be split) and
-    ``max_request_rows`` the most rows the server takes in one request (None: no limit known)."""
+    ``max_request_rows`` the most rows the server takes in one request (None: no limit known).
+    ``request_dim``: every tensor travels with a leading dimension of 1 (an ensemble exported
+    with ``ModelOptions(batching=True)``; see wire.py)."""
 
     input_schema: Schema
     output_schema: Schema
     response_names: dict[str, str]
     request_groups: list[str] | None = None
     max_request_rows: int | None = None
+    request_dim: bool = False
 
 
 class Client:
@@ -271,6 +275,7 @@ class Client:
     def _infer_one(self, model: str, request: TensorTable, schemas: ModelSchemas) -> TensorTable:
         inputs = []
         for name, array in wire.to_wire(request).items():
+            array = array[np.newaxis] if schemas.request_dim else array
             tensor = self._module.InferInput(
                 name, list(array.shape), wire.triton_dtype(array.dtype)
             )
@@ -292,7 +297,8 @@ class Client:
         arrays = {}
         for pairs in specs.values():
             for name, sent in pairs:
-                arrays[name] = wire.bytes_to_text(result.as_numpy(sent))
+                array = result.as_numpy(sent)
+                arrays[name] = wire.bytes_to_text(array[0] if schemas.request_dim else array)
         return wire.from_wire(arrays, schemas.output_schema)
 
     def _probe(self, model: str) -> tuple[bool | None, str]:
@@ -383,8 +389,9 @@ def _schemas_from_config(config: dict) -> ModelSchemas:
             else None
         )
         limit = parameters.get(MAX_REQUEST_ROWS_PARAMETER)
+        request_dim = parameters.get(REQUEST_DIM_PARAMETER) == "true"
         return ModelSchemas(
-            input_schema, output_schema, names, groups, int(limit) if limit else None
+            input_schema, output_schema, names, groups, int(limit) if limit else None, request_dim
         )
     input_schema = _schema_from_tensors(config.get("input", []))
     output_schema = _schema_from_tensors(config.get("output", []))

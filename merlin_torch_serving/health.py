@@ -90,11 +90,12 @@ def expected_stubs(config: Mapping) -> int | None:
 
 def probe_request(config: Mapping) -> dict[str, np.ndarray] | None:
     """A request of no rows for a python model, from its config: it reaches the model's stub
-    (the answer to it says whether the stub runs) and costs nothing. None for models it does not
-    fit: those without stubs, and those Triton batches (a batch of 0 rows is refused before it
-    reaches the stub, so its answer would prove nothing)."""
-    if expected_stubs(config) is None or int(config.get("max_batch_size", 0)) > 0:
+    (the answer to it says whether the stub runs) and costs nothing. None for models without
+    stubs. A model Triton batches gets one batch item of no rows (``[1, 0]``): a batch of 0 items
+    is refused before it reaches the stub, so its answer would prove nothing."""
+    if expected_stubs(config) is None:
         return None
+    batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
     arrays = {}
     for tensor in config.get("input", []):
         dims = [int(d) for d in tensor.get("dims", [-1])]
@@ -106,7 +107,9 @@ def probe_request(config: Mapping) -> dict[str, np.ndarray] | None:
             return None  # e.g. BF16, which numpy has not
         # ragged offsets (rows + 1 entries) hold a single 0 for no rows
         rows = 1 if tensor["name"].endswith(wire.OFFSETS_SUFFIX) else 0
-        arrays[tensor["name"]] = np.zeros([rows] + [max(d, 0) for d in dims[1:]], dtype=numpy_dtype)
+        arrays[tensor["name"]] = np.zeros(
+            batch + [rows] + [max(d, 0) for d in dims[1:]], dtype=numpy_dtype
+        )
     return arrays
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 #: the counters, as ``count`` names them; published as ``mts_<name>_total``
 SESSIONS = "sessions"
@@ -29,7 +29,13 @@ class Collected:
         self.totals: dict[Key, float] = {}
 
     def add(self, name: str, value: float, labels: dict[str, str]) -> None:
-        key = (name, tuple(sorted(labels.items())))
+        self._add((name, tuple(sorted(labels.items()))), value)
+
+    def merge(self, other: Collected) -> None:
+        for key, value in other.totals.items():
+            self._add(key, value)
+
+    def _add(self, key: Key, value: float) -> None:
         self.totals[key] = self.totals.get(key, 0.0) + value
 
 
@@ -61,3 +67,16 @@ def collecting() -> Iterator[Collected]:
         yield collected
     finally:
         _collected.reset(token)
+
+
+@contextlib.contextmanager
+def tentative() -> Iterator[Callable[[], None]]:
+    """Counts made inside reach the request being served only if the ``keep`` it yields is
+    called at the end: work that may be thrown away and redone (a merged run of several
+    requests that fails is run again request by request) must not count twice."""
+    outer = _collected.get()
+    if outer is None:
+        yield lambda: None
+        return
+    with collecting() as inner:
+        yield lambda: outer.merge(inner)

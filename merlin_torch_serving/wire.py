@@ -15,6 +15,13 @@ goes in and comes back); see ``response_name``.
 The batch dimension is part of ``dims`` and ``max_batch_size`` is 0 everywhere: a request's first
 dimension counts interaction rows, and a step may return fewer rows (sessions) than it received, so
 Triton must not batch requests on that dimension.
+
+The batched form (an export with ``ModelOptions(batching=True)``) puts one more dimension of 1 in
+front of every tensor above, requests and answers alike (``c__values`` is ``[1, n]``,
+``c__offsets`` ``[1, rows + 1]``): each request is one item of a batch Triton forms across requests
+(``max_batch_size`` > 0, ``allow_ragged_batch`` on the python steps), and the step merges the
+items itself (``export.merging``). The ensemble says so in its config (dims ``[1, ...]`` and the
+``merlin_torch_serving.request_dim`` parameter), which ``Client`` reads.
 """
 
 from __future__ import annotations

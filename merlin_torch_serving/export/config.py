@@ -30,8 +30,17 @@ INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU", "KIND_AUTO", "KIND_MODEL")
 #: rows per request a python step accepts unless ModelOptions says otherwise: the example's XLNet
 #: needs ~9 KB of server memory per click (measured: +1.9 GB for 200,000 clicks), so ~1 GB here
 DEFAULT_MAX_REQUEST_ROWS = 100_000
+#: rows one merged run of a batched step holds by default: 64 one-session requests of 64 clicks
+DEFAULT_MAX_BATCH_ROWS = 4096
 #: step and ensemble parameter: the most rows a request may hold (python steps refuse more)
 MAX_REQUEST_ROWS_PARAMETER = "merlin_torch_serving.max_request_rows"
+#: ensemble parameter: "true" when every tensor of a request carries a leading dimension of 1 (the
+#: form a step that Triton batches across requests needs; see wire.py)
+REQUEST_DIM_PARAMETER = "merlin_torch_serving.request_dim"
+#: python-backend step parameter: the most rows one merged run of a batch may hold
+MAX_BATCH_ROWS_PARAMETER = "merlin_torch_serving.max_batch_rows"
+#: python-backend step parameter: JSON of the warm-up sample the stub runs itself (see python_model)
+WARMUP_PARAMETER = "merlin_torch_serving.warmup"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
@@ -64,6 +73,23 @@ class ModelOptions:
         steps refuse bigger requests with an error naming the limit, so that one request cannot
         take the machine's memory. ``Client`` splits bigger inputs by whole sessions to fit.
         ``None`` sets no limit.
+    batching
+        Batch concurrent requests across the wire: Triton's dynamic batcher queues the requests
+        that arrive while a step is busy and hands them to it together; the step merges their
+        sessions, runs its operators once, and splits the answers back per request (bit for bit
+        what answering them one at a time gives, for a model whose kernels compute each session
+        independently of the batch, as Transformers4Rec's XLNet's do; see the README). Every
+        tensor of a request then carries a leading dimension of 1 (``c__values`` is ``[1, n]``),
+        which ``Client`` reads from the config; clients that send Merlin Systems' form (``[n]``)
+        need ``batching=False``, the default.
+    max_batch_rows
+        The most rows (clicks; each value of a ragged list counts) one merged run holds: a batch
+        with more is run in several merged runs, so the batch size bounds memory as
+        ``max_request_rows`` does for one request. Also Triton's ``max_batch_size`` (in requests).
+    max_queue_delay_us
+        How long Triton may hold a request waiting for others to batch with. 0 (the default) adds
+        no latency: requests batch only while the step is busy with earlier ones, which is when
+        batching pays (see the benchmark's concurrency sweep).
     instance_kind
         Where each instance runs: ``"KIND_CPU"`` (default), ``"KIND_GPU"``, ``"KIND_AUTO"`` or
         ``"KIND_MODEL"`` (Triton's ``instance_group.kind``).
@@ -95,6 +121,9 @@ class ModelOptions:
     warmup_count: int = 3
     torch_threads: int | None = 1
     max_request_rows: int | None = DEFAULT_MAX_REQUEST_ROWS
+    batching: bool = False
+    max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
+    max_queue_delay_us: int = 0
     instance_kind: str = "KIND_CPU"
     version_policy: str | int | Sequence[int] | None = None
     response_cache: bool = False
@@ -116,13 +145,16 @@ class ModelOptions:
             MAX_REQUEST_ROWS_PARAMETER,
             EXECUTION_ENV_PARAMETER,
             METRICS_PARAMETER,
+            MAX_BATCH_ROWS_PARAMETER,
+            WARMUP_PARAMETER,
             "INTRA_OP_THREAD_COUNT",
         }
         reserved = own & set(self.parameters or {})
         if reserved:
             raise ValueError(
                 f"parameters {sorted(reserved)} are set through ModelOptions' own fields "
-                "(torch_threads, max_request_rows, execution_env, metrics); pass them there"
+                "(torch_threads, max_request_rows, max_batch_rows, warmup_count, execution_env, "
+                "metrics); pass them there"
             )
         if self.instance_count < 1:
             raise ValueError(f"instance_count must be at least 1, got {self.instance_count!r}")
@@ -136,14 +168,31 @@ class ModelOptions:
             raise ValueError(
                 f"max_request_rows must be at least 1 or None, got {self.max_request_rows!r}"
             )
+        if self.max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows must be at least 1, got {self.max_batch_rows!r}")
+        if self.max_queue_delay_us < 0:
+            raise ValueError(
+                f"max_queue_delay_us must be 0 or more, got {self.max_queue_delay_us!r}"
+            )
 
 
-def tensor_configs(schema: Schema) -> list[dict]:
-    """``input``/``output`` entries for a schema, in wire format."""
-    return [
-        {"name": spec.name, "data_type": spec.config_dtype, "dims": list(spec.dims)}
-        for spec in wire.schema_specs(schema)
-    ]
+def tensor_configs(
+    schema: Schema, request_dim: bool = False, ragged_batch: bool = False
+) -> list[dict]:
+    """``input``/``output`` entries for a schema, in wire format; ``request_dim`` puts the leading
+    dimension of 1 of the batched form in the dims (models Triton does not batch),
+    ``ragged_batch`` lets Triton batch requests of different lengths (inputs of batched models)."""
+    configs = []
+    for spec in wire.schema_specs(schema):
+        entry: dict[str, object] = {
+            "name": spec.name,
+            "data_type": spec.config_dtype,
+            "dims": [1, *spec.dims] if request_dim else list(spec.dims),
+        }
+        if ragged_batch:
+            entry["allow_ragged_batch"] = True
+        configs.append(entry)
+    return configs
 
 
 def python_model_config(
@@ -153,30 +202,45 @@ def python_model_config(
     options: ModelOptions,
     warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
-    """A python-backend model hosting operators through the library's generic model.py."""
-    return _parse(
-        {
-            "name": name,
-            "backend": "python",
-            # max_batch_size 0: requests carry interaction rows and a step may return fewer rows
-            # (sessions) than it got, so Triton must not batch on the first dimension (see wire.py)
-            "max_batch_size": 0,
-            "input": tensor_configs(input_schema),
-            "output": tensor_configs(output_schema),
-            "instance_group": _instance_group(options),
-            "parameters": _parameters(
-                {
-                    **(options.parameters or {}),
-                    TORCH_THREADS_PARAMETER: options.torch_threads,
-                    MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
-                    EXECUTION_ENV_PARAMETER: options.execution_env,
-                    METRICS_PARAMETER: None if options.metrics else "false",
-                }
-            ),
-            "model_warmup": _warmup(warmup_files, options),
-            **_version_policy(options.version_policy),
-        }
-    )
+    """A python-backend model hosting operators through the library's generic model.py.
+
+    Unbatched, ``max_batch_size`` is 0: requests carry interaction rows and a step may return
+    fewer rows (sessions) than it got, so Triton must not batch on the first dimension (see
+    wire.py). Batched, every request is one item of Triton's batch (its tensors ``[1, ...]``),
+    of any length (``allow_ragged_batch``), and the step merges a batch's requests itself; it
+    then warms up in its own stub (``WARMUP_PARAMETER``), on single and merged requests: that
+    covers the merged path, and the bundled tritonserver 2.51 was seen to crash (SIGSEGV) loading
+    such a model with a ``model_warmup`` of its own.
+    """
+    parameters = {
+        **(options.parameters or {}),
+        TORCH_THREADS_PARAMETER: options.torch_threads,
+        MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
+        EXECUTION_ENV_PARAMETER: options.execution_env,
+        METRICS_PARAMETER: None if options.metrics else "false",
+    }
+    config = {
+        "name": name,
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": tensor_configs(input_schema),
+        "output": tensor_configs(output_schema),
+        "instance_group": _instance_group(options),
+        "model_warmup": _warmup(warmup_files, options),
+        **_version_policy(options.version_policy),
+    }
+    if options.batching:
+        config["max_batch_size"] = options.max_batch_rows
+        config["input"] = tensor_configs(input_schema, ragged_batch=True)
+        config["dynamic_batching"] = {"max_queue_delay_microseconds": options.max_queue_delay_us}
+        config["model_warmup"] = []
+        parameters[MAX_BATCH_ROWS_PARAMETER] = options.max_batch_rows
+        if options.warmup_count and warmup_files:
+            parameters[WARMUP_PARAMETER] = json.dumps(
+                {"count": options.warmup_count, "inputs": warmup_files}
+            )
+    config["parameters"] = _parameters(parameters)
+    return _parse(config)
 
 
 def pytorch_model_config(
@@ -195,9 +259,11 @@ def pytorch_model_config(
             "name": name,
             "platform": "pytorch_libtorch",
             "backend": "pytorch",
+            # batched exports: the module takes and returns the batched form (see request_dim.py)
+            # and answers one request at a time
             "max_batch_size": 0,
-            "input": tensor_configs(input_schema),
-            "output": tensor_configs(output_schema),
+            "input": tensor_configs(input_schema, request_dim=options.batching),
+            "output": tensor_configs(output_schema, request_dim=options.batching),
             "instance_group": _instance_group(options),
             "default_model_filename": LIBTORCH_MODEL_FILE,
             # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
@@ -209,7 +275,7 @@ def pytorch_model_config(
                     "INTRA_OP_THREAD_COUNT": options.torch_threads,
                 }
             ),
-            "model_warmup": _warmup(warmup_files, options),
+            "model_warmup": _warmup(warmup_files, options, request_dim=options.batching),
             **_version_policy(options.version_policy),
         }
     )
@@ -235,8 +301,8 @@ def ensemble_config(
             "name": name,
             "platform": "ensemble",
             "max_batch_size": 0,
-            "input": tensor_configs(input_schema),
-            "output": tensor_configs(response_schema),
+            "input": tensor_configs(input_schema, request_dim=options.batching),
+            "output": tensor_configs(response_schema, request_dim=options.batching),
             "ensemble_scheduling": {"step": [{"model_version": -1, **step} for step in steps]},
             "parameters": _parameters(
                 {
@@ -244,6 +310,7 @@ def ensemble_config(
                     OUTPUT_SCHEMA_PARAMETER: schema_to_json(output_schema),
                     REQUEST_GROUPS_PARAMETER: json.dumps(request_groups),
                     MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
+                    REQUEST_DIM_PARAMETER: "true" if options.batching else None,
                 }
             ),
             **({"response_cache": {"enable": True}} if options.response_cache else {}),
@@ -293,12 +360,13 @@ def _parameters(values: dict) -> dict:
     return {key: {"string_value": str(value)} for key, value in values.items() if value is not None}
 
 
-def _warmup(warmup_files: dict, options: ModelOptions) -> list[dict]:
+def _warmup(warmup_files: dict, options: ModelOptions, request_dim: bool = False) -> list[dict]:
     """One warm-up sample; ``warmup_files`` maps input name -> (file name, config dtype, dims)."""
     if options.warmup_count == 0 or not warmup_files:
         return []
+    lead = [1] if request_dim else []
     inputs = {
-        name: {"data_type": dtype, "dims": list(dims), "input_data_file": file_name}
+        name: {"data_type": dtype, "dims": [*lead, *dims], "input_data_file": file_name}
         for name, (file_name, dtype, dims) in warmup_files.items()
     }
     # batch_size 1: Triton skips samples of batch size 0, and with max_batch_size 0 the dims are

@@ -8,24 +8,30 @@ at the step's entry (``validation``) before an operator sees it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics, wire
-from merlin_torch_serving.exceptions import ArtifactError, MerlinTorchServingError
+from merlin_torch_serving import metrics, tables, wire
+from merlin_torch_serving.exceptions import ArtifactError, InputError, MerlinTorchServingError
 from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.export import merging
 from merlin_torch_serving.export.config import (
+    DEFAULT_MAX_BATCH_ROWS,
+    MAX_BATCH_ROWS_PARAMETER,
     MAX_REQUEST_ROWS_PARAMETER,
     METRICS_PARAMETER,
     TORCH_THREADS_PARAMETER,
+    WARMUP_PARAMETER,
 )
 from merlin_torch_serving.export.manifest import library_version, verify_step
 from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from merlin_torch_serving.ops.base import ServingOperator, operator_class
 from merlin_torch_serving.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.schemas import schema_from_json
@@ -38,7 +44,12 @@ class HostedStep:
     """The operators of one exported step (``name``), wired as they were in the ensemble's plan."""
 
     def __init__(
-        self, spec: dict, version_dir: str, max_rows: int | None = None, name: str = "step"
+        self,
+        spec: dict,
+        version_dir: str,
+        max_rows: int | None = None,
+        name: str = "step",
+        max_batch_rows: int | None = None,
     ):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
@@ -59,29 +70,113 @@ class HostedStep:
         self.entry_check = EntryCheck.for_entry(
             self.input_schema, self.inputs, self.calls, max_rows
         )
+        self.max_batch_rows = max_batch_rows or max_rows or DEFAULT_MAX_BATCH_ROWS
+        self.merge_keys = self._merge_keys()
 
     @classmethod
     def load(
-        cls, version_dir: str, step: str | None = None, max_rows: int | None = None
+        cls,
+        version_dir: str,
+        step: str | None = None,
+        max_rows: int | None = None,
+        max_batch_rows: int | None = None,
     ) -> HostedStep:
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
         step = step or os.path.basename(os.path.dirname(os.path.abspath(version_dir)))
         verify_step(step, version_dir, spec)
-        return cls(spec, version_dir, max_rows, step)
+        return cls(spec, version_dir, max_rows, step, max_batch_rows)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
+        return self._answer(self._entry(arrays))
+
+    def run_batch(
+        self, requests: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray] | Exception]:
+        """Per request, its answer (wire arrays) or the error it alone gets: requests are checked
+        one by one, then answered in merged runs (see ``merging``)."""
+        answers: dict[int, dict[str, np.ndarray] | Exception] = {}
+        checked: dict[int, dict[str, np.ndarray]] = {}
+        for index, arrays in enumerate(requests):
+            try:
+                checked[index] = self._entry(arrays)
+            except Exception as error:  # a bad request fails alone
+                answers[index] = error
+        for run in self._runs(checked):
+            parts = self._answer_run([checked[i] for i in run])
+            answers.update(zip(run, parts, strict=True))
+        return [answers[index] for index in range(len(requests))]
+
+    def _runs(self, checked: Mapping[int, dict[str, np.ndarray]]) -> list[list[int]]:
+        """The indices of the requests each merged run holds (one a run when none may merge)."""
+        indices = list(checked)
+        if self.merge_keys is None:
+            return [[index] for index in indices]
+        planned = merging.plan_runs(
+            [checked[index] for index in indices], self.merge_keys, self.max_batch_rows
+        )
+        return [[indices[i] for i in run] for run in planned]
+
+    def _answer_run(
+        self, run: list[dict[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray] | Exception]:
+        """The answers to one run's requests: of one merged run, or one by one when there is one
+        request or the merged run fails (each request then gets its own error)."""
+        if len(run) > 1:
+            # counted only if it answers: a merged run that fails is run again request by request
+            with metrics.tentative() as keep:
+                try:
+                    answer = self._answer(merging.concat(run))
+                    rows = [merging.answer_rows(request, self.merge_keys or []) for request in run]
+                    parts = merging.split(answer, rows)
+                except Exception:
+                    parts = None
+                if parts is not None:
+                    keep()
+                    return list(parts)
+        return [self._answer_or_error(request) for request in run]
+
+    def _answer_or_error(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | Exception:
+        try:
+            return self._answer(arrays)
+        except Exception as error:  # one failing request must not fail the others
+            return error
+
+    def _entry(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The request's wire arrays (text as ``str``), once they are checked."""
         arrays = {name: wire.bytes_to_text(array) for name, array in arrays.items()}
         self.entry_check.check(arrays)
+        return arrays
+
+    def _answer(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
         results = TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
-        metrics.count(
-            metrics.SESSIONS, len(next(iter(results.values()))) if results.columns else 0
-        )  # rows
+        metrics.count(metrics.SESSIONS, tables.num_rows(results))  # rows
         return wire.to_wire(results)
+
+    def _merge_keys(self) -> list[str] | None:
+        """The step's input columns that group rows (the session id), ``[]`` when rows stand alone,
+        None when requests must not be merged (an operator groups by a column made in the step)."""
+        name_of = {ref: name for name, ref in self.inputs.items()}
+        found: list[str] = []
+        for call in self.calls:
+            keys = call.op.request_groups()
+            if keys is None:
+                return None
+            names: list[str] = []
+            for key in keys:
+                ref = call.inputs.get(key)
+                name = name_of.get(ref) if ref is not None else None
+                if name is None or wire.is_ragged(self.input_schema[name]):
+                    return None
+                names.append(name)
+            if names and found and names != found:
+                return None
+            found = names or found
+        return found
 
 
 def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
@@ -118,10 +213,16 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
+        batch_rows = parameters.get(MAX_BATCH_ROWS_PARAMETER, {}).get("string_value")
         self.step = HostedStep.load(
-            version_dir, self.model_name, int(max_rows) if max_rows else None
+            version_dir,
+            self.model_name,
+            int(max_rows) if max_rows else None,
+            int(batch_rows) if batch_rows else None,
         )
         self.output_names = [output["name"] for output in config["output"]]
+        # batched: Triton hands execute several requests, each tensor with a leading dimension of 1
+        self.batched = int(config.get("max_batch_size", 0)) > 0
         # python backends before 23.05 have no metrics API: serve without the step's own metrics
         publish = parameters.get(METRICS_PARAMETER, {}).get("string_value") != "false"
         publish = publish and hasattr(pb_utils, "MetricFamily")
@@ -131,48 +232,118 @@ class TritonPythonModel:
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
+        warmup = parameters.get(WARMUP_PARAMETER, {}).get("string_value")
+        if warmup:
+            self._warm_up(json.loads(warmup), os.path.join(args["model_repository"], WARMUP_DIR))
 
     def execute(self, requests):
-        pb = self._pb
-        responses = []
+        items: list[dict[str, np.ndarray] | Exception] = []
         for request in requests:
             try:
-                arrays = {
-                    spec.name: pb.get_input_tensor_by_name(request, spec.name).as_numpy()
-                    for spec in self.step.input_specs
-                }
-                outputs = self._run(arrays)
-                tensors = [
-                    pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names
-                ]
-                responses.append(pb.InferenceResponse(output_tensors=tensors))
-            except Exception as exc:  # one failing request must not fail the others
-                if self.metrics is not None:
-                    self.metrics.skip_warmup()
-                detail = (
-                    str(exc)
-                    if isinstance(exc, MerlinTorchServingError)
-                    else f"{type(exc).__name__}: {exc}"
-                )
-                message = f"model {self.model_name!r}: {detail}"
-                responses.append(
-                    pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
-                )
-        return responses
+                items.append(self._request_arrays(request))
+            except Exception as error:  # answered as that request's error below
+                items.append(error)
+        good = [i for i, item in enumerate(items) if not isinstance(item, Exception)]
+        batch = [item for item in items if not isinstance(item, Exception)]
+        for i, answer in zip(good, self._run(batch), strict=True):
+            items[i] = answer
+        if self.metrics is not None:
+            for _ in range(sum(isinstance(item, Exception) for item in items)):
+                self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
+        return [self._response(item) for item in items]
 
     def finalize(self):
         step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early
         if step_metrics is not None:
             step_metrics.close()
 
-    def _run(self, arrays: dict) -> dict:
-        with torch_threads(self.torch_threads):
-            if self.metrics is None:
-                return self.step.run(arrays)
-            with metrics.collecting() as collected:
-                outputs = self.step.run(arrays)
-            self.metrics.publish(collected)
-            return outputs
+    def _run(self, batch: list[dict]) -> list:
+        """Per request, its answer or its error: merged when Triton batches the step."""
+        counting = metrics.collecting() if self.metrics is not None else contextlib.nullcontext()
+        with torch_threads(self.torch_threads), counting as collected:
+            answers = (
+                self.step.run_batch(batch)
+                if self.batched
+                else [self._run_one(arrays) for arrays in batch]
+            )
+        answered = sum(not isinstance(answer, Exception) for answer in answers)
+        if self.metrics is not None and collected is not None and answered:
+            self.metrics.publish(collected, answered)
+        return answers
+
+    def _run_one(self, arrays):
+        try:
+            return self.step.run(arrays)
+        except Exception as error:
+            return error
+
+    def _request_arrays(self, request) -> dict[str, np.ndarray]:
+        arrays = {}
+        for spec in self.step.input_specs:
+            tensor = self._pb.get_input_tensor_by_name(request, spec.name)
+            if tensor is None:
+                raise InputError(spec.name, "a tensor of that name", "no such tensor")
+            array = tensor.as_numpy()
+            if self.batched:
+                if array.ndim == 0 or array.shape[0] != 1:
+                    raise InputError(
+                        spec.name,
+                        "a leading dimension of 1 (this ensemble batches requests: each tensor is "
+                        "[1, ...])",
+                        f"shape {list(array.shape)}",
+                        "send one request per batch item; Client does",
+                    )
+                array = array[0]
+            arrays[spec.name] = array
+        return arrays
+
+    def _response(self, answer):
+        pb = self._pb
+        if isinstance(answer, Exception):
+            detail = (
+                str(answer)
+                if isinstance(answer, MerlinTorchServingError)
+                else f"{type(answer).__name__}: {answer}"
+            )
+            message = f"model {self.model_name!r}: {detail}"
+            return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
+        tensors = []
+        for name in self.output_names:
+            array = wire.text_to_bytes(answer[name])
+            tensors.append(pb.Tensor(name, array[np.newaxis] if self.batched else array))
+        return pb.InferenceResponse(output_tensors=tensors)
+
+    def _warm_up(self, warmup: dict, folder: str) -> None:
+        """Run the exported warm-up sample alone and merged with copies of itself under other
+        session keys (runs of 1, 2 and 8 requests), so the first requests find every code path
+        and the shapes of small batches already used. What they count is dropped."""
+        sample = read_warmup_files(folder, warmup["inputs"])
+        batches = [
+            [sample],
+            *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8)),
+        ]
+        # collecting, as served requests are, so that the operators' counting paths warm up too
+        with torch_threads(self.torch_threads), metrics.collecting():
+            for _ in range(int(warmup["count"])):
+                for batch in batches:
+                    self.step.run_batch(batch)
+
+
+def renamed_copy(
+    sample: dict[str, np.ndarray], keys: list[str] | None, index: int
+) -> dict[str, np.ndarray]:
+    """The sample with its key values (session ids) made distinct for each ``index``, so that
+    copies merge into one run."""
+    copy = dict(sample)
+    for key in keys or []:
+        values = sample[key]
+        if values.dtype.kind in "iu":
+            copy[key] = values + index * (
+                int(values.max(initial=0)) - int(values.min(initial=0)) + 1
+            )
+        else:
+            copy[key] = np.array([f"{v}~{index}" for v in values], dtype=object)
+    return copy
 
 
 class _TritonLogHandler(logging.Handler):

@@ -52,15 +52,16 @@ from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import TritonStep, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
+from merlin_torch_serving.export.request_dim import with_request_dim
 from merlin_torch_serving.export.warmup import warmup_inputs
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, write_warmup_files
 from merlin_torch_serving.plan import REQUEST, Plan, Ref
 from merlin_torch_serving.schemas import schema_to_json
 
-WARMUP_DIR = "warmup"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PYTHON_MODEL_SOURCE = '''"""A merlin_torch_serving step, run by Triton's python backend."""
 
-from merlin_torch_serving.export.python_model import TritonPythonModel  # noqa: F401
+from merlin_torch_serving.export.stub import TritonPythonModel  # noqa: F401
 '''
 _LIBRARIES = (
     "merlin-torch-serving",
@@ -190,11 +191,14 @@ def _write_step(
 ) -> None:
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
-    warmup_files = _write_warmup(model_dir / WARMUP_DIR, step, warmup_arrays)
+    warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
     if step.backend == "pytorch":
         check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
         module = libtorch_module(step)
         check_libtorch_return_type(step.name, module)
+        if options.batching:
+            module = with_request_dim(module, step.name, len(wire.schema_specs(step.output_schema)))
+            warmup_arrays = {name: array[np.newaxis] for name, array in warmup_arrays.items()}
         torch.jit.save(module, str(version_dir / configs.LIBTORCH_MODEL_FILE))
         config = configs.pytorch_model_config(
             step.name, step.input_schema, step.output_schema, options, warmup_files
@@ -237,32 +241,6 @@ def _write_step(
             step.name, step.input_schema, step.output_schema, options, warmup_files
         )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
-
-
-def _write_warmup(warmup_dir: Path, step: TritonStep, arrays: dict) -> dict:
-    """The step's warm-up inputs (see ``export.warmup``) as raw-binary files, Triton's
-    ``input_data_file`` format."""
-    if warmup_dir.exists():
-        shutil.rmtree(warmup_dir)
-    warmup_dir.mkdir()
-    files = {}
-    for i, spec in enumerate(wire.schema_specs(step.input_schema)):
-        array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
-        file_name = f"input_{i}"
-        (warmup_dir / file_name).write_bytes(_raw_bytes(array))
-        files[spec.name] = (file_name, spec.config_dtype, array.shape)
-    return files
-
-
-def _raw_bytes(array: np.ndarray) -> bytes:
-    if array.dtype != np.dtype(object):
-        return array.tobytes()
-    # BYTES elements: a 4-byte little-endian length, then the bytes
-    chunks = []
-    for value in array.ravel():
-        data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-        chunks.append(len(data).to_bytes(4, "little") + data)
-    return b"".join(chunks)
 
 
 # ---- ensemble ------------------------------------------------------------------------------------

@@ -82,13 +82,14 @@ class StepMetrics:
         )
         self._flusher.start()
 
-    def publish(self, collected: metrics.Collected) -> None:
-        """Add one answered request's counts (nothing for a warm-up request)."""
+    def publish(self, collected: metrics.Collected, requests: int = 1) -> None:
+        """Add the counts of what one call of the model answered, ``requests`` requests (nothing
+        for a warm-up request: Triton sends those one a call)."""
         if self.skip_warmup():
             return
         with self._lock:
             pending = self._pending
-            pending[(REQUESTS, ())] = pending.get((REQUESTS, ()), 0.0) + 1
+            pending[(REQUESTS, ())] = pending.get((REQUESTS, ()), 0.0) + requests
             for key, value in collected.totals.items():
                 pending[key] = pending.get(key, 0.0) + value
 

@@ -70,7 +70,10 @@ def test_the_probe_of_a_python_step_is_a_request_without_rows():
         "raw": (np.dtype(object), (0,)),
     }
     assert probe["items__offsets"].tolist() == [0]
-    assert (
-        probe_request({**config, "max_batch_size": 8}) is None
-    )  # Triton refuses a batch of 0 itself
+    # Triton refuses a batch of 0 items itself: a batched model gets one item of no rows
+    batched = probe_request({**config, "max_batch_size": 8})
+    assert {name: array.shape for name, array in batched.items()} == {
+        name: (1, *shape)
+        for name, (_, shape) in {n: (a.dtype, a.shape) for n, a in probe.items()}.items()
+    }
     assert probe_request({"platform": "ensemble"}) is None

@@ -1,0 +1,448 @@
+"""Concurrency sweep: many users at once, one session each, against the session example exported
+four ways (all python or mixed; cross-request batching on or off), in one tritonserver; then the
+cold start of each export on a server of its own.
+
+Run it with ``./run bench-sweep`` (``--quick`` for a smoke run). For every export, protocol and
+number of closed-loop clients (1, 8, 32, 64), it reports p50 and p99 latency, sessions per second
+and the batches the server formed (Triton's statistics of the python step: requests per
+execution). Clients run in two processes of their own (see ``sweep_clients``). The targets at the
+end compare batching on with off, measured side by side in this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+if str(REPOSITORY_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPOSITORY_ROOT))
+
+from benchmarks import server_stats
+from benchmarks.sweep_clients import ClientJob, grpc_sender, run_clients
+from benchmarks.systems import project_ensemble
+from benchmarks.workload import build_workload
+from merlin_torch_serving import ModelOptions, TritonServer, frames, wire
+
+RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
+CONCURRENCIES = (1, 8, 32, 64)
+PROTOCOLS = ("grpc", "http")
+CLIENT_PROCESSES = 2  # one per core: more only adds interpreters that compete with the server
+EXPORTS = {  # name -> (model backend, batching)
+    "python-off": ("python", False),
+    "python-on": ("python", True),
+    "mixed-off": ("pytorch", False),
+    "mixed-on": ("pytorch", True),
+}
+#: one-session requests of different sessions: each client sends its own (64 clients, 4 each), as
+#: many users would; clients that sent the same session at once could not share a merged run
+SESSIONS = 256
+OUTPUTS = ["session_id__out", "item_ids", "item_scores"]
+#: windows per export at every protocol and client count, the exports taking turns
+ROUNDS = 3
+COLD_REQUESTS = 5
+#: a pause after the steady requests: what the first request after it costs tells the price of
+#: waking an idle server (its threads, the stub, the caches) from that of a cold one
+IDLE_S = 1.0
+STEADY_REQUESTS = 60
+
+
+@dataclass
+class Point:
+    export: str
+    protocol: str
+    clients: int
+    p50_ms: float
+    p99_ms: float
+    sessions_per_s: float
+    requests: int
+    failures: int
+    mean_batch: float | None  # requests per execution of the python step
+    largest_batch: int | None
+
+
+@dataclass
+class ColdStart:
+    export: str
+    start_to_ready_s: float
+    first_request_ms: float
+    next_requests_ms: list[float]
+    steady_p50_ms: float
+    server_first_ms: float  # the ensemble's own time (Triton's statistics), without the client's
+    server_steady_mean_ms: float
+    after_idle_ms: (
+        float  # the first request after IDLE_S without requests, once steady (median of 3)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./run bench-sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short windows, one protocol")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    arguments = parser.parse_args(argv)
+    warmup_s, window_s = (0.5, 1.0) if arguments.quick else (1.0, 3.0)
+    protocols = PROTOCOLS[:1] if arguments.quick else PROTOCOLS
+    started = time.time()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-sweep-") as scratch:
+        work = Path(scratch)
+        _say("building the session example (workflow, one epoch of XLNet)")
+        workload = build_workload(
+            work, session_counts=(1,), progress=False, requests_per_setting=SESSIONS
+        )
+        schema = workload.workflow.input_schema
+        repository = work / "repository"
+        for export, (backend, batching) in EXPORTS.items():
+            project_ensemble(workload, backend).export(
+                repository / export, export, options=ModelOptions(batching=batching)
+            )
+        plain = [
+            wire.to_wire(frames.frame_to_table(frame, schema)) for frame in workload.requests[1]
+        ]
+        forms = {
+            False: plain,
+            True: [{k: v[np.newaxis] for k, v in arrays.items()} for arrays in plain],
+        }
+        cold = [
+            _cold_start(repository / export, export, forms[batching])
+            for export, (_, batching) in EXPORTS.items()
+        ]
+        points = _sweep(repository, forms, protocols, warmup_s, window_s)
+    record = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "minutes": round((time.time() - started) / 60, 1),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "client_processes": CLIENT_PROCESSES,
+        "window_s": window_s,
+        "rounds": ROUNDS,
+        "points": [asdict(p) for p in points],
+        "cold_starts": [asdict(c) for c in cold],
+        "targets": _targets(points, cold),
+    }
+    stem = "concurrency-quick" if arguments.quick else "concurrency"
+    arguments.output_dir.mkdir(parents=True, exist_ok=True)
+    (arguments.output_dir / f"{stem}.json").write_text(json.dumps(record, indent=1))
+    (arguments.output_dir / f"{stem}.md").write_text(_markdown(record))
+    print(_markdown(record), flush=True)
+    return 0
+
+
+def _sweep(
+    repository: Path, forms: dict, protocols, warmup_s: float, window_s: float
+) -> list[Point]:
+    """Every export in one server (all of them loaded, one measured at a time). The exports take
+    turns, ``ROUNDS`` windows each per protocol and client count, so that what else the machine
+    runs weighs on all of them alike; a point pools its export's windows."""
+    points = []
+    all_models = work_repository(repository)
+    # started once and reused: a spawned process imports the benchmark's modules before it runs
+    context = multiprocessing.get_context("spawn")
+    with (
+        context.Pool(CLIENT_PROCESSES) as pool,
+        TritonServer(all_models, start_timeout_s=600.0) as server,
+    ):
+        pool.map(_ready, range(CLIENT_PROCESSES))
+        for protocol in protocols:
+            url = server.grpc_url if protocol == "grpc" else server.http_url
+            for clients in CONCURRENCIES:
+                latencies = {export: [] for export in EXPORTS}
+                failures = dict.fromkeys(EXPORTS, 0)
+                batches = {export: [] for export in EXPORTS}
+                for _ in range(ROUNDS):
+                    for export, (_, batching) in EXPORTS.items():
+                        before = _step_statistics(server.http_url, export)
+                        measured, failed = _closed_loop(
+                            pool,
+                            url,
+                            protocol,
+                            export,
+                            forms[batching],
+                            clients,
+                            warmup_s,
+                            window_s,
+                        )
+                        batches[export].append((before, _step_statistics(server.http_url, export)))
+                        latencies[export] += measured
+                        failures[export] += failed
+                for export in EXPORTS:
+                    points.append(
+                        _point(
+                            export,
+                            protocol,
+                            clients,
+                            latencies[export],
+                            failures[export],
+                            batches[export],
+                            window_s,
+                        )
+                    )
+    return sorted(
+        points,
+        key=lambda p: (list(EXPORTS).index(p.export), PROTOCOLS.index(p.protocol), p.clients),
+    )
+
+
+def _point(export, protocol, clients, latencies, failures, batches, window_s) -> Point:
+    formed = [_formed_batches(before, after) for before, after in batches]
+    means = [mean for mean, _ in formed if mean is not None]
+    largest = [size for _, size in formed if size is not None]
+    point = Point(
+        export,
+        protocol,
+        clients,
+        round(float(np.percentile(latencies, 50)), 3) if latencies else float("nan"),
+        round(float(np.percentile(latencies, 99)), 3) if latencies else float("nan"),
+        round(len(latencies) / (window_s * len(batches)), 1),
+        len(latencies),
+        failures,
+        round(float(np.mean(means)), 2) if means else None,
+        max(largest, default=None),
+    )
+    _say(
+        f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 "
+        f"{point.p99_ms:7.2f} ms, "
+        f"{point.sessions_per_s:7.1f} sessions/s, batches {point.mean_batch} (largest "
+        f"{point.largest_batch}), "
+        f"failures {failures}"
+    )
+    return point
+
+
+def work_repository(repository: Path) -> Path:
+    """One repository holding every export's models (each export was written on its own)."""
+    merged = repository / "all"
+    merged.mkdir(exist_ok=True)
+    for export in EXPORTS:
+        for model in (repository / export).iterdir():
+            if not model.name.startswith("."):
+                (merged / model.name).symlink_to(model)
+    return merged
+
+
+def _ready(_: int) -> None:
+    """Nothing: mapped once so that every client process has started before the first window."""
+
+
+def _closed_loop(
+    pool, url, protocol, model, requests, clients, warmup_s, window_s
+) -> tuple[list[float], int]:
+    processes = min(CLIENT_PROCESSES, clients)
+    start_at = time.time() + 0.5 + warmup_s  # the jobs reach the running processes at once
+    stop_at = start_at + window_s
+    shares = [
+        clients // processes + (1 if i < clients % processes else 0) for i in range(processes)
+    ]
+    jobs = [
+        ClientJob(
+            url,
+            protocol,
+            model,
+            requests,
+            OUTPUTS,
+            share,
+            sum(shares[:i]),
+            clients,
+            start_at,
+            stop_at,
+        )
+        for i, share in enumerate(shares)
+    ]
+    results = pool.map(run_clients, jobs, chunksize=1)
+    return [ms for latencies, _ in results for ms in latencies], sum(
+        failures for _, failures in results
+    )
+
+
+def _step_statistics(http_url: str, export: str) -> dict:
+    """Per python step of the export: (executions, requests) and requests per batch size."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        stats = client.get_inference_statistics()["model_stats"]
+    finally:
+        client.close()
+    return {
+        entry["name"]: (
+            int(entry["execution_count"]),
+            int(entry["inference_count"]),
+            {
+                int(b["batch_size"]): int(b["compute_infer"]["count"])
+                for b in entry.get("batch_stats", [])
+            },
+        )
+        for entry in stats
+        if entry["name"].startswith(export + "-")
+        and entry["name"].split("-")[-1].startswith("transformworkflow")
+    }
+
+
+def _formed_batches(before: dict, after: dict) -> tuple[float | None, int | None]:
+    for name, (executions, inferences, sizes) in after.items():
+        ran = executions - before.get(name, (0, 0, {}))[0]
+        if ran <= 0:
+            return None, None
+        served = inferences - before[name][1]
+        grown = [size for size, count in sizes.items() if count > before[name][2].get(size, 0)]
+        return round(served / ran, 2), max(grown, default=None)
+    return None, None
+
+
+def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
+    """A server of this export alone: launch to ready, then its first requests one at a time,
+    then its steady p50 (gRPC, one session)."""
+    launched = time.perf_counter()
+    with TritonServer(repository, start_timeout_s=600.0) as server:
+        ready = time.perf_counter()
+        # connected before timing, requests serialized: the server's cold start, not the client's
+        # (a fresh tritonclient process paid 2 to 10 ms more on its first infer here, warm server
+        # or not)
+        send, close = grpc_sender(server.grpc_url, export, requests, OUTPUTS)
+
+        def timed(index: int) -> float:
+            began = time.perf_counter()
+            if not send(index % len(requests)):
+                raise RuntimeError(f"{export}: request {index} failed")
+            return round((time.perf_counter() - began) * 1000.0, 2)
+
+        before = server_stats.snapshot(server.http_url)
+        first = [timed(0)]
+        after_first = _counted(server.http_url, export, before, 1)
+        first += [timed(i) for i in range(1, COLD_REQUESTS)]
+        before_steady = server_stats.snapshot(server.http_url)
+        steady = [timed(i) for i in range(COLD_REQUESTS, COLD_REQUESTS + STEADY_REQUESTS)]
+        after_steady = _counted(server.http_url, export, before_steady, STEADY_REQUESTS)
+        idle = []
+        for i in range(3):
+            time.sleep(IDLE_S)
+            idle.append(timed(COLD_REQUESTS + STEADY_REQUESTS + i))
+        after_idle = round(float(np.median(idle)), 2)
+        close()
+    server_first = server_stats.per_request_ms(before, after_first)[export]["request_ms"]
+    server_steady = server_stats.per_request_ms(before_steady, after_steady)[export]["request_ms"]
+    start = ColdStart(
+        export,
+        round(ready - launched, 2),
+        first[0],
+        first[1:],
+        round(float(np.median(steady)), 2),
+        server_first,
+        server_steady,
+        after_idle,
+    )
+    _say(
+        f"{export}: ready after {start.start_to_ready_s} s; first requests {first} ms; steady p50 "
+        f"{start.steady_p50_ms} ms; "
+        f"in the server: first {server_first} ms, steady mean {server_steady} ms; after {IDLE_S} "
+        f"s idle {after_idle} ms"
+    )
+    return start
+
+
+def _counted(http_url: str, export: str, before: dict, requests: int) -> dict:
+    """A snapshot of the server's statistics once they count ``requests`` more answered requests
+    of ``export`` than ``before`` (Triton may add a request to them just after answering it)."""
+    wanted = before.get(export, {}).get("success", (0, 0))[0] + requests
+    for _ in range(100):
+        after = server_stats.snapshot(http_url)
+        if after.get(export, {}).get("success", (0, 0))[0] >= wanted:
+            return after
+        time.sleep(0.02)
+    raise RuntimeError(f"{export}: the server's statistics never counted {requests} more requests")
+
+
+def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
+    found = {(p.export, p.protocol, p.clients): p for p in points}
+    lines = []
+    for kind in ("python", "mixed"):
+        for protocol in sorted({p.protocol for p in points}):
+            on32, off32 = (
+                found.get((f"{kind}-on", protocol, 32)),
+                found.get((f"{kind}-off", protocol, 32)),
+            )
+            on1, off1 = (
+                found.get((f"{kind}-on", protocol, 1)),
+                found.get((f"{kind}-off", protocol, 1)),
+            )
+            if on32 and off32:
+                ratio = on32.sessions_per_s / off32.sessions_per_s
+                lines.append(
+                    f"{kind} {protocol}, 32 clients: sessions/s x{ratio:.2f} batched/unbatched "
+                    f"(target >= 5): "
+                    f"{'met' if ratio >= 5 else 'NOT met'}; p99 {on32.p99_ms} vs {off32.p99_ms} ms "
+                    f"({'met' if on32.p99_ms <= off32.p99_ms else 'NOT met'})"
+                )
+            if on1 and off1:
+                ratio = on1.p50_ms / off1.p50_ms
+                lines.append(
+                    f"{kind} {protocol}, 1 client: p50 {on1.p50_ms} vs {off1.p50_ms} ms, "
+                    f"x{ratio:.2f} (target <= 1.10): "
+                    f"{'met' if ratio <= 1.10 else 'NOT met'}"
+                )
+    for start in cold:
+        ratio = start.first_request_ms / start.steady_p50_ms
+        in_server = start.server_first_ms / start.server_steady_mean_ms
+        lines.append(
+            f"{start.export}: first request {start.first_request_ms} ms = x{ratio:.2f} steady p50 "
+            f"(target <= 2): "
+            f"{'met' if ratio <= 2 else 'NOT met'}; in the server x{in_server:.2f}; the first "
+            f"after {IDLE_S:g} s idle "
+            f"x{start.after_idle_ms / start.steady_p50_ms:.2f}; start to ready "
+            f"{start.start_to_ready_s} s"
+        )
+    return lines
+
+
+def _markdown(record: dict) -> str:
+    lines = [
+        f"# Concurrency sweep ({record['started']} UTC, {record['minutes']} min)",
+        "",
+        f"Load average before/after: {record['load_average_before']} / "
+        f"{record['load_average_after']} (2 cores). "
+        f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized "
+        f"requests (as perf_analyzer does), one session per request, each client its own sessions, "
+        f"{record['rounds']} windows of {record['window_s']} s per point, the four exports taking "
+        f"turns. Batches: requests per execution of the python step.",
+        "",
+        "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest "
+        "batch | failures |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p in record["points"]:
+        lines.append(
+            f"| {p['export']} | {p['protocol']} | {p['clients']} | {p['p50_ms']} | {p['p99_ms']} | "
+            f"{p['sessions_per_s']} | {p['mean_batch']} | {p['largest_batch']} | {p['failures']} |"
+        )
+    lines += [
+        "",
+        "| export | start to ready s | first request ms | next requests ms | steady p50 ms | in "
+        "the server: first ms | steady mean ms | after 1 s idle ms |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for c in record["cold_starts"]:
+        lines.append(
+            f"| {c['export']} | {c['start_to_ready_s']} | {c['first_request_ms']} | "
+            f"{c['next_requests_ms']} | "
+            f"{c['steady_p50_ms']} | {c['server_first_ms']} | {c['server_steady_mean_ms']} | "
+            f"{c['after_idle_ms']} |"
+        )
+    lines += ["", "Targets:", ""] + [f"- {line}" for line in record["targets"]]
+    return "\n".join(lines) + "\n"
+
+
+def _say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Answering a batch of requests in merged runs: the requests Triton's dynamic batcher hands a
+step together are concatenated, run through the step's operators once, and the answer is cut
+back into one answer per request.
+
+This is the inverse of how ``Client`` splits a big request (``chunks``): rows that a key groups
+(the clicks of a session) stay in one run, and the answer to a run is the answers to its
+requests one after the other. Two requests that hold the same key (two users who both send
+session 7) would be merged into one session, so they go to different runs; so do requests that
+would make a run bigger than ``max_rows``.
+
+Requests and answers stay in the wire format here (name -> array; a ragged column as its
+``__values`` and ``__offsets``): a batch is merged and cut with a few numpy calls per tensor,
+without a table per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from merlin_torch_serving import wire
+
+Arrays = Mapping[str, np.ndarray]
+
+
+@dataclass
+class _Run:
+    members: list[int] = field(default_factory=list)
+    rows: int = 0
+    keys: set = field(default_factory=set)
+
+
+def plan_runs(requests: Sequence[Arrays], keys: Sequence[str], max_rows: int) -> list[list[int]]:
+    """Indices of the requests each merged run holds, every request in exactly one run: the
+    first run it fits in (rows within ``max_rows``, none of its ``keys`` values already there)."""
+    runs: list[_Run] = []
+    for index, request in enumerate(requests):
+        rows = request_size(request)
+        held = _key_values(request, keys)
+        run = next((r for r in runs if r.rows + rows <= max_rows and not (held & r.keys)), None)
+        if run is None:
+            run = _Run()
+            runs.append(run)
+        run.members.append(index)
+        run.rows += rows
+        run.keys |= held
+    return [run.members for run in runs]
+
+
+def answer_rows(request: Arrays, keys: Sequence[str]) -> int:
+    """Rows the answer to ``request`` has: one per key value (session), else one per row."""
+    if keys:
+        return len(_key_values(request, keys))
+    return _rows(request)
+
+
+def request_size(request: Arrays) -> int:
+    """The most rows the request puts in any one tensor (each value of a ragged list counts)."""
+    return max(
+        (len(array) for name, array in request.items() if not _is_offsets(name, request)), default=0
+    )
+
+
+def concat(requests: Sequence[Arrays]) -> dict[str, np.ndarray]:
+    """One request of all the rows of ``requests`` (of the same tensors), in order."""
+    merged = {}
+    for name in requests[0]:
+        parts = [request[name] for request in requests]
+        if _is_offsets(name, requests[0]):
+            merged[name] = _concat_offsets(parts)
+        else:
+            merged[name] = np.concatenate(parts)
+    return merged
+
+
+def split(answer: Arrays, counts: Sequence[int]) -> list[dict[str, np.ndarray]] | None:
+    """The answer cut into parts of ``counts`` rows; None when it has another number of rows (the
+    operators did not answer row for row, so the requests must be answered one by one)."""
+    if answer and _rows(answer) != sum(counts):
+        return None
+    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    parts: list[dict[str, np.ndarray]] = [{} for _ in counts]
+    for name, array in answer.items():
+        if name.endswith(wire.VALUES_SUFFIX) and _offsets_name(name) in answer:
+            continue  # cut with its offsets
+        if _is_offsets(name, answer):
+            values = answer[name[: -len(wire.OFFSETS_SUFFIX)] + wire.VALUES_SUFFIX]
+            for part, start, stop in zip(parts, bounds[:-1], bounds[1:], strict=True):
+                offsets = array[start : stop + 1]
+                part[name] = (offsets - offsets[0]).astype(wire.OFFSETS_DTYPE, copy=False)
+                part[_values_name(name)] = values[int(offsets[0]) : int(offsets[-1])]
+        else:
+            for part, start, stop in zip(parts, bounds[:-1], bounds[1:], strict=True):
+                part[name] = array[start:stop]
+    return parts
+
+
+def _rows(arrays: Arrays) -> int:
+    """Rows of a request or answer (of its first tensor: offsets hold one more)."""
+    for name, array in arrays.items():
+        return len(array) - 1 if _is_offsets(name, arrays) else len(array)
+    return 0
+
+
+def _concat_offsets(parts: Sequence[np.ndarray]) -> np.ndarray:
+    lengths = np.concatenate([np.diff(part) for part in parts])
+    return wire.offsets_from_lengths(lengths, parts[0].dtype)
+
+
+def _is_offsets(name: str, arrays: Arrays) -> bool:
+    return name.endswith(wire.OFFSETS_SUFFIX) and _values_name(name) in arrays
+
+
+def _values_name(offsets_name: str) -> str:
+    return offsets_name[: -len(wire.OFFSETS_SUFFIX)] + wire.VALUES_SUFFIX
+
+
+def _offsets_name(values_name: str) -> str:
+    return values_name[: -len(wire.VALUES_SUFFIX)] + wire.OFFSETS_SUFFIX
+
+
+def _key_values(request: Arrays, keys: Sequence[str]) -> set:
+    if not keys:
+        return set()
+    if len(keys) == 1:
+        return set(np.asarray(request[keys[0]]).tolist())
+    return set(zip(*(np.asarray(request[key]).tolist() for key in keys), strict=True))

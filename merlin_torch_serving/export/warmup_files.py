@@ -1,0 +1,66 @@
+"""A step's warm-up sample on disk: one file per input in Triton's raw ``input_data_file`` format
+(``model_warmup`` reads them), in the ``warmup`` folder beside the step's versions. Batched python
+steps read the same files back to warm up in their own stub (see ``python_model``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from merlin.schema import Schema
+
+from merlin_torch_serving import wire
+
+#: the folder of a step model (beside its versions) that holds its warm-up sample
+WARMUP_DIR = "warmup"
+
+
+def write_warmup_files(
+    warmup_dir: Path, input_schema: Schema, arrays: Mapping[str, np.ndarray]
+) -> dict:
+    """Write the sample; returns input name -> (file name, config dtype, dims)."""
+    if warmup_dir.exists():
+        shutil.rmtree(warmup_dir)
+    warmup_dir.mkdir()
+    files = {}
+    for i, spec in enumerate(wire.schema_specs(input_schema)):
+        array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
+        file_name = f"input_{i}"
+        (warmup_dir / file_name).write_bytes(_raw_bytes(array))
+        files[spec.name] = (file_name, spec.config_dtype, array.shape)
+    return files
+
+
+def read_warmup_files(warmup_dir: str, files: Mapping[str, list]) -> dict[str, np.ndarray]:
+    """The sample ``write_warmup_files`` wrote, from what it returned."""
+    arrays = {}
+    for name, (file_name, dtype, dims) in files.items():
+        with open(os.path.join(warmup_dir, file_name), "rb") as f:
+            data = f.read()
+        numpy_dtype = wire.numpy_dtype(dtype)
+        if numpy_dtype == np.dtype(object):
+            values, position = [], 0
+            while position < len(data):
+                size = int.from_bytes(data[position : position + 4], "little")
+                values.append(data[position + 4 : position + 4 + size])
+                position += 4 + size
+            array = np.array(values, dtype=object)
+        else:
+            array = np.frombuffer(data, dtype=numpy_dtype).copy()
+        arrays[name] = array.reshape(dims)
+    return arrays
+
+
+def _raw_bytes(array: np.ndarray) -> bytes:
+    if array.dtype != np.dtype(object):
+        return array.tobytes()
+    # BYTES elements: a 4-byte little-endian length, then the bytes
+    chunks = []
+    for value in array.ravel():
+        data = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        chunks.append(len(data).to_bytes(4, "little") + data)
+    return b"".join(chunks)
