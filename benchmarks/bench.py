@@ -11,7 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import floor, inprocess, merlin_baseline, report, server_stats, shared, systems, targets
+from benchmarks import (
+    floor,
+    inprocess,
+    merlin_baseline,
+    report,
+    server_stats,
+    shared,
+    systems,
+    targets,
+)
 from benchmarks.environment import BUSY_MACHINE_CORES, OtherCpuLoad, describe_machine
 from benchmarks.load import LoadSettings, run_load
 from benchmarks.memory import PeakServerMemory, server_processes, server_rss_bytes
@@ -95,14 +104,22 @@ class Benchmark:
 
     def run(self) -> None:
         progress = self.progress
-        progress.step(f"mode {self.mode.name}: building the example (clicks, workflow, a short training)")
-        self.workload = build_workload(self.work_dir / "example", session_counts=self.session_counts, progress=True)
-        progress.step(f"trained in {self.workload.training_seconds:.1f} s; exporting the repositories")
+        progress.step(
+            f"mode {self.mode.name}: building the example (clicks, workflow, a short training)"
+        )
+        self.workload = build_workload(
+            self.work_dir / "example", session_counts=self.session_counts, progress=True
+        )
+        progress.step(
+            f"trained in {self.workload.training_seconds:.1f} s; exporting the repositories"
+        )
         ensemble, served, shared_repository = self._prepare_repositories()
         self._measure_in_process(ensemble)
         for system in served:
             self._measure_served(system)
-        self._measure_shared(shared_repository, [system for system in served if system.key in ALONE.values()])
+        self._measure_shared(
+            shared_repository, [system for system in served if system.key in ALONE.values()]
+        )
         self.wall_s = time.perf_counter() - self.began
         self.targets = targets.evaluate(self.measurements, self.starts)
 
@@ -153,9 +170,11 @@ class Benchmark:
             "`merlin_torch_serving.Client.infer(DataFrame)` returning a DataFrame (what a user pays); "
             "`tritonclient, prebuilt` sends the same requests as tensors built before timing."
         )
-        mixed_steps = "; ".join(f"{model}: {', '.join(ops)}" for model, ops in mixed_exported.fused.items())
+        mixed_steps = "; ".join(
+            f"{model}: {', '.join(ops)}" for model, ops in mixed_exported.fused.items()
+        )
         self.notes.append(
-            f"(e) this project, mixed: the same graph exported with `PredictPytorch(backend=\"pytorch\")` as "
+            f'(e) this project, mixed: the same graph exported with `PredictPytorch(backend="pytorch")` as '
             f"`{systems.MIXED_MODEL}` ({mixed_steps}): the workflow on the python backend, the model with TopK "
             "and DecodeItemIds compiled into one libtorch model on Triton's pytorch backend; same requests, "
             "same `ModelOptions()`, same server settings as (c)."
@@ -197,13 +216,19 @@ class Benchmark:
                 floor.FLOOR_MODEL,
                 (systems.prebuilt_tritonclient(floor.FLOOR_MODEL, request_schema),),
             ),
-            systems.project_system(PROJECT, project_repository, systems.PROJECT_MODEL, request_schema),
+            systems.project_system(
+                PROJECT, project_repository, systems.PROJECT_MODEL, request_schema
+            ),
             systems.project_system(MIXED, mixed_repository, systems.MIXED_MODEL, request_schema),
             systems.ServedSystem(
                 MERLIN,
                 merlin_repository,
                 merlin_baseline.MERLIN_MODEL,
-                (systems.merlin_tritonclient(merlin_baseline.MERLIN_MODEL, request_schema, merlin_outputs),),
+                (
+                    systems.merlin_tritonclient(
+                        merlin_baseline.MERLIN_MODEL, request_schema, merlin_outputs
+                    ),
+                ),
             ),
         ]
         return ensemble, served, shared_repository
@@ -225,8 +250,22 @@ class Benchmark:
 
                 def measure() -> Measurement:
                     with OtherCpuLoad() as other:
-                        result = run_load(lambda: inprocess.in_process_sender(ensemble, requests), concurrency, self.load)
-                    return measurement_from_load(IN_PROCESS, IN_PROCESS, "Ensemble.transform", sessions, concurrency, result, None, other, {})
+                        result = run_load(
+                            lambda: inprocess.in_process_sender(ensemble, requests),
+                            concurrency,
+                            self.load,
+                        )
+                    return measurement_from_load(
+                        IN_PROCESS,
+                        IN_PROCESS,
+                        "Ensemble.transform",
+                        sessions,
+                        concurrency,
+                        result,
+                        None,
+                        other,
+                        {},
+                    )
 
                 self._keep_least_disturbed(measure)
 
@@ -246,9 +285,16 @@ class Benchmark:
                 for protocol in self.protocols:
                     for sessions in self.session_counts:
                         for concurrency in self.concurrencies:
-                            self._measure_served_setting(system, server, client, protocol, sessions, concurrency)
+                            self._measure_served_setting(
+                                system, server, client, protocol, sessions, concurrency
+                            )
         start.steady_p50_ms = find(
-            self.measurements, system.key, "grpc", min(self.session_counts), 1, system.clients[0].name
+            self.measurements,
+            system.key,
+            "grpc",
+            min(self.session_counts),
+            1,
+            system.clients[0].name,
         ).p50_ms
 
     def _measure_shared(self, repository: Path, exports: list[systems.ServedSystem]) -> None:
@@ -257,7 +303,9 @@ class Benchmark:
         names = " and ".join(SYSTEM_LABELS[export.key] for export in exports)
         self.progress.step(f"{names} in one tritonserver on {repository.name}/")
         with TritonServer(
-            repository, log_path=self.work_dir / "shared.log", start_timeout_s=self.server_start_timeout_s
+            repository,
+            log_path=self.work_dir / "shared.log",
+            start_timeout_s=self.server_start_timeout_s,
         ) as server:
             for export in exports:
                 self._bring_to_steady_state(export, server)
@@ -267,25 +315,45 @@ class Benchmark:
                 def measure() -> list[Measurement]:
                     make_senders = {
                         export.key: functools.partial(
-                            _client_path(export, SHARED_CLIENT).make_sender, server.grpc_url, "grpc", requests
+                            _client_path(export, SHARED_CLIENT).make_sender,
+                            server.grpc_url,
+                            "grpc",
+                            requests,
                         )
                         for export in exports
                     }
-                    with OtherCpuLoad(lambda: _pids(server)) as other, PeakServerMemory(server.pid) as memory:
+                    with (
+                        OtherCpuLoad(lambda: _pids(server)) as other,
+                        PeakServerMemory(server.pid) as memory,
+                    ):
                         results = shared.run_side_by_side(make_senders, self.load)
                     rss_mb = memory.peak_bytes / _MB
                     return [
-                        measurement_from_load(shared_key[key], "grpc", SHARED_CLIENT, sessions, 1, results[key], rss_mb, other, {})
+                        measurement_from_load(
+                            shared_key[key],
+                            "grpc",
+                            SHARED_CLIENT,
+                            sessions,
+                            1,
+                            results[key],
+                            rss_mb,
+                            other,
+                            {},
+                        )
                         for key in make_senders
                     ]
 
                 self._keep_least_disturbed(measure)
 
-    def _cold_start(self, system: systems.ServedSystem, server, launched: float, ready: float) -> ServerStart:
+    def _cold_start(
+        self, system: systems.ServedSystem, server, launched: float, ready: float
+    ) -> ServerStart:
         """The first COLD_REQUESTS requests after ready, one at a time, over gRPC with the
         system's first client path and the smallest requests."""
         rss_after_ready = server_rss_bytes(server.pid)
-        send = system.clients[0].make_sender(server.grpc_url, "grpc", self.workload.requests[min(self.session_counts)])
+        send = system.clients[0].make_sender(
+            server.grpc_url, "grpc", self.workload.requests[min(self.session_counts)]
+        )
 
         def timed(index: int) -> tuple[float, float]:
             """When request ``index`` was answered, and its latency in ms."""
@@ -330,7 +398,9 @@ class Benchmark:
             for index in range(STEADY_STATE_PASSES * len(requests)):
                 send(index)
 
-    def _measure_served_setting(self, system, server, client, protocol: str, sessions: int, concurrency: int) -> None:
+    def _measure_served_setting(
+        self, system, server, client, protocol: str, sessions: int, concurrency: int
+    ) -> None:
         url = server.grpc_url if protocol == "grpc" else server.http_url
         requests = self.workload.requests[sessions]
         statistics = {}
@@ -339,16 +409,31 @@ class Benchmark:
             statistics["before"] = server_stats.snapshot(server.http_url)
 
         def measure() -> Measurement:
-            with OtherCpuLoad(lambda: _pids(server)) as other, PeakServerMemory(server.pid) as memory:
+            with (
+                OtherCpuLoad(lambda: _pids(server)) as other,
+                PeakServerMemory(server.pid) as memory,
+            ):
                 result = run_load(
                     lambda: client.make_sender(url, protocol, requests),
                     concurrency,
                     self.load,
                     on_timing_start=snapshot_statistics,
                 )
-            server_side = server_stats.per_request_ms(statistics["before"], server_stats.snapshot(server.http_url))
+            server_side = server_stats.per_request_ms(
+                statistics["before"], server_stats.snapshot(server.http_url)
+            )
             rss_mb = memory.peak_bytes / _MB
-            return measurement_from_load(system.key, protocol, client.name, sessions, concurrency, result, rss_mb, other, server_side)
+            return measurement_from_load(
+                system.key,
+                protocol,
+                client.name,
+                sessions,
+                concurrency,
+                result,
+                rss_mb,
+                other,
+                server_side,
+            )
 
         self._keep_least_disturbed(measure)
 
@@ -405,9 +490,12 @@ class Benchmark:
                 "training_s": round(self.workload.training_seconds, 1),
                 "max_sequence_length": MAX_SEQUENCE_LENGTH,
                 "top_k": TOP_K,
-                "requests_per_setting": {str(n): len(frames) for n, frames in self.workload.requests.items()},
+                "requests_per_setting": {
+                    str(n): len(frames) for n, frames in self.workload.requests.items()
+                },
                 "rows_per_request_mean": {
-                    str(n): round(sum(len(f) for f in frames) / len(frames), 1) for n, frames in self.workload.requests.items()
+                    str(n): round(sum(len(f) for f in frames) / len(frames), 1)
+                    for n, frames in self.workload.requests.items()
                 },
             },
             "in_process_parts": self.in_process_parts,

@@ -27,12 +27,18 @@ def widened_model(trained: torch.nn.Module, schema, n_items: int, seed: int = 0)
     ``n_items`` rows or more (the workflow encodes ids up to its own catalog)."""
     if n_items <= catalog_size(trained):
         return trained
-    wide = session_model.build_model(schema, max_sequence_length=MAX_SEQUENCE_LENGTH, d_model=D_MODEL, n_items=n_items, seed=seed)
+    wide = session_model.build_model(
+        schema, max_sequence_length=MAX_SEQUENCE_LENGTH, d_model=D_MODEL, n_items=n_items, seed=seed
+    )
     generator = torch.Generator().manual_seed(seed)
     state = {}
     for name, tensor in trained.state_dict().items():
         target = wide.state_dict()[name]
-        state[name] = tensor if tensor.shape == target.shape else _with_variants(tensor, target.shape[0], generator)
+        state[name] = (
+            tensor
+            if tensor.shape == target.shape
+            else _with_variants(tensor, target.shape[0], generator)
+        )
     wide.load_state_dict(state)
     return wide.eval()
 
@@ -47,7 +53,9 @@ def catalog_size(t4r_model: torch.nn.Module) -> int:
 def _with_variants(table: torch.Tensor, rows: int, generator: torch.Generator) -> torch.Tensor:
     extra = rows - table.shape[0]
     sources = torch.randint(0, table.shape[0], (extra,), generator=generator)
-    noise = torch.randn(extra, table.shape[1], generator=generator) * table.std(dim=0) * VARIANT_NOISE
+    noise = (
+        torch.randn(extra, table.shape[1], generator=generator) * table.std(dim=0) * VARIANT_NOISE
+    )
     variants = table[sources] + noise
     # each variant as long as its source: an inner product favours long vectors, and noise alone
     # would make every variant longer than the trained items

@@ -51,7 +51,15 @@ def describe_machine(repository_root: Path) -> dict:
         "commit": _git(repository_root, "rev-parse", "--short", "HEAD"),
         # results of an earlier run are not code; any other change means the commit is not what ran
         "uncommitted_changes": bool(
-            _git(repository_root, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+            _git(
+                repository_root,
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":!benchmarks/results",
+            )
         ),
         "load_average_at_start": [round(value, 2) for value in os.getloadavg()],
     }
@@ -82,7 +90,9 @@ class OtherCpuLoad:
         machine = psutil.cpu_times()
         busy = _busy_s(machine) - _busy_s(self._machine)
         own = self._own_cpu_s() - self._own
-        self.steal_cores = max(0.0, (getattr(machine, "steal", 0.0) - getattr(self._machine, "steal", 0.0)) / wall)
+        self.steal_cores = max(
+            0.0, (getattr(machine, "steal", 0.0) - getattr(self._machine, "steal", 0.0)) / wall
+        )
         self.other_cores = max(0.0, (busy - own) / wall) + self.steal_cores
 
     def _own_cpu_s(self) -> float:

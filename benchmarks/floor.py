@@ -47,7 +47,9 @@ def ensemble_step_count(repository: Path, ensemble_name: str) -> int:
     """How many models the ensemble ``ensemble_name`` of ``repository`` schedules per request."""
     config = from_pbtxt((repository / ensemble_name / "config.pbtxt").read_text())
     if config.platform != "ensemble":
-        raise ValueError(f"model {ensemble_name!r} in {str(repository)!r} is not an ensemble (platform {config.platform!r})")
+        raise ValueError(
+            f"model {ensemble_name!r} in {str(repository)!r} is not an ensemble (platform {config.platform!r})"
+        )
     return len(config.ensemble_scheduling.step)
 
 
@@ -63,32 +65,50 @@ def write_floor_repository(repository: Path, steps: int, request_schema: Schema)
     source = {name: name for name in names}  # step input -> ensemble tensor it reads
     for index in range(steps):
         name = f"{FLOOR_MODEL}-{index}-noop"
-        _write_model(repository / name, {
-            "name": name,
-            "backend": "python",
+        _write_model(
+            repository / name,
+            {
+                "name": name,
+                "backend": "python",
+                "max_batch_size": 0,
+                "input": tensors,
+                "output": passed,
+                "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+            },
+        )
+        (repository / name / "1" / "model.py").write_text(
+            _NO_OP_MODEL_SOURCE.format(suffix=_PASSED_SUFFIX)
+        )
+        last = index == steps - 1
+        produced = {
+            tensor + _PASSED_SUFFIX: tensor + _PASSED_SUFFIX if last else f"{name}/{tensor}"
+            for tensor in names
+        }
+        ensemble_steps.append(
+            {
+                "model_name": name,
+                "model_version": -1,
+                "input_map": dict(source),
+                "output_map": produced,
+            }
+        )
+        source = {tensor: produced[tensor + _PASSED_SUFFIX] for tensor in names}
+    _write_model(
+        repository / FLOOR_MODEL,
+        {
+            "name": FLOOR_MODEL,
+            "platform": "ensemble",
             "max_batch_size": 0,
             "input": tensors,
             "output": passed,
-            "instance_group": [{"kind": "KIND_CPU", "count": 1}],
-        })
-        (repository / name / "1" / "model.py").write_text(_NO_OP_MODEL_SOURCE.format(suffix=_PASSED_SUFFIX))
-        last = index == steps - 1
-        produced = {
-            tensor + _PASSED_SUFFIX: tensor + _PASSED_SUFFIX if last else f"{name}/{tensor}" for tensor in names
-        }
-        ensemble_steps.append({"model_name": name, "model_version": -1, "input_map": dict(source), "output_map": produced})
-        source = {tensor: produced[tensor + _PASSED_SUFFIX] for tensor in names}
-    _write_model(repository / FLOOR_MODEL, {
-        "name": FLOOR_MODEL,
-        "platform": "ensemble",
-        "max_batch_size": 0,
-        "input": tensors,
-        "output": passed,
-        "ensemble_scheduling": {"step": ensemble_steps},
-    })
+            "ensemble_scheduling": {"step": ensemble_steps},
+        },
+    )
     return [tensor["name"] for tensor in passed]
 
 
 def _write_model(model_dir: Path, config: dict) -> None:
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.pbtxt").write_text(to_pbtxt(json_format.ParseDict(config, model_config_pb2.ModelConfig())))
+    (model_dir / "config.pbtxt").write_text(
+        to_pbtxt(json_format.ParseDict(config, model_config_pb2.ModelConfig()))
+    )

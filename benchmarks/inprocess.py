@@ -43,7 +43,9 @@ def time_parts(
     """
     plan = ensemble.plan
     samples: dict[str, list[float]] = {}
-    compute_labels = {call.op.label for call in plan.calls if type(call.op).__name__ in COMPUTE_OPERATORS}
+    compute_labels = {
+        call.op.label for call in plan.calls if type(call.op).__name__ in COMPUTE_OPERATORS
+    }
     for frame in requests:
         ensemble.transform(frame)
     deadline = time.perf_counter() + time_budget_s

@@ -88,7 +88,11 @@ def run_load(
     def next_ticket() -> int | None:
         nonlocal issued
         with lock:
-            if stop.is_set() or issued >= settings.timed_requests or time.perf_counter() >= clock["deadline"]:
+            if (
+                stop.is_set()
+                or issued >= settings.timed_requests
+                or time.perf_counter() >= clock["deadline"]
+            ):
                 return None
             issued += 1
             return issued
@@ -117,12 +121,16 @@ def run_load(
             failures.append(error)
             stop.set()
 
-    others = [threading.Thread(target=client, args=(slot,), daemon=True) for slot in range(1, concurrency)]
+    others = [
+        threading.Thread(target=client, args=(slot,), daemon=True) for slot in range(1, concurrency)
+    ]
     for thread in others:
         thread.start()
     try:
         client(0)
-        give_up = min(clock["started"], time.perf_counter()) + settings.time_budget_s + _WAIT_TIMEOUT_S
+        give_up = (
+            min(clock["started"], time.perf_counter()) + settings.time_budget_s + _WAIT_TIMEOUT_S
+        )
         for thread in others:
             thread.join(timeout=max(0.0, give_up - time.perf_counter()))
     finally:
@@ -131,7 +139,9 @@ def run_load(
     if failures:
         raise LoadError(f"a request failed: {failures[0]!r}") from failures[0]
     if any(thread.is_alive() for thread in others):
-        raise LoadError(f"a request was still unanswered {_WAIT_TIMEOUT_S:g} s after the time budget")
+        raise LoadError(
+            f"a request was still unanswered {_WAIT_TIMEOUT_S:g} s after the time budget"
+        )
     merged = np.array([ms for per_client in latencies for ms in per_client])
     if len(merged) == 0:
         raise LoadError("no request completed in the time budget")

@@ -58,11 +58,16 @@ class PredictTorchScriptInExecutor(PredictPyTorch):
     def transform(self, col_selector, transformable):
         returns_table = isinstance(transformable, TensorTable)
         table = transformable if returns_table else TensorTable.from_df(transformable)
-        inputs = {name: torch.from_numpy(self._dense(table[name])) for name in self.input_schema.column_names}
+        inputs = {
+            name: torch.from_numpy(self._dense(table[name]))
+            for name in self.input_schema.column_names
+        }
         with torch.inference_mode():
             outputs = self.model(inputs)
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-        result = TensorTable({name: t.numpy() for name, t in zip(self.output_schema.column_names, outputs)})
+        result = TensorTable(
+            {name: t.numpy() for name, t in zip(self.output_schema.column_names, outputs)}
+        )
         return result if returns_table else result.to_df()
 
     def _dense(self, column) -> np.ndarray:
@@ -79,7 +84,9 @@ class PredictTorchScriptInExecutor(PredictPyTorch):
         return dense
 
 
-def export_merlin_systems(workflow, session_model, repository: Path, *, top_k: int, max_sequence_length: int) -> list[str]:
+def export_merlin_systems(
+    workflow, session_model, repository: Path, *, top_k: int, max_sequence_length: int
+) -> list[str]:
     """Trace the model with Transformers4Rec's own top-k, export Merlin's ensemble to
     ``repository`` and return the output names of ``executor_model``.
 

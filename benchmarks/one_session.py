@@ -47,32 +47,56 @@ from tests.official.example import prepare  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300, help="timed requests per path")
-    parser.add_argument("--profile", action="store_true", help="profile 100 requests of each in-process variant")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile 100 requests of each in-process variant"
+    )
     arguments = parser.parse_args(argv)
-    executors = {"in-process": LocalExecutor(), "in-process, all threads": LocalExecutor(torch_threads=None)}
+    executors = {
+        "in-process": LocalExecutor(),
+        "in-process, all threads": LocalExecutor(torch_threads=None),
+    }
 
     with tempfile.TemporaryDirectory() as work:
         example = prepare(getting_started, str(Path(work) / "categories"))
         ensemble = example.ensemble()
         ensemble.export(Path(work) / "repository", "getting_started")
         # the same graph with the model, TopK, decoding and blanking on libtorch
-        example.ensemble(backend="pytorch").export(Path(work) / "repository", "getting_started_mixed")
+        example.ensemble(backend="pytorch").export(
+            Path(work) / "repository", "getting_started_mixed"
+        )
         held_out = example.held_out
         lengths = held_out.groupby("session_id").size()
-        sessions = [held_out[held_out["session_id"] == s] for s in lengths[lengths.between(3, 12)].index[:32]]
-        print(f"{psutil.cpu_count()} cores; {len(sessions)} different "
-              f"one-session requests of {min(map(len, sessions))} to {max(map(len, sessions))} clicks")
+        sessions = [
+            held_out[held_out["session_id"] == s]
+            for s in lengths[lengths.between(3, 12)].index[:32]
+        ]
+        print(
+            f"{psutil.cpu_count()} cores; {len(sessions)} different "
+            f"one-session requests of {min(map(len, sessions))} to {max(map(len, sessions))} clicks"
+        )
         with TritonServer(Path(work) / "repository", start_timeout_s=300) as server:
-            clients = {"grpc": Client(server.grpc_url), "http": Client(server.http_url, protocol="http")}
-            paths = {name: (lambda frame, e=e: ensemble.transform(frame, e)) for name, e in executors.items()}
+            clients = {
+                "grpc": Client(server.grpc_url),
+                "http": Client(server.http_url, protocol="http"),
+            }
+            paths = {
+                name: (lambda frame, e=e: ensemble.transform(frame, e))
+                for name, e in executors.items()
+            }
             for model, label in (("getting_started", "python"), ("getting_started_mixed", "mixed")):
                 paths.update(
-                    {f"served {name} {label}": (lambda frame, c=c, m=model: c.infer(m, frame)) for name, c in clients.items()}
+                    {
+                        f"served {name} {label}": (lambda frame, c=c, m=model: c.infer(m, frame))
+                        for name, c in clients.items()
+                    }
                 )
             for send in paths.values():  # warm up on every request once
                 for frame in sessions:
                     send(frame)
-            own = lambda: [server.pid, *[p.pid for p in psutil.Process(server.pid).children(recursive=True)]]
+            own = lambda: [
+                server.pid,
+                *[p.pid for p in psutil.Process(server.pid).children(recursive=True)],
+            ]
             times = {name: [] for name in paths}
             with OtherCpuLoad(own) as load:
                 for round_ in range(arguments.rounds):
@@ -81,17 +105,31 @@ def main(argv: list[str] | None = None) -> int:
                         began = time.perf_counter()
                         send(frame)
                         times[name].append((time.perf_counter() - began) * 1e3)
-            print(f"{arguments.rounds} requests per path, interleaved; other processes took {load.other_cores:.2f} "
-                  f"cores (steal {load.steal_cores:.2f}); load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
+            print(
+                f"{arguments.rounds} requests per path, interleaved; other processes took {load.other_cores:.2f} "
+                f"cores (steal {load.steal_cores:.2f}); load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}"
+            )
             for name, values in times.items():
-                print(f"  {name:<24} p50 {np.percentile(values, 50):7.2f} ms   p90 {np.percentile(values, 90):7.2f} ms")
-            served = min(np.percentile(values, 50) for name, values in times.items() if name.startswith("served"))
+                print(
+                    f"  {name:<24} p50 {np.percentile(values, 50):7.2f} ms   p90 {np.percentile(values, 90):7.2f} ms"
+                )
+            served = min(
+                np.percentile(values, 50)
+                for name, values in times.items()
+                if name.startswith("served")
+            )
             for name in executors:
-                print(f"  {name} p50 / best served p50 = {np.percentile(times[name], 50) / served:.2f}")
+                print(
+                    f"  {name} p50 / best served p50 = {np.percentile(times[name], 50) / served:.2f}"
+                )
         for name, executor in executors.items():
-            print(f"{name}, median ms per operator: " + ", ".join(
-                f"{label} {ms:.2f}" for label, ms in _operator_medians(ensemble, executor, sessions).items()
-            ))
+            print(
+                f"{name}, median ms per operator: "
+                + ", ".join(
+                    f"{label} {ms:.2f}"
+                    for label, ms in _operator_medians(ensemble, executor, sessions).items()
+                )
+            )
         if arguments.profile:
             for name, executor in executors.items():
                 profile = cProfile.Profile()

@@ -9,24 +9,51 @@ from pathlib import Path
 
 from benchmarks import chart
 from benchmarks.environment import BUSY_MACHINE_CORES
-from benchmarks.results import MIXED, PROJECT, SYSTEM_LABELS, Measurement, ServerStart, as_dicts, find
+from benchmarks.results import (
+    MIXED,
+    PROJECT,
+    SYSTEM_LABELS,
+    Measurement,
+    ServerStart,
+    as_dicts,
+    find,
+)
 from benchmarks.targets import Target
 
 
-def write_json(path: Path, run: dict, measurements: list[Measurement], starts: list[ServerStart], targets: list[Target]) -> None:
+def write_json(
+    path: Path,
+    run: dict,
+    measurements: list[Measurement],
+    starts: list[ServerStart],
+    targets: list[Target],
+) -> None:
     document = {
         **run,
         "measurements": as_dicts(measurements),
         "server_starts": as_dicts(starts),
         "targets": [
-            {"name": t.name, "ratio": round(t.ratio, 4), "limit": t.limit, "at_most": t.at_most, "passed": t.passed, "detail": t.detail}
+            {
+                "name": t.name,
+                "ratio": round(t.ratio, 4),
+                "limit": t.limit,
+                "at_most": t.at_most,
+                "passed": t.passed,
+                "detail": t.detail,
+            }
             for t in targets
         ],
     }
     path.write_text(json.dumps(document, indent=1) + "\n")
 
 
-def write_markdown(path: Path, run: dict, measurements: list[Measurement], starts: list[ServerStart], targets: list[Target]) -> None:
+def write_markdown(
+    path: Path,
+    run: dict,
+    measurements: list[Measurement],
+    starts: list[ServerStart],
+    targets: list[Target],
+) -> None:
     machine = run["environment"]
     lines = [
         "# Serving benchmark: session-based Transformers4Rec model with its NVTabular workflow",
@@ -91,9 +118,17 @@ def write_markdown(path: Path, run: dict, measurements: list[Measurement], start
         "",
         f"The first {len(starts[0].first_requests_ms) if starts else 0} requests after ready, one at a time (ms):",
         "",
-        *[f"- {SYSTEM_LABELS[s.system]}: {', '.join(f'{ms:.1f}' for ms in s.first_requests_ms)}" for s in starts],
+        *[
+            f"- {SYSTEM_LABELS[s.system]}: {', '.join(f'{ms:.1f}' for ms in s.first_requests_ms)}"
+            for s in starts
+        ],
     ]
-    lines += ["", "## The mixed export beside the all-python one", "", *_mixed_beside_python(measurements, starts)]
+    lines += [
+        "",
+        "## The mixed export beside the all-python one",
+        "",
+        *_mixed_beside_python(measurements, starts),
+    ]
     lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
     lines += ["", "## What each system is", "", *[f"- {note}" for note in run["notes"]]]
     lines += [
@@ -122,11 +157,15 @@ def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerSta
         "| | (c) all python | (e) mixed | ratio |",
         "| --- | ---: | ---: | ---: |",
     ]
-    for sessions, concurrency in sorted({(m.sessions, m.concurrency) for m in measurements if m.system == PROJECT}):
+    for sessions, concurrency in sorted(
+        {(m.sessions, m.concurrency) for m in measurements if m.system == PROJECT}
+    ):
         python = find(measurements, PROJECT, "grpc", sessions, concurrency, "Client")
         mixed = find(measurements, MIXED, "grpc", sessions, concurrency, "Client")
         setting = f"{sessions} session(s), {concurrency} client(s)"
-        lines.append(f"| p50 ms, {setting} | {python.p50_ms:.2f} | {mixed.p50_ms:.2f} | {mixed.p50_ms / python.p50_ms:.2f} |")
+        lines.append(
+            f"| p50 ms, {setting} | {python.p50_ms:.2f} | {mixed.p50_ms:.2f} | {mixed.p50_ms / python.p50_ms:.2f} |"
+        )
         lines.append(
             f"| sessions/s, {setting} | {python.sessions_per_s:.0f} | {mixed.sessions_per_s:.0f} "
             f"| {mixed.sessions_per_s / python.sessions_per_s:.2f} |"
@@ -139,7 +178,9 @@ def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerSta
             ("RSS after ready MB", "rss_after_ready_mb", 0),
         ):
             python, mixed = getattr(start[PROJECT], field), getattr(start[MIXED], field)
-            lines.append(f"| {label} | {python:.{digits}f} | {mixed:.{digits}f} | {mixed / python:.2f} |")
+            lines.append(
+                f"| {label} | {python:.{digits}f} | {mixed:.{digits}f} | {mixed / python:.2f} |"
+            )
     return lines
 
 
@@ -169,7 +210,11 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
     ]
     parts = list(next(iter(run["in_process_parts"].values())))
     for part in parts:
-        lines.append(f"| {part} | " + " | ".join(f"{run['in_process_parts'][n][part]:.3f}" for n in run["in_process_parts"]) + " |")
+        lines.append(
+            f"| {part} | "
+            + " | ".join(f"{run['in_process_parts'][n][part]:.3f}" for n in run["in_process_parts"])
+            + " |"
+        )
     lines += [
         "",
         "Served, one session, one client: the client's p50 next to Triton's own mean time per request of "
@@ -183,9 +228,12 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
         if m.sessions != 1 or m.concurrency != 1 or not m.server_side:
             continue
         models = "; ".join(
-            f"{name}: {stats['request_ms']:.2f} (queue {stats['queue_ms']:.2f})" for name, stats in m.server_side.items()
+            f"{name}: {stats['request_ms']:.2f} (queue {stats['queue_ms']:.2f})"
+            for name, stats in m.server_side.items()
         )
-        lines.append(f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.p50_ms:.2f} | {models} |")
+        lines.append(
+            f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.p50_ms:.2f} | {models} |"
+        )
     return lines
 
 

@@ -82,20 +82,36 @@ def as_dicts(records) -> list[dict]:
     return [asdict(record) for record in records]
 
 
-def find(measurements: list[Measurement], system: str, protocol: str, sessions: int, concurrency: int, client: str | None = None) -> Measurement:
+def find(
+    measurements: list[Measurement],
+    system: str,
+    protocol: str,
+    sessions: int,
+    concurrency: int,
+    client: str | None = None,
+) -> Measurement:
     """The measurement of a setting; with no ``client``, the system's first client path."""
     for measurement in measurements:
-        if (measurement.system, measurement.protocol, measurement.sessions, measurement.concurrency) == (
+        if (
+            measurement.system,
+            measurement.protocol,
+            measurement.sessions,
+            measurement.concurrency,
+        ) == (
             system,
             protocol,
             sessions,
             concurrency,
         ) and (client is None or measurement.client == client):
             return measurement
-    raise KeyError(f"no measurement of {system} {protocol} {sessions} session(s) concurrency {concurrency} client {client}")
+    raise KeyError(
+        f"no measurement of {system} {protocol} {sessions} session(s) concurrency {concurrency} client {client}"
+    )
 
 
-def measurement_from_load(system, protocol, client, sessions, concurrency, result, rss_mb, other, server_side) -> Measurement:
+def measurement_from_load(
+    system, protocol, client, sessions, concurrency, result, rss_mb, other, server_side
+) -> Measurement:
     """The record of one measurement: a load result, the peak server RSS, the CPU others took meanwhile."""
     return Measurement(
         system=system,

@@ -60,7 +60,9 @@ class Progress:
     def measured(self, m: Measurement) -> None:
         self.done += 1
         rss = f"  RSS {m.server_rss_mb:5.0f} MB" if m.server_rss_mb is not None else ""
-        busy = f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
+        busy = (
+            f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
+        )
         self.step(
             f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<31} {m.protocol:<10} {m.client:<32} "
             f"{m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99 {m.p99_ms:8.2f} ms  "
@@ -76,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.only == "catalog":
         from benchmarks import catalog
 
-        return catalog.main(rest + (["--quick"] if arguments.quick else []) + ["--output-dir", str(arguments.output_dir)])
+        return catalog.main(
+            rest
+            + (["--quick"] if arguments.quick else [])
+            + ["--output-dir", str(arguments.output_dir)]
+        )
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
@@ -121,13 +127,20 @@ def _measurement_count() -> int:
 
 def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="./run bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run of a minute or two; writes quick.*"
+    )
     parser.add_argument(
         "--only",
         choices=["catalog"],
         help="run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g. --sizes, --index)",
     )
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR, help=f"where results go (default {RESULTS_DIR})")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help=f"where results go (default {RESULTS_DIR})",
+    )
     parser.add_argument(
         "--work-dir",
         type=Path,

@@ -20,7 +20,10 @@ def snapshot(http_url: str) -> dict[str, dict[str, tuple[int, int]]]:
     for model in statistics.get("model_stats", []):
         inference = model.get("inference_stats", {})
         counters[model["name"]] = {
-            phase: (int(inference.get(phase, {}).get("count", 0)), int(inference.get(phase, {}).get("ns", 0)))
+            phase: (
+                int(inference.get(phase, {}).get("count", 0)),
+                int(inference.get(phase, {}).get("ns", 0)),
+            )
             for phase in _PHASES
         }
     return counters
@@ -46,7 +49,9 @@ def per_request_ms(before: dict, after: dict) -> dict[str, dict[str, float]]:
             "requests": count,
             "request_ms": mean_ms("success"),
             "queue_ms": mean_ms("queue"),
-            "compute_ms": round(mean_ms("compute_input") + mean_ms("compute_infer") + mean_ms("compute_output"), 4),
+            "compute_ms": round(
+                mean_ms("compute_input") + mean_ms("compute_infer") + mean_ms("compute_output"), 4
+            ),
         }
     return means
 

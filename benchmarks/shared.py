@@ -15,19 +15,26 @@ from benchmarks.systems import Sender
 _START_TIMEOUT_S = 120.0
 
 
-def run_side_by_side(make_senders: dict[str, Callable[[], Sender]], settings: LoadSettings) -> dict[str, LoadResult]:
+def run_side_by_side(
+    make_senders: dict[str, Callable[[], Sender]], settings: LoadSettings
+) -> dict[str, LoadResult]:
     """One client per entry, all at once; their timing starts together and every one of them runs
     for the whole time budget, so each timed request overlaps the others' load."""
     start_together = threading.Barrier(len(make_senders))
     # no request count: a client that stopped early would leave the other ones a quieter server
-    window = LoadSettings(settings.warmup_requests, timed_requests=2**31, time_budget_s=settings.time_budget_s)
+    window = LoadSettings(
+        settings.warmup_requests, timed_requests=2**31, time_budget_s=settings.time_budget_s
+    )
     results: dict[str, LoadResult] = {}
     failures: list[BaseException] = []
 
     def measure(key: str) -> None:
         try:
             results[key] = run_load(
-                make_senders[key], 1, window, on_timing_start=lambda: start_together.wait(_START_TIMEOUT_S)
+                make_senders[key],
+                1,
+                window,
+                on_timing_start=lambda: start_together.wait(_START_TIMEOUT_S),
             )
         except BaseException as error:  # re-raised in the calling thread
             failures.append(error)

@@ -94,16 +94,24 @@ def main(argv: list[str] | None = None) -> int:
         _write_probe(Path(work) / "repository")
         held_out = example.held_out
         lengths = held_out.groupby("session_id").size()
-        sessions = [held_out[held_out["session_id"] == s] for s in lengths[lengths.between(3, 12)].index[:32]]
-        print(f"{psutil.cpu_count()} cores; {len(sessions)} one-session requests of "
-              f"{min(map(len, sessions))} to {max(map(len, sessions))} clicks; steps: "
-              + "; ".join(f"{label}: {', '.join(steps)}" for label, (_, steps) in names.items()))
+        sessions = [
+            held_out[held_out["session_id"] == s]
+            for s in lengths[lengths.between(3, 12)].index[:32]
+        ]
+        print(
+            f"{psutil.cpu_count()} cores; {len(sessions)} one-session requests of "
+            f"{min(map(len, sessions))} to {max(map(len, sessions))} clicks; steps: "
+            + "; ".join(f"{label}: {', '.join(steps)}" for label, (_, steps) in names.items())
+        )
         with TritonServer(Path(work) / "repository", start_timeout_s=300) as server:
             client = Client(server.grpc_url)
             for name, _ in names.values():
                 for frame in sessions:
                     client.infer(name, frame)
-            own = lambda: [server.pid, *[p.pid for p in psutil.Process(server.pid).children(recursive=True)]]
+            own = lambda: [
+                server.pid,
+                *[p.pid for p in psutil.Process(server.pid).children(recursive=True)],
+            ]
             times = {label: [] for label in names}
             before = server_stats.snapshot(server.http_url)
             with OtherCpuLoad(own) as load:
@@ -117,29 +125,45 @@ def main(argv: list[str] | None = None) -> int:
             in_server = server_stats.per_request_ms(before, server_stats.snapshot(server.http_url))
             client.close()
             increment_us = _increment_us(server.http_url)
-        print(f"{arguments.rounds} requests per export, interleaved; other processes took {load.other_cores:.2f} "
-              f"cores (steal {load.steal_cores:.2f}); load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}")
+        print(
+            f"{arguments.rounds} requests per export, interleaved; other processes took {load.other_cores:.2f} "
+            f"cores (steal {load.steal_cores:.2f}); load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}"
+        )
         step_us = {}
         for label, (_, steps) in names.items():
             step_us[label] = sum(in_server[step]["request_ms"] for step in steps) * 1e3
-            print(f"  {label:<12} client p50 {np.percentile(times[label], 50):8.0f} us   "
-                  f"p90 {np.percentile(times[label], 90):8.0f} us   in the python step(s) {step_us[label]:8.0f} us")
+            print(
+                f"  {label:<12} client p50 {np.percentile(times[label], 50):8.0f} us   "
+                f"p90 {np.percentile(times[label], 90):8.0f} us   in the python step(s) {step_us[label]:8.0f} us"
+            )
         on, off = times["metrics on"], times["metrics off"]
-        paired = np.asarray(on) - np.asarray(off)  # the same session, sent one right after the other
-        print(f"  on - off: median of paired differences {np.median(paired):+.0f} us "
-              f"(interquartile {np.percentile(paired, 25):+.0f} .. {np.percentile(paired, 75):+.0f} us)")
-        print(f"  on - off: client p50 {np.percentile(on, 50) - np.percentile(off, 50):+.0f} us "
-              f"(ratio {np.percentile(on, 50) / np.percentile(off, 50):.3f}); in the step "
-              f"{step_us['metrics on'] - step_us['metrics off']:+.0f} us "
-              f"(ratio {step_us['metrics on'] / step_us['metrics off']:.3f})")
+        paired = np.asarray(on) - np.asarray(
+            off
+        )  # the same session, sent one right after the other
+        print(
+            f"  on - off: median of paired differences {np.median(paired):+.0f} us "
+            f"(interquartile {np.percentile(paired, 25):+.0f} .. {np.percentile(paired, 75):+.0f} us)"
+        )
+        print(
+            f"  on - off: client p50 {np.percentile(on, 50) - np.percentile(off, 50):+.0f} us "
+            f"(ratio {np.percentile(on, 50) / np.percentile(off, 50):.3f}); in the step "
+            f"{step_us['metrics on'] - step_us['metrics off']:+.0f} us "
+            f"(ratio {step_us['metrics on'] / step_us['metrics off']:.3f})"
+        )
         (step,) = names["metrics on"][1]
-        in_process_us, increments = _in_process(Path(work) / "repository" / step / "1", ensemble, sessions)
-        print(f"  in this process, the fused step: {in_process_us['off']:.0f} us without collecting, "
-              f"{in_process_us['on']:.0f} us with ({in_process_us['on'] - in_process_us['off']:+.1f} us; medians of "
-              f"the thread's CPU time over {IN_PROCESS_ROUNDS} interleaved runs)")
-        print(f"  one counter increment from a stub: {increment_us:.1f} us (median of 5 x {PROBE_INCREMENTS}); a request "
-              f"touches {increments:.1f} series, published once a second by the step's thread, not per request "
-              f"(per request that would be {increments * increment_us:.0f} us)")
+        in_process_us, increments = _in_process(
+            Path(work) / "repository" / step / "1", ensemble, sessions
+        )
+        print(
+            f"  in this process, the fused step: {in_process_us['off']:.0f} us without collecting, "
+            f"{in_process_us['on']:.0f} us with ({in_process_us['on'] - in_process_us['off']:+.1f} us; medians of "
+            f"the thread's CPU time over {IN_PROCESS_ROUNDS} interleaved runs)"
+        )
+        print(
+            f"  one counter increment from a stub: {increment_us:.1f} us (median of 5 x {PROBE_INCREMENTS}); a request "
+            f"touches {increments:.1f} series, published once a second by the step's thread, not per request "
+            f"(per request that would be {increments * increment_us:.0f} us)"
+        )
     return 0
 
 
@@ -169,7 +193,9 @@ def _in_process(version_dir: Path, ensemble, sessions) -> tuple[dict[str, float]
     """Median microseconds of the exported step run here with and without collecting, and the mean
     number of increments one request publishes (its counters plus the request count)."""
     step = HostedStep.load(os.fspath(version_dir))
-    requests = [wire.to_wire(frames.frame_to_table(frame, ensemble.input_schema)) for frame in sessions]
+    requests = [
+        wire.to_wire(frames.frame_to_table(frame, ensemble.input_schema)) for frame in sessions
+    ]
     times = {"on": [], "off": []}
     increments = []
     with torch_threads(1):
@@ -185,7 +211,9 @@ def _in_process(version_dir: Path, ensemble, sessions) -> tuple[dict[str, float]
                     step.run(arrays)
                 times[label].append((time.thread_time() - began) * 1e6)
             increments.append(1 + sum(1 for value in collected.totals.values() if value))
-    return {label: float(np.median(values)) for label, values in times.items()}, float(np.mean(increments))
+    return {label: float(np.median(values)) for label, values in times.items()}, float(
+        np.mean(increments)
+    )
 
 
 if __name__ == "__main__":

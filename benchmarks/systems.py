@@ -71,7 +71,12 @@ def project_ensemble(workload: Workload, backend: str = "python") -> Ensemble:
 
 def project_system(key: str, repository: Path, model: str, request_schema: Schema) -> ServedSystem:
     """An export of this project, measured through ``Client`` and through prebuilt tritonclient requests."""
-    return ServedSystem(key, repository, model, (project_client(model), prebuilt_tritonclient(model, request_schema)))
+    return ServedSystem(
+        key,
+        repository,
+        model,
+        (project_client(model), prebuilt_tritonclient(model, request_schema)),
+    )
 
 
 def project_client(model: str) -> ClientPath:
@@ -102,7 +107,9 @@ def prebuilt_tritonclient(model: str, request_schema: Schema) -> ClientPath:
         outputs = [module.InferRequestedOutput(name) for name in output_names]
 
         def send(index: int) -> None:
-            result = client.infer(model, prebuilt[index % len(prebuilt)], outputs=outputs, **timeout)
+            result = client.infer(
+                model, prebuilt[index % len(prebuilt)], outputs=outputs, **timeout
+            )
             for name in output_names:
                 result.as_numpy(name)
 
@@ -144,13 +151,19 @@ def _tritonclient(protocol: str, url: str):
     if protocol == "http":
         import tritonclient.http as module
 
-        client = module.InferenceServerClient(url, connection_timeout=REQUEST_TIMEOUT_S, network_timeout=REQUEST_TIMEOUT_S)
+        client = module.InferenceServerClient(
+            url, connection_timeout=REQUEST_TIMEOUT_S, network_timeout=REQUEST_TIMEOUT_S
+        )
         return module, client, {}
     raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
 
 
 def _output_names(client, protocol: str, model: str) -> list[str]:
-    config = client.get_model_config(model, as_json=True) if protocol == "grpc" else client.get_model_config(model)
+    config = (
+        client.get_model_config(model, as_json=True)
+        if protocol == "grpc"
+        else client.get_model_config(model)
+    )
     config = config.get("config", config)
     return [output["name"] for output in config["output"]]
 

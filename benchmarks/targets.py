@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from benchmarks.environment import BUSY_MACHINE_CORES
-from benchmarks.results import ALONE, FLOOR, IN_PROCESS, MERLIN, PROJECT, SYSTEM_LABELS, Measurement, ServerStart, find
+from benchmarks.results import (
+    ALONE,
+    FLOOR,
+    IN_PROCESS,
+    MERLIN,
+    PROJECT,
+    SYSTEM_LABELS,
+    Measurement,
+    ServerStart,
+    find,
+)
 
 # The project is measured as a user pays for it: through merlin_torch_serving.Client.
 PROJECT_CLIENT = "Client"
@@ -31,7 +41,11 @@ class Target:
 
     def line(self) -> str:
         bound = "<=" if self.at_most else ">="
-        caveat = " [measured while other processes or virtual machines took the CPU]" if self.disturbed else ""
+        caveat = (
+            " [measured while other processes or virtual machines took the CPU]"
+            if self.disturbed
+            else ""
+        )
         return (
             f"{'PASS' if self.passed else 'MISS'}  {self.name}: ratio {self.ratio:.2f} "
             f"(target {bound} {self.limit:g}); {self.detail}{caveat}"
@@ -99,7 +113,14 @@ def _shared_server_targets(measurements: list[Measurement]) -> list[Target]:
     """Each export's p99 in a server it shares with the other, against its p99 served alone."""
     found = []
     for shared in (m for m in measurements if m.system in ALONE):
-        alone = find(measurements, ALONE[shared.system], shared.protocol, shared.sessions, shared.concurrency, shared.client)
+        alone = find(
+            measurements,
+            ALONE[shared.system],
+            shared.protocol,
+            shared.sessions,
+            shared.concurrency,
+            shared.client,
+        )
         found.append(
             Target(
                 f"{shared.sessions} session(s): p99 of {SYSTEM_LABELS[shared.system]} <= {SHARED_P99_LIMIT:g} x "
@@ -119,4 +140,6 @@ def _disturbed(*measurements: Measurement) -> bool:
 
 
 def _peak_rss(measurements: list[Measurement], system: str) -> float:
-    return max(m.server_rss_mb for m in measurements if m.system == system and m.server_rss_mb is not None)
+    return max(
+        m.server_rss_mb for m in measurements if m.system == system and m.server_rss_mb is not None
+    )

@@ -47,9 +47,13 @@ def build_workload(
     train, held_out = data.split_by_time(clicks)
     workflow_dir = directory / "workflow"
     workflow = features.fit_workflow(train, workflow_dir, max_sequence_length=MAX_SEQUENCE_LENGTH)
-    session_model = model.build_model(workflow.output_schema, max_sequence_length=MAX_SEQUENCE_LENGTH)
+    session_model = model.build_model(
+        workflow.output_schema, max_sequence_length=MAX_SEQUENCE_LENGTH
+    )
     started = time.perf_counter()
-    model.train(session_model, features.transform(workflow, train), epochs=epochs, progress=progress)
+    model.train(
+        session_model, features.transform(workflow, train), epochs=epochs, progress=progress
+    )
     training_seconds = time.perf_counter() - started
     requests = {n: request_frames(held_out, n, REQUESTS_PER_SETTING) for n in session_counts}
     return Workload(
@@ -63,7 +67,9 @@ def build_workload(
     )
 
 
-def request_frames(interactions: pd.DataFrame, sessions_per_request: int, count: int) -> list[pd.DataFrame]:
+def request_frames(
+    interactions: pd.DataFrame, sessions_per_request: int, count: int
+) -> list[pd.DataFrame]:
     """``count`` frames of the raw rows of ``sessions_per_request`` consecutive sessions each,
     rows in their original order (as an app would send a session's clicks). When there are too
     few sessions for all frames to differ, frames wrap around and share sessions."""

@@ -3,7 +3,11 @@
 import warnings
 
 # merlin-core (imported by NVTabular) warns that TensorFlow is missing; these examples use PyTorch only.
-warnings.filterwarnings("ignore", message="Tensorflow dtype mappings did not load", category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="Tensorflow dtype mappings did not load", category=UserWarning
+)
 # NVTabular calls CPU mode experimental on every Dataset, its own outputs included; these examples
 # run it on CPU on purpose.
-warnings.filterwarnings("ignore", message="Initializing an NVTabular Dataset in CPU mode", category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="Initializing an NVTabular Dataset in CPU mode", category=UserWarning
+)

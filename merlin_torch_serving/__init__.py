@@ -44,7 +44,9 @@ __version__ = metadata.version("merlin-torch-serving")  # pyproject.toml's
 
 # merlin-core warns on import that TensorFlow is missing; PyTorch serving never needs TensorFlow,
 # so the warning only hides real ones (it was printed on every command).
-warnings.filterwarnings("ignore", message="Tensorflow dtype mappings did not load", category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="Tensorflow dtype mappings did not load", category=UserWarning
+)
 
 _LAZY = {
     "CategoryVocabulary": "merlin_torch_serving.vocabulary",
@@ -118,7 +120,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.health import ModelHealth, ModelStatus
     from merlin_torch_serving.ops import (
-        DecodeItemIds, PredictPytorch, RetrieveTopK, ServingOperator, TopK, TransformWorkflow,
+        DecodeItemIds,
+        PredictPytorch,
+        RetrieveTopK,
+        ServingOperator,
+        TopK,
+        TransformWorkflow,
     )
     from merlin_torch_serving.retrieval import ExactIndex, HNSWIndex, IVFIndex
     from merlin_torch_serving.server import TritonServer

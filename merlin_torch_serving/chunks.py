@@ -18,7 +18,9 @@ from merlin.table import TensorTable
 from merlin_torch_serving.tables import num_rows, take_rows
 
 
-def split(table: TensorTable, group_columns: Sequence[str] | None, max_rows: int | None) -> Iterator[TensorTable]:
+def split(
+    table: TensorTable, group_columns: Sequence[str] | None, max_rows: int | None
+) -> Iterator[TensorTable]:
     """The request in chunks whose tensors hold at most ``max_rows`` rows each (each value of a
     ragged list counts as a row, as the server counts them), never splitting a group of rows that
     share their ``group_columns`` values. ``group_columns=None`` means the request must not be
@@ -45,7 +47,11 @@ def _groups(table: TensorTable, columns: Sequence[str]) -> tuple[np.ndarray, np.
     rows = num_rows(table)
     if not columns:
         return np.arange(rows), np.arange(rows + 1)
-    keys = pd.MultiIndex.from_arrays([np.asarray(table[name].values) for name in columns]) if len(columns) > 1 else pd.Index(np.asarray(table[columns[0]].values))
+    keys = (
+        pd.MultiIndex.from_arrays([np.asarray(table[name].values) for name in columns])
+        if len(columns) > 1
+        else pd.Index(np.asarray(table[columns[0]].values))
+    )
     codes, _ = pd.factorize(keys, sort=False)  # numbered by first appearance
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]

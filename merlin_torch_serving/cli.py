@@ -1,13 +1,13 @@
 """The ``merlin-torch-serving`` command: thin wrappers over TritonServer and Client.
 
-    merlin-torch-serving serve REPOSITORY [-- TRITONSERVER ARGS]
-                                               run tritonserver in the foreground (Ctrl-C stops it)
-    merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
-    merlin-torch-serving models                what the server has loaded, and whether it answers
-    merlin-torch-serving bundle REPOSITORY OUT  a copy that serves where the server's Python lacks this library
-    merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes manifests and a KServe InferenceService
-    merlin-torch-serving build-backend pytorch [--sources PATH]
-                                               build Triton's libtorch backend for this torch
+merlin-torch-serving serve REPOSITORY [-- TRITONSERVER ARGS]
+                                           run tritonserver in the foreground (Ctrl-C stops it)
+merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
+merlin-torch-serving models                what the server has loaded, and whether it answers
+merlin-torch-serving bundle REPOSITORY OUT  a copy that serves where the server's Python lacks this library
+merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes manifests and a KServe InferenceService
+merlin-torch-serving build-backend pytorch [--sources PATH]
+                                           build Triton's libtorch backend for this torch
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(extra) - 1] if "--" in argv else argv)
     if extra and args.command != "serve":
-        parser.error(f"only `serve` passes arguments after '--' on (to tritonserver); got {extra!r}")
+        parser.error(
+            f"only `serve` passes arguments after '--' on (to tritonserver); got {extra!r}"
+        )
     args.tritonserver_args = extra
     _default_url(args)
     try:
@@ -56,7 +58,9 @@ def serve(args) -> int:
     from merlin_torch_serving.server import TritonServer
 
     # the supervisor says here when a model failed and was reloaded
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
     # Until it serves, Ctrl-C (KeyboardInterrupt) and SIGTERM end start-up at once: start() kills
     # the half-started server and re-raises; once it serves, they stop it gracefully.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -73,7 +77,10 @@ def serve(args) -> int:
         start_timeout_s=args.start_timeout,
         extra_args=args.tritonserver_args,
     )
-    print(f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...", flush=True)
+    print(
+        f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...",
+        flush=True,
+    )
     try:
         server.start()
     except PortInUseError as error:
@@ -91,7 +98,10 @@ def serve(args) -> int:
         print("press Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):
             if not server.is_running:
-                print("error: tritonserver exited on its own; its log:\n" + server.logs()[-4000:], file=sys.stderr)
+                print(
+                    "error: tritonserver exited on its own; its log:\n" + server.logs()[-4000:],
+                    file=sys.stderr,
+                )
                 return 1
         print("stopping tritonserver ...", flush=True)
     finally:
@@ -114,7 +124,11 @@ def infer(args) -> int:
         raise SystemExit(f"error: no such file: {path}")
     rows = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
     with Client(
-        args.url, args.protocol, timeout_s=args.timeout, max_rows_per_request=args.max_rows, retries=args.retries
+        args.url,
+        args.protocol,
+        timeout_s=args.timeout,
+        max_rows_per_request=args.max_rows,
+        retries=args.retries,
     ) as client:
         client.wait_until_ready(args.model, timeout_s=args.wait)
         answer = client.infer(args.model, rows, columns=args.columns, progress=_progress_printer())
@@ -161,7 +175,11 @@ def deploy_files(args) -> int:
     from merlin_torch_serving import deployment
 
     settings = deployment.DeploySettings(
-        **{field.name: getattr(args, field.name) for field in _deploy_fields() if getattr(args, field.name) is not None}
+        **{
+            field.name: getattr(args, field.name)
+            for field in _deploy_fields()
+            if getattr(args, field.name) is not None
+        }
     )
     for path in deployment.write(args.out, settings):
         print(path)
@@ -169,7 +187,10 @@ def deploy_files(args) -> int:
 
 
 def build_backend(args) -> int:
-    from merlin_torch_serving.backends.pytorch_build import build_pytorch_backend, built_for_running_torch
+    from merlin_torch_serving.backends.pytorch_build import (
+        build_pytorch_backend,
+        built_for_running_torch,
+    )
 
     if args.check:
         built = built_for_running_torch()
@@ -177,9 +198,13 @@ def build_backend(args) -> int:
             print("no pytorch backend is built for this torch and the bundled tritonserver")
             return 1
     else:
-        built = build_pytorch_backend(sources=args.sources, jobs=args.jobs, progress=lambda line: print(line, flush=True))
+        built = build_pytorch_backend(
+            sources=args.sources, jobs=args.jobs, progress=lambda line: print(line, flush=True)
+        )
     state = "built now" if built.built_now else "already built"
-    print(f"pytorch backend for torch {built.torch_version} and tritonserver {built.tritonserver_version} ({state}): {built.library}")
+    print(
+        f"pytorch backend for torch {built.torch_version} and tritonserver {built.tritonserver_version} ({state}): {built.library}"
+    )
     return 0
 
 
@@ -202,7 +227,9 @@ def version_report() -> str:
 class _VersionAction(argparse.Action):
     """--version, worked out only when asked for (finding the server's version runs it once)."""
 
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+    def __init__(
+        self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None
+    ):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -232,7 +259,11 @@ def _progress_printer():
         nonlocal split
         split = split or sent < total
         if split:
-            print(f"sent {sent:,} of {total:,} rows ({100 * sent // max(total, 1)} %)", file=sys.stderr, flush=True)
+            print(
+                f"sent {sent:,} of {total:,} rows ({100 * sent // max(total, 1)} %)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     return show
 
@@ -240,7 +271,9 @@ def _progress_printer():
 def _write(frame, path: Path) -> None:
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        frame.applymap(lambda v: v.tolist() if hasattr(v, "tolist") else v).to_csv(path, index=False)
+        frame.applymap(lambda v: v.tolist() if hasattr(v, "tolist") else v).to_csv(
+            path, index=False
+        )
     elif suffix == ".json":
         frame.to_json(path, orient="records", lines=True)
     else:
@@ -253,8 +286,17 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.",
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--version", action=_VersionAction, help="show the versions of this library and tritonserver")
-    common.add_argument("--verbose", "-v", action="store_true", help="show tritonserver's log tail with server errors")
+    common.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show the versions of this library and tritonserver",
+    )
+    common.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="show tritonserver's log tail with server errors",
+    )
     parser._add_action(common._actions[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -271,14 +313,30 @@ def _parser() -> argparse.ArgumentParser:
         help="the model repository: a folder (e.g. what Ensemble.export wrote) or an s3://, gs:// or as:// URL "
         "(an S3-compatible store at an endpoint of its own: s3://http://HOST:PORT/BUCKET/PATH)",
     )
-    for protocol, default in (("http", DEFAULT_HTTP_PORT), ("grpc", DEFAULT_GRPC_PORT), ("metrics", DEFAULT_METRICS_PORT)):
+    for protocol, default in (
+        ("http", DEFAULT_HTTP_PORT),
+        ("grpc", DEFAULT_GRPC_PORT),
+        ("metrics", DEFAULT_METRICS_PORT),
+    ):
         serve_parser.add_argument(
-            f"--{protocol}-port", type=int, default=default, metavar="PORT", help="default %(default)s; 0 lets the OS choose a free one"
+            f"--{protocol}-port",
+            type=int,
+            default=default,
+            metavar="PORT",
+            help="default %(default)s; 0 lets the OS choose a free one",
         )
-    serve_parser.add_argument("--model-control", choices=("none", "explicit", "poll"), default="none")
-    serve_parser.add_argument("--load", action="append", metavar="MODEL", help="with explicit control: load at start")
     serve_parser.add_argument(
-        "--poll-interval", type=int, default=5, metavar="SECONDS", help="with poll control: how often the repository is read"
+        "--model-control", choices=("none", "explicit", "poll"), default="none"
+    )
+    serve_parser.add_argument(
+        "--load", action="append", metavar="MODEL", help="with explicit control: load at start"
+    )
+    serve_parser.add_argument(
+        "--poll-interval",
+        type=int,
+        default=5,
+        metavar="SECONDS",
+        help="with poll control: how often the repository is read",
     )
     serve_parser.add_argument(
         "--no-restart-failed-models",
@@ -298,17 +356,25 @@ def _parser() -> argparse.ArgumentParser:
         "stub for that Python, and EXECUTION_ENV_PATH pointing at it. NVIDIA's tritonserver containers then "
         "serve OUT without installing anything.",
     )
-    bundle_parser.add_argument("repository", help="the model repository (e.g. what Ensemble.export wrote)")
+    bundle_parser.add_argument(
+        "repository", help="the model repository (e.g. what Ensemble.export wrote)"
+    )
     bundle_parser.add_argument("out", help="the folder to write (must not exist)")
     bundle_parser.add_argument(
-        "--with", dest="with_distributions", action="append", metavar="DIST",
+        "--with",
+        dest="with_distributions",
+        action="append",
+        metavar="DIST",
         help="also pack this installed distribution and its requirements (e.g. transformers4rec for an eager model)",
     )
     bundle_parser.add_argument(
-        "--archive", action="store_true",
+        "--archive",
+        action="store_true",
         help="ship the environment as python-env.tar.gz (one file, extracted by the server at load) instead of a folder",
     )
-    bundle_parser.add_argument("--environment", metavar="FOLDER", help="reuse an environment packed by an earlier bundle")
+    bundle_parser.add_argument(
+        "--environment", metavar="FOLDER", help="reuse an environment packed by an earlier bundle"
+    )
     bundle_parser.set_defaults(run=bundle)
 
     deploy_parser = commands.add_parser(
@@ -323,7 +389,10 @@ def _parser() -> argparse.ArgumentParser:
     deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
     for field in _deploy_fields():
         deploy_parser.add_argument(
-            f"--{field.name.replace('_', '-')}", type=type(field.default), default=None, help=f"default: {field.default}"
+            f"--{field.name.replace('_', '-')}",
+            type=type(field.default),
+            default=None,
+            help=f"default: {field.default}",
         )
     deploy_parser.set_defaults(run=deploy_files)
 
@@ -333,7 +402,7 @@ def _parser() -> argparse.ArgumentParser:
         help="build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch (cached)",
         description="Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the torch of "
         "this interpreter, into the cache ($MTS_CACHE_DIR, else ~/.cache/merlin_torch_serving); TritonServer then "
-        "serves `backend: \"pytorch\"` models. Needs cmake, ninja or make, and a C++ compiler; takes under a minute "
+        'serves `backend: "pytorch"` models. Needs cmake, ninja or make, and a C++ compiler; takes under a minute '
         "on 2 cores, and a second call with the same torch returns at once.",
     )
     build_parser.add_argument("backend", choices=("pytorch",), help="the backend to build")
@@ -344,20 +413,38 @@ def _parser() -> argparse.ArgumentParser:
         "release (builds offline); without it, the release is cloned from upstream (needs git, the network and "
         "RapidJSON's headers)",
     )
-    build_parser.add_argument("--jobs", "-j", type=int, default=None, help="parallel compile jobs (default: all cores)")
-    build_parser.add_argument("--check", action="store_true", help="only say whether it is built (exit code 1 if not)")
+    build_parser.add_argument(
+        "--jobs", "-j", type=int, default=None, help="parallel compile jobs (default: all cores)"
+    )
+    build_parser.add_argument(
+        "--check", action="store_true", help="only say whether it is built (exit code 1 if not)"
+    )
     build_parser.set_defaults(run=build_backend)
 
     for name, function, help_text in (
-        ("infer", infer, "send the rows of a parquet or CSV file to a served model and show the answer"),
+        (
+            "infer",
+            infer,
+            "send the rows of a parquet or CSV file to a served model and show the answer",
+        ),
         ("models", models, "list the models the server knows, with version and state"),
     ):
         sub = commands.add_parser(name, parents=[common], help=help_text)
         if name == "infer":
             sub.add_argument("model", help="the ensemble's model name")
             sub.add_argument("file", help="a .parquet or .csv file of raw rows")
-            sub.add_argument("--output", "-o", help="write the answer to .parquet, .csv or .json instead of printing")
-            sub.add_argument("--head", type=int, default=None, metavar="N", help="print only the first N rows of the answer")
+            sub.add_argument(
+                "--output",
+                "-o",
+                help="write the answer to .parquet, .csv or .json instead of printing",
+            )
+            sub.add_argument(
+                "--head",
+                type=int,
+                default=None,
+                metavar="N",
+                help="print only the first N rows of the answer",
+            )
             sub.add_argument(
                 "--columns",
                 type=column_names.argument,
@@ -372,9 +459,22 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="ROWS",
                 help="rows per request; bigger files go in requests of whole sessions (default: the model's limit)",
             )
-            sub.add_argument("--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait for the model to be ready")
-            sub.add_argument("--retries", type=int, default=3, help="how often to retry errors that are safe to retry")
-        sub.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS", help="per request")
+            sub.add_argument(
+                "--wait",
+                type=float,
+                default=30.0,
+                metavar="SECONDS",
+                help="how long to wait for the model to be ready",
+            )
+            sub.add_argument(
+                "--retries",
+                type=int,
+                default=3,
+                help="how often to retry errors that are safe to retry",
+            )
+        sub.add_argument(
+            "--timeout", type=float, default=60.0, metavar="SECONDS", help="per request"
+        )
         sub.add_argument(
             "--url",
             default=None,
@@ -383,8 +483,6 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
-
-
 
 
 def _deploy_fields():
@@ -397,7 +495,9 @@ def _deploy_fields():
 
 def _default_url(args) -> None:
     if getattr(args, "url", "") is None:
-        args.url = f"localhost:{DEFAULT_GRPC_PORT if args.protocol == 'grpc' else DEFAULT_HTTP_PORT}"
+        args.url = (
+            f"localhost:{DEFAULT_GRPC_PORT if args.protocol == 'grpc' else DEFAULT_HTTP_PORT}"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -108,7 +108,9 @@ class Client:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         if max_rows_per_request is not None and max_rows_per_request < 1:
-            raise ValueError(f"max_rows_per_request must be at least 1 or None, got {max_rows_per_request!r}")
+            raise ValueError(
+                f"max_rows_per_request must be at least 1 or None, got {max_rows_per_request!r}"
+            )
         self.url = _checked_address(url, protocol)
         self.protocol = protocol
         self.timeout_s = float(timeout_s)
@@ -121,7 +123,9 @@ class Client:
         else:
             import tritonclient.http as module
 
-            self._client = module.InferenceServerClient(url, connection_timeout=timeout_s, network_timeout=timeout_s)
+            self._client = module.InferenceServerClient(
+                url, connection_timeout=timeout_s, network_timeout=timeout_s
+            )
         self._module = module
         self._schemas: dict[str, ModelSchemas] = {}
 
@@ -150,7 +154,9 @@ class Client:
 
     def models(self) -> list[ModelStatus]:
         """The server's repository index: name, version and state of every model it knows."""
-        return model_statuses(self._call(None, self._client.get_model_repository_index, **self._json_flag()))
+        return model_statuses(
+            self._call(None, self._client.get_model_repository_index, **self._json_flag())
+        )
 
     def health(self) -> list[ModelHealth]:
         """Each model the server knows, with whether its python-backend stubs answer.
@@ -169,7 +175,14 @@ class Client:
             if status.state == "READY":
                 alive, error = self._probe(status.name)
             report.append(
-                ModelHealth(status.name, status.version, status.state, alive, failures.get((status.name, status.version or 0)), error)
+                ModelHealth(
+                    status.name,
+                    status.version,
+                    status.state,
+                    alive,
+                    failures.get((status.name, status.version or 0)),
+                    error,
+                )
             )
         return report
 
@@ -193,7 +206,9 @@ class Client:
                 raise
             except Exception as error:  # connection refused while it starts, ...
                 try:
-                    mapped, _ = transport.mapped(error, url=self.url, model=model, timeout_s=self.timeout_s)
+                    mapped, _ = transport.mapped(
+                        error, url=self.url, model=model, timeout_s=self.timeout_s
+                    )
                 except Exception:
                     mapped = error
                 if isinstance(mapped, WrongProtocolError):
@@ -201,7 +216,9 @@ class Client:
                 reason = f"{type(error).__name__}: {error}"
                 hint = mapped.hint if isinstance(mapped, ServerUnavailableError) else ""
             if time.monotonic() >= deadline:
-                raise ServerUnavailableError(self.url, f"not ready after {timeout_s:g} s: {reason}", hint)
+                raise ServerUnavailableError(
+                    self.url, f"not ready after {timeout_s:g} s: {reason}", hint
+                )
             time.sleep(_READY_POLL_S)
 
     # ---- inference --------------------------------------------------------------------------
@@ -225,11 +242,17 @@ class Client:
         answer = frames.table_to_frame(self.infer_table(model, request, progress=progress))
         return column_names.restore(answer, columns)
 
-    def infer_table(self, model: str, request: TensorTable, *, progress: Progress | None = None) -> TensorTable:
+    def infer_table(
+        self, model: str, request: TensorTable, *, progress: Progress | None = None
+    ) -> TensorTable:
         """Send a request table (columns of the input schema) and get the output table; a table
         bigger than the row limit goes in several requests of whole sessions."""
         schemas = self.schemas(model)
-        limits = [limit for limit in (self.max_rows_per_request, schemas.max_request_rows) if limit is not None]
+        limits = [
+            limit
+            for limit in (self.max_rows_per_request, schemas.max_request_rows)
+            if limit is not None
+        ]
         parts = chunks.split(request, schemas.request_groups, min(limits) if limits else None)
         answers, sent, total = [], 0, tables.num_rows(request)
         for part in parts:
@@ -244,7 +267,9 @@ class Client:
     def _infer_one(self, model: str, request: TensorTable, schemas: ModelSchemas) -> TensorTable:
         inputs = []
         for name, array in wire.to_wire(request).items():
-            tensor = self._module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+            tensor = self._module.InferInput(
+                name, list(array.shape), wire.triton_dtype(array.dtype)
+            )
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         specs = {
@@ -254,8 +279,12 @@ class Client:
             ]
             for column in schemas.output_schema
         }
-        outputs = [self._module.InferRequestedOutput(sent) for pairs in specs.values() for _, sent in pairs]
-        result = self._call(model, self._client.infer, model, inputs, outputs=outputs, **self._timeout())
+        outputs = [
+            self._module.InferRequestedOutput(sent) for pairs in specs.values() for _, sent in pairs
+        ]
+        result = self._call(
+            model, self._client.infer, model, inputs, outputs=outputs, **self._timeout()
+        )
         arrays = {}
         for pairs in specs.values():
             for name, sent in pairs:
@@ -273,7 +302,9 @@ class Client:
             return None, ""
         inputs = []
         for name, array in request.items():
-            tensor = self._module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+            tensor = self._module.InferInput(
+                name, list(array.shape), wire.triton_dtype(array.dtype)
+            )
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         try:
@@ -309,7 +340,11 @@ class Client:
 
     def _call(self, model: str | None, function, *args, **kwargs):
         return transport.call(
-            lambda: function(*args, **kwargs), url=self.url, model=model, timeout_s=self.timeout_s, policy=self.retry_policy
+            lambda: function(*args, **kwargs),
+            url=self.url,
+            model=model,
+            timeout_s=self.timeout_s,
+            policy=self.retry_policy,
         )
 
 
@@ -321,20 +356,32 @@ def _checked_address(url: str, protocol: str) -> str:
         address = rest.rstrip("/")
         guess = "http" if scheme.lower() in ("http", "https") else protocol
         raise AddressError(
-            url, f"drop the scheme: Client({address!r}, protocol={guess!r}) (--url {address})", "the address must be host:port"
+            url,
+            f"drop the scheme: Client({address!r}, protocol={guess!r}) (--url {address})",
+            "the address must be host:port",
         )
     return url
 
 
 def _schemas_from_config(config: dict) -> ModelSchemas:
-    parameters = {key: value.get("string_value") for key, value in config.get("parameters", {}).items()}
+    parameters = {
+        key: value.get("string_value") for key, value in config.get("parameters", {}).items()
+    }
     if INPUT_SCHEMA_PARAMETER in parameters and OUTPUT_SCHEMA_PARAMETER in parameters:
         input_schema = schema_from_json(parameters[INPUT_SCHEMA_PARAMETER])
         output_schema = schema_from_json(parameters[OUTPUT_SCHEMA_PARAMETER])
-        names = {c.name: wire.response_name(c.name, input_schema.column_names) for c in output_schema}
-        groups = json.loads(parameters[REQUEST_GROUPS_PARAMETER]) if REQUEST_GROUPS_PARAMETER in parameters else None
+        names = {
+            c.name: wire.response_name(c.name, input_schema.column_names) for c in output_schema
+        }
+        groups = (
+            json.loads(parameters[REQUEST_GROUPS_PARAMETER])
+            if REQUEST_GROUPS_PARAMETER in parameters
+            else None
+        )
         limit = parameters.get(MAX_REQUEST_ROWS_PARAMETER)
-        return ModelSchemas(input_schema, output_schema, names, groups, int(limit) if limit else None)
+        return ModelSchemas(
+            input_schema, output_schema, names, groups, int(limit) if limit else None
+        )
     input_schema = _schema_from_tensors(config.get("input", []))
     output_schema = _schema_from_tensors(config.get("output", []))
     return ModelSchemas(input_schema, output_schema, {c.name: c.name for c in output_schema})
@@ -348,10 +395,18 @@ def _schema_from_tensors(tensors: list[dict]) -> Schema:
         name = tensor["name"]
         dtype = wire.numpy_dtype(tensor["data_type"])
         dtype = "str" if dtype == np.dtype(object) else dtype
-        if name.endswith(wire.OFFSETS_SUFFIX) and name[: -len(wire.OFFSETS_SUFFIX)] + wire.VALUES_SUFFIX in by_name:
+        if (
+            name.endswith(wire.OFFSETS_SUFFIX)
+            and name[: -len(wire.OFFSETS_SUFFIX)] + wire.VALUES_SUFFIX in by_name
+        ):
             continue
-        if name.endswith(wire.VALUES_SUFFIX) and name[: -len(wire.VALUES_SUFFIX)] + wire.OFFSETS_SUFFIX in by_name:
-            columns.append(ColumnSchema(name[: -len(wire.VALUES_SUFFIX)], dtype=dtype, dims=(None, None)))
+        if (
+            name.endswith(wire.VALUES_SUFFIX)
+            and name[: -len(wire.VALUES_SUFFIX)] + wire.OFFSETS_SUFFIX in by_name
+        ):
+            columns.append(
+                ColumnSchema(name[: -len(wire.VALUES_SUFFIX)], dtype=dtype, dims=(None, None))
+            )
             continue
         dims = [int(d) for d in tensor.get("dims", [-1])]
         shape = (None,) + tuple(None if d < 0 else d for d in dims[1:])

@@ -18,7 +18,9 @@ def parse(text: str) -> dict[str, str]:
     for pair in filter(None, (part.strip() for part in text.split(","))):
         yours, sep, theirs = (side.strip() for side in pair.partition("="))
         if not sep or not yours or not theirs:
-            raise ValueError(f"write column mappings as YOURS=INPUT,... (e.g. user_session=session_id), got {pair!r}")
+            raise ValueError(
+                f"write column mappings as YOURS=INPUT,... (e.g. user_session=session_id), got {pair!r}"
+            )
         mapping[yours] = theirs
     return mapping
 
@@ -40,11 +42,18 @@ def rename(data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str]
     for yours, theirs in mapping.items():
         if yours not in names:
             raise InputError(
-                yours, "a column of the request (the mapping renames it)", "no such column",
+                yours,
+                "a column of the request (the mapping renames it)",
+                "no such column",
                 f"the request has {', '.join(map(repr, names)) or 'no columns'}; fix the mapping {yours}={theirs}",
             )
         if theirs in names and theirs not in mapping:
-            raise InputError(theirs, f"one column of that name, after renaming {yours!r} to it", "two", "drop one of them")
+            raise InputError(
+                theirs,
+                f"one column of that name, after renaming {yours!r} to it",
+                "two",
+                "drop one of them",
+            )
     if isinstance(data, pd.DataFrame):
         return data.rename(columns=dict(mapping))
     return {mapping.get(name, name): values for name, values in data.items()}

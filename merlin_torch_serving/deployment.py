@@ -130,7 +130,11 @@ def _labels(settings: DeploySettings) -> dict:
 
 
 def _metadata(settings: DeploySettings, name: str | None = None) -> dict:
-    return {"name": name or settings.name, "namespace": settings.namespace, "labels": _labels(settings)}
+    return {
+        "name": name or settings.name,
+        "namespace": settings.namespace,
+        "labels": _labels(settings),
+    }
 
 
 def _ports() -> list[dict]:
@@ -178,7 +182,10 @@ def deployment(settings: DeploySettings) -> dict:
         "spec": {
             "replicas": settings.replicas,
             "selector": {"matchLabels": _labels(settings)},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
             "template": {
                 "metadata": {"labels": _labels(settings)},
                 "spec": {
@@ -206,7 +213,8 @@ def service(settings: DeploySettings) -> dict:
         "spec": {
             "selector": _labels(settings),
             "ports": [
-                {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]} for port in _ports()
+                {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]}
+                for port in _ports()
             ],
         },
     }
@@ -218,7 +226,11 @@ def autoscaler(settings: DeploySettings) -> dict:
         "kind": "HorizontalPodAutoscaler",
         "metadata": _metadata(settings),
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": settings.name},
+            "scaleTargetRef": {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": settings.name,
+            },
             "minReplicas": settings.replicas,
             "maxReplicas": settings.max_replicas,
             "metrics": [
@@ -226,7 +238,10 @@ def autoscaler(settings: DeploySettings) -> dict:
                     "type": "Pods",
                     "pods": {
                         "metric": {"name": QUEUE_METRIC},
-                        "target": {"type": "AverageValue", "averageValue": str(settings.queue_target_us)},
+                        "target": {
+                            "type": "AverageValue",
+                            "averageValue": str(settings.queue_target_us),
+                        },
                     },
                 }
             ],
@@ -249,7 +264,9 @@ def adapter_rules(settings: DeploySettings) -> dict:
     """prometheus-adapter's rule for the HPA's metric: queue time over successful requests."""
     rule = {
         "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "resources": {
+            "overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+        },
         "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
         "metricsQuery": (
             "sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>) / "

@@ -84,11 +84,21 @@ class Ensemble:
         options = options or ModelOptions()
         if is_url(path):
             return export_to_url(
-                self, path, name, overwrite=overwrite, add_version=add_version, options=options,
+                self,
+                path,
+                name,
+                overwrite=overwrite,
+                add_version=add_version,
+                options=options,
                 storage_options=storage_options,
             )
         if storage_options:
             raise ValueError(f"storage_options are for URLs; {str(path)!r} is a local folder")
         return export_ensemble(
-            self, local_path(path), name, overwrite=overwrite, add_version=add_version, options=options
+            self,
+            local_path(path),
+            name,
+            overwrite=overwrite,
+            add_version=add_version,
+            options=options,
         )

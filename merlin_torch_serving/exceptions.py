@@ -67,9 +67,13 @@ class InputError(MerlinTorchServingError):
     refused it (``model`` names it then)."""
 
     # how the message reads, so that a refusal that crossed the wire can be read back (from_message)
-    _MESSAGE = re.compile(r"input column '(?P<column>[^']*)': expected (?P<expected>.+?), got (?P<got>.+)", re.S)
+    _MESSAGE = re.compile(
+        r"input column '(?P<column>[^']*)': expected (?P<expected>.+?), got (?P<got>.+)", re.S
+    )
 
-    def __init__(self, column: str, expected: str, got: str, hint: str = "", *, model: str | None = None):
+    def __init__(
+        self, column: str, expected: str, got: str, hint: str = "", *, model: str | None = None
+    ):
         self.column = column
         self.expected = expected
         self.got = got
@@ -92,7 +96,13 @@ class InputError(MerlinTorchServingError):
             return None
         got, _, hint = match.group("got").partition("; ")
         step = re.findall(r"model '([^']+)'", text[: match.start()])
-        return cls(match.group("column"), match.group("expected"), got, hint, model=step[-1] if step else model)
+        return cls(
+            match.group("column"),
+            match.group("expected"),
+            got,
+            hint,
+            model=step[-1] if step else model,
+        )
 
 
 class MissingColumnsError(InputError):
@@ -102,7 +112,12 @@ class MissingColumnsError(InputError):
         self.missing = dict(missing)  # column -> what it should hold
         self.present = list(present)
         first = next(iter(self.missing))
-        self.column, self.expected, self.got, self.model = first, self.missing[first], "no such column", None
+        self.column, self.expected, self.got, self.model = (
+            first,
+            self.missing[first],
+            "no such column",
+            None,
+        )
         wanted = ", ".join(f"{name!r} ({described})" for name, described in self.missing.items())
         self.hint = f"the request has {', '.join(map(repr, self.present)) or 'no columns'}"
         MerlinTorchServingError.__init__(
@@ -119,7 +134,11 @@ class WorkflowNotFittedError(MerlinTorchServingError):
 
     def __init__(self, operators: Sequence[str]):
         self.operators = list(operators)
-        unfitted = f" (operators without statistics: {', '.join(self.operators)})" if self.operators else ""
+        unfitted = (
+            f" (operators without statistics: {', '.join(self.operators)})"
+            if self.operators
+            else ""
+        )
         super().__init__(
             "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with "
             f"nvtabular.Workflow.load(path); this one is not fitted{unfitted}"
@@ -192,6 +211,8 @@ class ArtifactError(MerlinTorchServingError):
         self.step = step
         self.problem = problem
         super().__init__(f"{kind} {step!r} cannot be loaded: {problem}; {hint}")
+
+
 class ModelNotImportableError(ExportError):
     """An eager model runs on the python backend by unpickling it there, which imports its classes;
     one of them cannot be imported by the server's Python."""
@@ -235,7 +256,10 @@ class PortInUseError(ServerError):
     def __init__(self, port: int, protocol: str, log_tail: str = "", hint: str = ""):
         self.port = port
         self.protocol = protocol
-        hint = hint or f"pass another {protocol} port, or 0 (or None) to let the operating system choose a free one"
+        hint = (
+            hint
+            or f"pass another {protocol} port, or 0 (or None) to let the operating system choose a free one"
+        )
         super().__init__(f"{hint}: the {protocol} port {port} is already in use", log_tail)
 
 
@@ -306,9 +330,7 @@ class BackendNotAvailableError(ModelLoadError):
         self.missing = dict(missing)  # model -> backend it needs
         self.available = list(available)
         needs = ", ".join(f"model {m!r} needs backend {b!r}" for m, b in self.missing.items())
-        summary = (
-            f"{needs}, which this tritonserver does not have (it has: {', '.join(self.available) or 'none'})."
-        )
+        summary = f"{needs}, which this tritonserver does not have (it has: {', '.join(self.available) or 'none'})."
         if "pytorch" in self.missing.values():
             summary += (
                 " The tritonserver bundled with nvidia-pytriton gets it once it is built for this torch: run "
@@ -346,7 +368,9 @@ class UnknownModelError(InferenceError):
     def __init__(self, model: str, available: Sequence[str]):
         self.available = list(available)
         names = ", ".join(map(repr, self.available)) or "none"
-        Exception.__init__(self, f"use one of the models this server has: {names}; it has no model {model!r}")
+        Exception.__init__(
+            self, f"use one of the models this server has: {names}; it has no model {model!r}"
+        )
         self.model = model
 
 

@@ -39,7 +39,9 @@ def table_to_frame(table: TensorTable, names: Mapping[str, str] | None = None) -
     return frame.rename(columns=dict(names)) if names else frame
 
 
-def frame_to_table(data: pd.DataFrame | Mapping[str, object], schema: Schema | None = None) -> TensorTable:
+def frame_to_table(
+    data: pd.DataFrame | Mapping[str, object], schema: Schema | None = None
+) -> TensorTable:
     """A table from a DataFrame or a dict of columns; list cells become ragged columns.
 
     Without a schema every column is taken as it is; with one, exactly the schema's columns are
@@ -50,11 +52,15 @@ def frame_to_table(data: pd.DataFrame | Mapping[str, object], schema: Schema | N
         converted = {}
         for name, column in columns.items():
             values = column.to_numpy() if isinstance(column, pd.Series) else column
-            converted[name] = ragged_from_lists(values) if is_list_column(values) else np.asarray(values)
+            converted[name] = (
+                ragged_from_lists(values) if is_list_column(values) else np.asarray(values)
+            )
         return TensorTable(converted, _unsafe=True)
     missing = [c.name for c in schema if c.name not in columns]
     if missing:
-        raise MissingColumnsError({name: describe_column(schema[name]) for name in missing}, list(columns))
+        raise MissingColumnsError(
+            {name: describe_column(schema[name]) for name in missing}, list(columns)
+        )
     extra = [name for name in columns if name not in schema.column_names]
     if extra:
         raise InputError(
@@ -64,11 +70,19 @@ def frame_to_table(data: pd.DataFrame | Mapping[str, object], schema: Schema | N
             "drop it, or select the inputs with data[input_schema.column_names]",
         )
     converted = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
-    row_counts = {name: len(value[1]) - 1 if isinstance(value, tuple) else len(value) for name, value in converted.items()}
+    row_counts = {
+        name: len(value[1]) - 1 if isinstance(value, tuple) else len(value)
+        for name, value in converted.items()
+    }
     first = next(iter(row_counts), None)
     for name, count in row_counts.items():
         if count != row_counts[first]:
-            raise InputError(name, f"{row_counts[first]} rows, like {first!r}", f"{count}", "every column needs one entry per row")
+            raise InputError(
+                name,
+                f"{row_counts[first]} rows, like {first!r}",
+                f"{count}",
+                "every column needs one entry per row",
+            )
     return TensorTable(converted, _unsafe=True)
 
 
@@ -102,10 +116,17 @@ def _column_for_schema(column, schema: ColumnSchema):
     listed = is_list_column(values) or values.ndim > 1
     if dims is None or len(dims) <= 1:
         if listed:
-            raise InputError(schema.name, describe_column(schema), "a list per row", "send one value per row")
+            raise InputError(
+                schema.name, describe_column(schema), "a list per row", "send one value per row"
+            )
         return _cast(values, schema)
     if not listed:
-        raise InputError(schema.name, describe_column(schema), f"one {values.dtype} value per row", "send a list per row")
+        raise InputError(
+            schema.name,
+            describe_column(schema),
+            f"one {values.dtype} value per row",
+            "send a list per row",
+        )
     if values.ndim > 1:
         rows = list(values)
     else:
@@ -116,7 +137,9 @@ def _column_for_schema(column, schema: ColumnSchema):
     length = int(dims[1].max)
     lengths = sorted({len(row) for row in rows})
     if lengths and lengths != [length]:
-        raise InputError(schema.name, describe_column(schema), f"lists of length {', '.join(map(str, lengths))}")
+        raise InputError(
+            schema.name, describe_column(schema), f"lists of length {', '.join(map(str, lengths))}"
+        )
     return _cast(np.stack(rows) if rows else np.zeros((0, length)), schema)
 
 
@@ -128,9 +151,13 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
     got = values.dtype
     if (got.kind == "b") != (want.kind == "b"):
         # numpy casts True to 1 safely, but a bool where an id is expected is a mistake
-        raise InputError(schema.name, describe_column(schema), f"{got} values", f"send {want} values")
+        raise InputError(
+            schema.name, describe_column(schema), f"{got} values", f"send {want} values"
+        )
     if want.kind in "iub" and got.kind in "fO" and pd.isna(values).any():
-        raise InputError(schema.name, describe_column(schema), "missing (null) values", "fill or drop them first")
+        raise InputError(
+            schema.name, describe_column(schema), "missing (null) values", "fill or drop them first"
+        )
     if want == np.dtype(object):
         if got.kind in "USO":
             return values.astype(object)
@@ -148,7 +175,12 @@ def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
     elif got.kind == "f" and want.kind in "iu" and _integral(values, want):
         return values.astype(want)  # e.g. ids a CSV reader or a join made float64: 8382491.0
     kind = "str" if got.kind in "US" else got
-    raise InputError(schema.name, describe_column(schema), f"{kind} values", f"they do not convert to {want} without changing")
+    raise InputError(
+        schema.name,
+        describe_column(schema),
+        f"{kind} values",
+        f"they do not convert to {want} without changing",
+    )
 
 
 def _no_rows(schema: ColumnSchema):

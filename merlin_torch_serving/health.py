@@ -73,7 +73,9 @@ def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:
     """``(model, version) -> requests answered with an error`` since each version loaded, from the
     server's inference statistics (gRPC's JSON leaves zero counts out)."""
     return {
-        (entry["name"], int(entry.get("version") or 0)): int(entry["inference_stats"].get("fail", {}).get("count", 0))
+        (entry["name"], int(entry.get("version") or 0)): int(
+            entry["inference_stats"].get("fail", {}).get("count", 0)
+        )
         for entry in statistics.get("model_stats", [])
     }
 

@@ -52,7 +52,11 @@ def collapse_onto_huge_pages(tensors: Iterable[torch.Tensor], min_bytes: int = M
             if madvise(first, last - first, _MADV_COLLAPSE) == 0:
                 moved += last - first
     if moved:
-        logger.info("%d MB of weights moved onto huge pages in %.1f s", moved >> 20, time.perf_counter() - began)
+        logger.info(
+            "%d MB of weights moved onto huge pages in %.1f s",
+            moved >> 20,
+            time.perf_counter() - began,
+        )
     return moved
 
 

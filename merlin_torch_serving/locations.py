@@ -33,7 +33,7 @@ def local_path(location: str | os.PathLike) -> Path:
     text = os.fspath(location)
     for prefix in ("file://", "local://"):
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
     return Path(text)
 
 

@@ -33,7 +33,9 @@ class Collected:
         self.totals[key] = self.totals.get(key, 0.0) + value
 
 
-_collected: contextvars.ContextVar[Collected | None] = contextvars.ContextVar("mts_collected", default=None)
+_collected: contextvars.ContextVar[Collected | None] = contextvars.ContextVar(
+    "mts_collected", default=None
+)
 
 
 def count(name: str, value: float = 1, **labels: str) -> None:

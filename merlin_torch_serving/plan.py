@@ -18,7 +18,12 @@ from merlin.schema import Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import metrics
-from merlin_torch_serving.exceptions import InferenceError, InputError, MerlinTorchServingError, SchemaError
+from merlin_torch_serving.exceptions import (
+    InferenceError,
+    InputError,
+    MerlinTorchServingError,
+    SchemaError,
+)
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.filtered import BlankFilteredRows
 
@@ -125,7 +130,9 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
         upstream = _upstream_refs(node, refs)
         op = node.op
         if isinstance(op, _ROUTING_OPS):
-            refs[id(node)] = {name: _find(name, upstream, node) for name in node.output_schema.column_names}
+            refs[id(node)] = {
+                name: _find(name, upstream, node) for name in node.output_schema.column_names
+            }
             continue
         if not isinstance(op, ServingOperator):
             raise SchemaError(
@@ -136,7 +143,9 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
                 "wrap NVTabular operators in an nvtabular.Workflow and use TransformWorkflow",
             )
         # the selector holds the columns the operator asked for, in the order it asked
-        selected = node.selector.names if node.selector is not None else node.input_schema.column_names
+        selected = (
+            node.selector.names if node.selector is not None else node.input_schema.column_names
+        )
         call = OpCall(
             index=len(calls),
             op=op,
@@ -177,7 +186,9 @@ def _blank_filtered_rows(
         if any(ref.producer in downstream for ref in call.inputs.values()):
             downstream.add(call.index)
     blanked = {
-        name: ref for name, ref in outputs.items() if ref.producer in downstream and ref.producer != flagging.index
+        name: ref
+        for name, ref in outputs.items()
+        if ref.producer in downstream and ref.producer != flagging.index
     }
     if not blanked:
         return outputs
@@ -185,10 +196,14 @@ def _blank_filtered_rows(
     inputs = {**blanked, flag: Ref(flagging.index, flag)}
     input_schema = Schema([schemas[ref].with_name(name) for name, ref in inputs.items()])
     op = BlankFilteredRows(flag, list(blanked))
-    call = OpCall(len(calls), op, inputs, input_schema, op.compute_output_schema(input_schema, None))
+    call = OpCall(
+        len(calls), op, inputs, input_schema, op.compute_output_schema(input_schema, None)
+    )
     calls.append(call)
     schemas.update({Ref(call.index, c.name): c for c in call.output_schema})
-    return {name: Ref(call.index, name) if name in blanked else ref for name, ref in outputs.items()}
+    return {
+        name: Ref(call.index, name) if name in blanked else ref for name, ref in outputs.items()
+    }
 
 
 def _upstream_refs(node: Node, refs: dict[int, dict[str, Ref]]) -> dict[str, Ref]:

@@ -39,7 +39,11 @@ def nested_repository(folder: Path) -> Path | None:
     if any((child / "config.pbtxt").is_file() for child in children):
         return None
     for child in children:
-        if any((grandchild / "config.pbtxt").is_file() for grandchild in child.iterdir() if grandchild.is_dir()):
+        if any(
+            (grandchild / "config.pbtxt").is_file()
+            for grandchild in child.iterdir()
+            if grandchild.is_dir()
+        ):
             return child
     return None
 

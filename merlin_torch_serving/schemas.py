@@ -37,7 +37,13 @@ def schema_from_json(text: str) -> Schema:
     for column in schema:
         if column.properties.get(_BOOL_MARK):
             properties = {k: v for k, v in column.properties.items() if k != _BOOL_MARK}
-            column = ColumnSchema(column.name, tags=column.tags, properties=properties, dtype="bool", dims=column.shape.dims)
+            column = ColumnSchema(
+                column.name,
+                tags=column.tags,
+                properties=properties,
+                dtype="bool",
+                dims=column.shape.dims,
+            )
         columns.append(column)
     return Schema(columns)
 
@@ -50,9 +56,13 @@ def describe_column(column: ColumnSchema) -> str:
     elif shape.is_ragged:
         kind = "ragged list"
     else:
-        kind = "fixed list [" + ", ".join(
-            "-1" if i == 0 or not d.is_fixed else str(d.max) for i, d in enumerate(shape.dims)
-        ) + "]"
+        kind = (
+            "fixed list ["
+            + ", ".join(
+                "-1" if i == 0 or not d.is_fixed else str(d.max) for i, d in enumerate(shape.dims)
+            )
+            + "]"
+        )
     return f"{column.dtype.without_shape.name} {kind}"
 
 
@@ -62,6 +72,10 @@ def catalog_limits(schema: Schema) -> dict[str, int]:
     limits = {}
     for column in schema:
         domain = column.properties.get("domain") or {}
-        if Tags.CATEGORICAL in column.tags and column.dtype.element_type.value == "int" and domain.get("max") is not None:
+        if (
+            Tags.CATEGORICAL in column.tags
+            and column.dtype.element_type.value == "int"
+            and domain.get("max") is not None
+        ):
             limits[column.name] = int(domain["max"])
     return limits

@@ -131,12 +131,16 @@ class TritonServer:
         deadline = time.monotonic() + self.config.start_timeout_s
         attempts_left = _PORT_ATTEMPTS
         while True:
-            assigned = free_ports(sum(port is None for port in self.config.requested_ports.values()))
+            assigned = free_ports(
+                sum(port is None for port in self.config.requested_ports.values())
+            )
             self._running = self._launch(binary, assigned)
             try:
                 self._running.wait_until_serving(deadline)
                 self._supervisor = Supervisor(
-                    self, self._running.admin, restart_failed_models=self.config.restart_failed_models
+                    self,
+                    self._running.admin,
+                    restart_failed_models=self.config.restart_failed_models,
                 )
                 self._supervisor.start()
                 return self
@@ -260,7 +264,9 @@ class TritonServer:
 
     def _port(self, key: str) -> int:
         if self._ports is None:
-            raise ServerError(f"the {key} port is chosen when the server starts; call start() first")
+            raise ServerError(
+                f"the {key} port is chosen when the server starts; call start() first"
+            )
         return int(getattr(self._ports, key))
 
     def _require_running(self) -> RunningServer:

@@ -32,7 +32,12 @@ from merlin_torch_serving.exceptions import (
 T = TypeVar("T")
 
 # how tritonserver words the answers of a model that is being (re)loaded or whose stub died
-_NOT_YET_SERVING = ("has no available versions", "is not at ready state", "is not ready", "is not healthy")
+_NOT_YET_SERVING = (
+    "has no available versions",
+    "is not at ready state",
+    "is not ready",
+    "is not healthy",
+)
 #: what to do when nothing answers at an address
 NO_SERVER_HINT = (
     "start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) or pass the address "
@@ -51,13 +56,17 @@ class RetryPolicy:
 
     def __post_init__(self):
         if self.retries < 0 or self.backoff_s < 0:
-            raise ValueError(f"retries and backoff_s must not be negative, got {self.retries!r}, {self.backoff_s!r}")
+            raise ValueError(
+                f"retries and backoff_s must not be negative, got {self.retries!r}, {self.backoff_s!r}"
+            )
 
     def wait_s(self, attempt: int) -> float:
         return min(self.backoff_s * 2**attempt, self.max_wait_s) * random.uniform(0.5, 1.5)
 
 
-def call(function: Callable[[], T], *, url: str, model: str | None, timeout_s: float, policy: RetryPolicy) -> T:
+def call(
+    function: Callable[[], T], *, url: str, model: str | None, timeout_s: float, policy: RetryPolicy
+) -> T:
     """``function()``, its errors mapped (see ``mapped``) and the retryable ones retried."""
     attempt = 0
     while True:
@@ -71,7 +80,9 @@ def call(function: Callable[[], T], *, url: str, model: str | None, timeout_s: f
             attempt += 1
 
 
-def mapped(error: Exception, *, url: str, model: str | None, timeout_s: float) -> tuple[MerlinTorchServingError, bool]:
+def mapped(
+    error: Exception, *, url: str, model: str | None, timeout_s: float
+) -> tuple[MerlinTorchServingError, bool]:
     """The library's error for what tritonclient raised, and whether retrying it is safe."""
     from tritonclient.utils import InferenceServerException
 
@@ -79,21 +90,31 @@ def mapped(error: Exception, *, url: str, model: str | None, timeout_s: float) -
         return error, False
     if isinstance(error, InferenceServerException):
         return _from_server(error, url=url, model=model, timeout_s=timeout_s)
-    if isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout":  # gevent's
-        return RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"), False
-    if isinstance(error, http.client.HTTPException):  # geventhttpclient's HTTPParseError: no HTTP came back
+    if (
+        isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout"
+    ):  # gevent's
+        return RequestTimeoutError(
+            model or url, timeout_s, f"{type(error).__name__}: {error}"
+        ), False
+    if isinstance(
+        error, http.client.HTTPException
+    ):  # geventhttpclient's HTTPParseError: no HTTP came back
         return WrongProtocolError(url, "http", f"{type(error).__name__}: {error}"), False
     if isinstance(error, ConnectionRefusedError):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}", NO_SERVER_HINT), True
     if isinstance(error, ConnectionError):
         # reset/aborted: inference has no side effect, so running it again is harmless
-        return ServerUnavailableError(url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"), True
+        return ServerUnavailableError(
+            url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"
+        ), True
     if isinstance(error, OSError):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}"), False
     raise error
 
 
-def _from_server(error, *, url: str, model: str | None, timeout_s: float) -> tuple[MerlinTorchServingError, bool]:
+def _from_server(
+    error, *, url: str, model: str | None, timeout_s: float
+) -> tuple[MerlinTorchServingError, bool]:
     message = error.message() if callable(getattr(error, "message", None)) else str(error)
     status = str(error.status() or "") if callable(getattr(error, "status", None)) else ""
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
@@ -103,7 +124,9 @@ def _from_server(error, *, url: str, model: str | None, timeout_s: float) -> tup
             return ServerUnavailableError(url, message, NO_SERVER_HINT), True
         if speaks_http(url):
             return WrongProtocolError(url, "grpc", message), False
-        return ServerUnavailableError(url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"), True
+        return ServerUnavailableError(
+            url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"
+        ), True
     if model is None:
         return ServerError(f"tritonserver at {url}: {message}"), False
     refused = InputError.from_message(message, model=model)
@@ -117,7 +140,9 @@ def speaks_http(url: str, timeout_s: float = 1.0) -> bool:
     sees only a closed socket)."""
     host, _, port = url.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout_s) as connection:
+        with socket.create_connection(
+            (host.strip("[]") or "localhost", int(port)), timeout=timeout_s
+        ) as connection:
             connection.sendall(b"GET /v2/health/live HTTP/1.0\r\n\r\n")
             return connection.recv(5) == b"HTTP/"
     except (OSError, ValueError):

@@ -45,11 +45,17 @@ class EntryCheck:
         # read from the schema once: merlin's schema objects are slow to ask per request
         specs = {column.name: tuple(wire.column_specs(column)) for column in self.schema}
         object.__setattr__(self, "_specs", specs)
-        object.__setattr__(self, "_names", frozenset(spec.name for column in specs.values() for spec in column))
+        object.__setattr__(
+            self, "_names", frozenset(spec.name for column in specs.values() for spec in column)
+        )
 
     @classmethod
     def for_entry(
-        cls, schema: Schema, entries: Mapping[str, Ref], calls: Sequence[OpCall], max_rows: int | None = None
+        cls,
+        schema: Schema,
+        entries: Mapping[str, Ref],
+        calls: Sequence[OpCall],
+        max_rows: int | None = None,
     ) -> "EntryCheck":
         """The check of an entry whose columns ``entries`` (name -> ref) feed ``calls``."""
         groups: dict[int, list[str]] = {}
@@ -62,7 +68,9 @@ class EntryCheck:
                 ref = call.inputs.get(name)
                 if ref in name_of:
                     non_null.add(name_of[ref])
-        return cls(schema, tuple(tuple(names) for names in groups.values()), frozenset(non_null), max_rows)
+        return cls(
+            schema, tuple(tuple(names) for names in groups.values()), frozenset(non_null), max_rows
+        )
 
     def check(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Raise ``InputError`` for the first tensor of ``arrays`` (wire format) that does not fit."""
@@ -81,21 +89,33 @@ class EntryCheck:
                 odd = next(name for name, count in counts.items() if count != usual)
                 like = ", ".join(repr(name) for name, count in counts.items() if count == usual)
                 raise InputError(
-                    odd, f"{usual} rows, like {like}", f"{counts[odd]} rows", "every column needs one entry per row"
+                    odd,
+                    f"{usual} rows, like {like}",
+                    f"{counts[odd]} rows",
+                    "every column needs one entry per row",
                 )
 
     # ---- one column -------------------------------------------------------------------------
 
-    def _rows_of(self, column: str, specs: tuple[wire.TensorSpec, ...], arrays: Mapping[str, np.ndarray]) -> int:
+    def _rows_of(
+        self, column: str, specs: tuple[wire.TensorSpec, ...], arrays: Mapping[str, np.ndarray]
+    ) -> int:
         """The column's row count, once its tensors are checked."""
         tensors = []
         for spec in specs:
             if spec.name not in arrays:
-                raise InputError(spec.name, f"{_describe(spec)} for column {column!r}", "no such tensor")
+                raise InputError(
+                    spec.name, f"{_describe(spec)} for column {column!r}", "no such tensor"
+                )
             tensors.append(_checked_tensor(spec, arrays[spec.name]))
         values = tensors[0]
         if self.max_rows is not None and len(values) > self.max_rows:
-            raise InputError(specs[0].name, f"at most {self.max_rows} rows per request", f"{len(values)}", _SPLIT_HINT)
+            raise InputError(
+                specs[0].name,
+                f"at most {self.max_rows} rows per request",
+                f"{len(values)}",
+                _SPLIT_HINT,
+            )
         if column in self.non_null:
             _check_no_nulls(specs[0].name, values)
         if len(tensors) == 1:
@@ -107,15 +127,21 @@ class EntryCheck:
 
 def _checked_tensor(spec: wire.TensorSpec, array) -> np.ndarray:
     if not isinstance(array, np.ndarray):
-        raise InputError(spec.name, _describe(spec), f"a {type(array).__name__}", "send a numpy array")
+        raise InputError(
+            spec.name, _describe(spec), f"a {type(array).__name__}", "send a numpy array"
+        )
     object_wanted = spec.dtype == np.dtype(object)
     dtype_fits = array.dtype.kind in "OUS" if object_wanted else array.dtype == spec.dtype
     if spec.name.endswith(wire.OFFSETS_SUFFIX):
         dtype_fits = array.dtype.kind in "iu"  # in-process requests may carry int64 offsets
     if not dtype_fits:
-        raise InputError(spec.name, _describe(spec), f"{array.dtype} values", f"convert them to {spec.dtype}")
+        raise InputError(
+            spec.name, _describe(spec), f"{array.dtype} values", f"convert them to {spec.dtype}"
+        )
     fixed = [dim for dim in spec.dims[1:]]
-    if array.ndim != len(spec.dims) or any(want != -1 and want != got for want, got in zip(fixed, array.shape[1:])):
+    if array.ndim != len(spec.dims) or any(
+        want != -1 and want != got for want, got in zip(fixed, array.shape[1:])
+    ):
         raise InputError(spec.name, _describe(spec), f"shape {list(array.shape)}")
     return array
 
@@ -124,15 +150,29 @@ def _check_offsets(name: str, offsets: np.ndarray, values: int, values_name: str
     """Offsets of a ragged list: at least one entry, from 0, never decreasing, ending at the values."""
     expected = f"offsets from 0 up to len({values_name!r}) = {values}, never decreasing"
     if len(offsets) == 0:
-        raise InputError(name, expected, "no offsets", "a request of n rows has n + 1 offsets; send [0] for no rows")
+        raise InputError(
+            name,
+            expected,
+            "no offsets",
+            "a request of n rows has n + 1 offsets; send [0] for no rows",
+        )
     if offsets[0] != 0:
         raise InputError(name, expected, f"a first offset of {int(offsets[0])}")
     if offsets[-1] != values:
-        raise InputError(name, expected, f"a last offset of {int(offsets[-1])}", "each row's values must be in the values tensor")
+        raise InputError(
+            name,
+            expected,
+            f"a last offset of {int(offsets[-1])}",
+            "each row's values must be in the values tensor",
+        )
     steps = np.diff(offsets.astype(np.int64, copy=False))
     if len(steps) and steps.min() < 0:
         row = int(np.argmax(steps < 0))
-        raise InputError(name, expected, f"offsets going back from {int(offsets[row])} to {int(offsets[row + 1])} at row {row}")
+        raise InputError(
+            name,
+            expected,
+            f"offsets going back from {int(offsets[row])} to {int(offsets[row + 1])} at row {row}",
+        )
 
 
 def _check_no_nulls(name: str, values: np.ndarray) -> None:

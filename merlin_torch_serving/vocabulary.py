@@ -49,7 +49,9 @@ class CategoryVocabulary:
         )
 
     @classmethod
-    def from_labels(cls, column: str, values: np.ndarray, labels: np.ndarray) -> "CategoryVocabulary":
+    def from_labels(
+        cls, column: str, values: np.ndarray, labels: np.ndarray
+    ) -> "CategoryVocabulary":
         """From raw values and the encoded id of each (``read_labels``); null values are left out."""
         present = ~pd.isna(values)
         size = int(labels.max()) + 1 if len(labels) else 0
@@ -120,7 +122,9 @@ def read_labels(op, column: str) -> tuple[np.ndarray, np.ndarray]:
                 "the Categorify vocabulary of %r stores ids from %d, below the %d reserved ids, and NVTabular "
                 "encodes with them as stored (split_out > 1 or cat_cache=None): its values share ids with "
                 "padding, null and out-of-vocabulary; refit the workflow with NVTabular 23.08 to separate them",
-                column, labels[0], reserved,
+                column,
+                labels[0],
+                reserved,
             )
     return values, labels
 
@@ -139,7 +143,9 @@ def _read_frame(path: str, column: str) -> pd.DataFrame:
         (name for name in os.listdir(path) if name.endswith(".parquet")),
         key=lambda name: int("".join(filter(str.isdigit, name)) or 0),
     )
-    return pd.concat([pd.read_parquet(os.path.join(path, name), columns=[column]) for name in parts])
+    return pd.concat(
+        [pd.read_parquet(os.path.join(path, name), columns=[column]) for name in parts]
+    )
 
 
 def _oov_buckets(op, column: str) -> int:

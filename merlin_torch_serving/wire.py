@@ -107,7 +107,9 @@ def _dims(column: ColumnSchema) -> tuple[int, ...]:
     shape = column.shape
     if shape.dims is None or len(shape.dims) == 0:
         return (-1,)
-    return tuple(-1 if i == 0 or not dim.is_fixed else int(dim.max) for i, dim in enumerate(shape.dims))
+    return tuple(
+        -1 if i == 0 or not dim.is_fixed else int(dim.max) for i, dim in enumerate(shape.dims)
+    )
 
 
 def column_specs(column: ColumnSchema) -> list[TensorSpec]:
@@ -135,7 +137,9 @@ def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
         values = np.asarray(column.values)
         if column.offsets is not None:
             arrays[name + VALUES_SUFFIX] = values
-            arrays[name + OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(OFFSETS_DTYPE, copy=False)
+            arrays[name + OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(
+                OFFSETS_DTYPE, copy=False
+            )
         else:
             arrays[name] = values
     return arrays
@@ -169,7 +173,9 @@ def offsets_from_lengths(row_lengths: np.ndarray, dtype: np.dtype = OFFSETS_DTYP
     return offsets
 
 
-def segment_positions(starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def segment_positions(
+    starts: np.ndarray, row_lengths: np.ndarray, offsets: np.ndarray
+) -> np.ndarray:
     """Flat positions of the segments ``[start, start + length)``, concatenated in row order.
 
     ``offsets`` are the output offsets (from ``row_lengths``); passing them avoids a second cumsum.

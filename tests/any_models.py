@@ -12,7 +12,9 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 
 PRICES = ColumnSchema("price", dtype="float32", dims=(None, 3))
-CLICKS = ColumnSchema("clicks", dtype="int64", dims=(None,), properties={"domain": {"min": 0, "max": 20}})
+CLICKS = ColumnSchema(
+    "clicks", dtype="int64", dims=(None,), properties={"domain": {"min": 0, "max": 20}}
+)
 POSITIONAL_INPUTS = Schema([PRICES, CLICKS])
 POSITIONAL_OUTPUTS = Schema([ColumnSchema("score"), ColumnSchema("weighted")])
 
@@ -25,7 +27,9 @@ class PositionalScorer(torch.nn.Module):
         super().__init__()
         self.weights = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
 
-    def forward(self, price: torch.Tensor, clicks: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, price: torch.Tensor, clicks: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         weighted = price * self.weights
         score = weighted.sum(1) + clicks.to(torch.float32)
         if bool((score < 0).any()):
@@ -86,7 +90,9 @@ class QueryTower(torch.nn.Module):
         super().__init__()
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            self.encoder = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, dimension))
+            self.encoder = torch.nn.Sequential(
+                torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, dimension)
+            )
             self.items = torch.nn.Embedding(n_items, dimension)
 
     def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:

@@ -85,7 +85,9 @@ def session_workflow(session_split, tmp_path_factory):
 
     train, _ = session_split
     return features.fit_workflow(
-        train, tmp_path_factory.mktemp("session_workflow"), max_sequence_length=session_models.MAX_SEQUENCE_LENGTH
+        train,
+        tmp_path_factory.mktemp("session_workflow"),
+        max_sequence_length=session_models.MAX_SEQUENCE_LENGTH,
     )
 
 
@@ -120,5 +122,10 @@ def ranking(tmp_path_factory):
     train, held_out = data.split(impressions, seed=3)
     workflow = features.fit_workflow(train, tmp_path_factory.mktemp("ranking"))
     ctr_model = model.build_model(workflow.output_schema)
-    model.train(ctr_model, features.transform(workflow, train), train[data.LABEL_COLUMN].to_numpy(), epochs=6)
+    model.train(
+        ctr_model,
+        features.transform(workflow, train),
+        train[data.LABEL_COLUMN].to_numpy(),
+        epochs=6,
+    )
     return Ranking(train, held_out, workflow, ctr_model)

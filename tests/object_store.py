@@ -12,7 +12,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,9 @@ def start_local_s3(log_path: Path, timeout_s: float = 60.0) -> tuple[subprocess.
     server = Path(sys.executable).parent / "moto_server"
     log = open(log_path, "wb")  # noqa: SIM115 -- the process keeps it
     process = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
+        [str(server), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
         env={**os.environ, **CREDENTIALS},
     )
     endpoint = f"http://127.0.0.1:{port}"
@@ -52,5 +58,7 @@ def start_local_s3(log_path: Path, timeout_s: float = 60.0) -> tuple[subprocess.
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                raise RuntimeError(f"moto's S3 server did not start on {endpoint}: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"moto's S3 server did not start on {endpoint}: {log_path.read_text()[-2000:]}"
+                )
             time.sleep(0.2)

@@ -20,7 +20,9 @@ from merlin_torch_serving.export.config import from_pbtxt
 from merlin_torch_serving.export.python_model import HostedStep
 
 
-def run_repository(repository: str | Path, ensemble: str, arrays: dict[str, np.ndarray], version: int = 1) -> dict:
+def run_repository(
+    repository: str | Path, ensemble: str, arrays: dict[str, np.ndarray], version: int = 1
+) -> dict:
     """The ensemble's response tensors (by the names they travel under) for request ``arrays``."""
     repository = Path(repository)
     config = from_pbtxt((repository / ensemble / "config.pbtxt").read_text())
@@ -28,7 +30,10 @@ def run_repository(repository: str | Path, ensemble: str, arrays: dict[str, np.n
     for step in config.ensemble_scheduling.step:
         model_dir = repository / step.model_name
         step_config = from_pbtxt((model_dir / "config.pbtxt").read_text())
-        inputs = {model_name: tensors[ensemble_name] for model_name, ensemble_name in step.input_map.items()}
+        inputs = {
+            model_name: tensors[ensemble_name]
+            for model_name, ensemble_name in step.input_map.items()
+        }
         if step_config.backend == "pytorch":
             outputs = _run_libtorch(model_dir / str(version) / "model.pt", step_config, inputs)
         else:
@@ -40,7 +45,10 @@ def run_repository(repository: str | Path, ensemble: str, arrays: dict[str, np.n
 
 def _run_libtorch(model_path: Path, config, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     module = torch.jit.load(str(model_path), map_location="cpu")
-    tensors = {spec.name: torch.from_numpy(np.ascontiguousarray(inputs[spec.name])) for spec in config.input}
+    tensors = {
+        spec.name: torch.from_numpy(np.ascontiguousarray(inputs[spec.name]))
+        for spec in config.input
+    }
     with torch.inference_mode(), torch.jit.optimized_execution(False):
         result = module(tensors)
     result = result if isinstance(result, tuple) else (result,)
@@ -56,5 +64,7 @@ def response_arrays(table, request_names) -> dict[str, np.ndarray]:
             arrays[sent] = np.asarray(column.values)
         else:
             arrays[sent + wire.VALUES_SUFFIX] = np.asarray(column.values)
-            arrays[sent + wire.OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(wire.OFFSETS_DTYPE)
+            arrays[sent + wire.OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(
+                wire.OFFSETS_DTYPE
+            )
     return arrays

@@ -53,7 +53,10 @@ def stubs_of(server, model: str) -> list[int]:
     return [
         p.pid
         for p in children_of(server.pid)
-        if p.is_alive and len(p.argv) > 1 and p.argv[0].endswith("triton_python_backend_stub") and f"/{model}/" in p.argv[1]
+        if p.is_alive
+        and len(p.argv) > 1
+        and p.argv[0].endswith("triton_python_backend_stub")
+        and f"/{model}/" in p.argv[1]
     ]
 
 
@@ -94,7 +97,9 @@ class Traffic:
         """Block until ``answers`` more requests were answered (the traffic really flows)."""
         target = sum(self.answered.values()) + answers
         deadline = time.monotonic() + timeout_s
-        while sum(self.answered.values()) < target and time.monotonic() < deadline and not self.errors:
+        while (
+            sum(self.answered.values()) < target and time.monotonic() < deadline and not self.errors
+        ):
             time.sleep(0.05)
 
     @property
@@ -109,7 +114,10 @@ class Traffic:
     def _send_until_stopped(self, client: Client, protocol: str, offset: int) -> None:
         index = offset
         while not self._stop.is_set():
-            request, expected = self.requests[index % len(self.requests)], self.expected[index % len(self.expected)]
+            request, expected = (
+                self.requests[index % len(self.requests)],
+                self.expected[index % len(self.expected)],
+            )
             index += 1
             try:
                 answer = client.infer(self.model, request)

@@ -50,7 +50,9 @@ def clicks() -> pd.DataFrame:
 
 
 def xlnet(workflow, train: pd.DataFrame) -> SessionModel:
-    xlnet_model = model.build_model(workflow.output_schema, max_sequence_length=MAX_SEQUENCE_LENGTH, d_model=32)
+    xlnet_model = model.build_model(
+        workflow.output_schema, max_sequence_length=MAX_SEQUENCE_LENGTH, d_model=32
+    )
     model.train(xlnet_model, features.transform(workflow, train), epochs=2, progress=False)
     xlnet_model.eval()
     return SessionModel("xlnet", xlnet_model, xlnet_model, {})
@@ -65,10 +67,18 @@ def gpt2(workflow, seed: int = 0, **task_options) -> SessionModel:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         inputs = tr.TabularSequenceFeatures.from_schema(
-            schema, max_sequence_length=MAX_SEQUENCE_LENGTH, aggregation="concat", d_output=32, masking="clm"
+            schema,
+            max_sequence_length=MAX_SEQUENCE_LENGTH,
+            aggregation="concat",
+            d_output=32,
+            masking="clm",
         )
-        config = tr.GPT2Config.build(d_model=32, n_head=2, n_layer=2, total_seq_length=MAX_SEQUENCE_LENGTH)
-        body = tr.SequentialBlock(inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking))
+        config = tr.GPT2Config.build(
+            d_model=32, n_head=2, n_layer=2, total_seq_length=MAX_SEQUENCE_LENGTH
+        )
+        body = tr.SequentialBlock(
+            inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking)
+        )
         task = tr.NextItemPredictionTask(**{"weight_tying": True, **task_options})
         head = tr.Head(body, task, inputs=inputs)
         gpt2_model = tr.Model(head, max_sequence_length=MAX_SEQUENCE_LENGTH).eval()
@@ -76,7 +86,9 @@ def gpt2(workflow, seed: int = 0, **task_options) -> SessionModel:
 
 
 def torchscript(workflow) -> SessionModel:
-    scripted, input_schema, output_schema = toy_session.scripted_model(workflow, MAX_SEQUENCE_LENGTH)
+    scripted, input_schema, output_schema = toy_session.scripted_model(
+        workflow, MAX_SEQUENCE_LENGTH
+    )
     output = workflow.output_schema
     eager = toy_session.PositionalSessionModel(
         int(output["item_id-list"].properties["domain"]["max"]) + 1,
@@ -84,7 +96,10 @@ def torchscript(workflow) -> SessionModel:
         MAX_SEQUENCE_LENGTH,
     ).eval()
     return SessionModel(
-        "torchscript", scripted, eager, {"input_schema": input_schema, "output_schema": output_schema}
+        "torchscript",
+        scripted,
+        eager,
+        {"input_schema": input_schema, "output_schema": output_schema},
     )
 
 
@@ -96,16 +111,22 @@ def request_rows(held_out: pd.DataFrame, n_sessions: int, seed: int) -> pd.DataF
     lengths = held_out.groupby("session_id").size()
     longest, single = lengths.idxmax(), lengths[lengths == 1].index[0]
     if lengths[longest] <= MAX_SEQUENCE_LENGTH:
-        raise ValueError(f"no held-out session is longer than {MAX_SEQUENCE_LENGTH} clicks; generate longer ones")
+        raise ValueError(
+            f"no held-out session is longer than {MAX_SEQUENCE_LENGTH} clicks; generate longer ones"
+        )
     others = lengths.index.difference([longest, single]).to_numpy()
-    chosen = [longest, single][:n_sessions] + list(rng.choice(others, max(n_sessions - 2, 0), replace=False))
+    chosen = [longest, single][:n_sessions] + list(
+        rng.choice(others, max(n_sessions - 2, 0), replace=False)
+    )
     rows = held_out[held_out["session_id"].isin(chosen)].copy()
     unseen = rng.random(len(rows)) < 0.2
     rows.loc[unseen, "item_id"] = UNSEEN_ITEM_ID + np.arange(unseen.sum())
     return rows.sample(frac=1.0, random_state=seed).reset_index(drop=True)
 
 
-def eager_top_k(workflow, eager: torch.nn.Module, rows: pd.DataFrame, k: int, decoded: bool) -> pd.DataFrame:
+def eager_top_k(
+    workflow, eager: torch.nn.Module, rows: pd.DataFrame, k: int, decoded: bool
+) -> pd.DataFrame:
     """Per session (indexed by id): top-k ids (raw when ``decoded``), their scores, all scores."""
     sessions = features.transform(workflow, rows)
     inputs = model.padded_inputs(sessions, max_sequence_length=MAX_SEQUENCE_LENGTH)
@@ -132,14 +153,26 @@ def masked_top_k(scores: np.ndarray, seen_lists, k: int) -> np.ndarray:
     return np.argsort(-masked, axis=1, kind="stable")[:, :k]
 
 
-def assert_same_recommendations(answer: pd.DataFrame, expected: pd.DataFrame, workflow, decoded: bool) -> None:
+def assert_same_recommendations(
+    answer: pd.DataFrame, expected: pd.DataFrame, workflow, decoded: bool
+) -> None:
     """Same ids in the same order, except where two eager scores are closer than the tolerance
     (a near tie may swap); scores within the tolerance."""
     lookup = features.item_id_lookup(workflow)
-    encode = {int(raw): encoded for encoded, raw in enumerate(lookup) if raw >= 0} if decoded else None
-    for session_id, ids, scores in zip(answer["session_id"], answer["item_ids"], answer["item_scores"]):
+    encode = (
+        {int(raw): encoded for encoded, raw in enumerate(lookup) if raw >= 0} if decoded else None
+    )
+    for session_id, ids, scores in zip(
+        answer["session_id"], answer["item_ids"], answer["item_scores"]
+    ):
         want = expected.loc[session_id]
-        np.testing.assert_allclose(scores, want["item_scores"], rtol=0, atol=SCORE_TOLERANCE, err_msg=f"session {session_id}")
+        np.testing.assert_allclose(
+            scores,
+            want["item_scores"],
+            rtol=0,
+            atol=SCORE_TOLERANCE,
+            err_msg=f"session {session_id}",
+        )
         for position, (got, wanted) in enumerate(zip(ids, want["item_ids"])):
             if got != wanted:
                 eager_score_of_got = want["all_scores"][encode[int(got)] if decoded else int(got)]

@@ -77,7 +77,9 @@ class PositionalSessionModel(torch.nn.Module):
         generator = torch.Generator().manual_seed(0)
         self.items = torch.nn.Parameter(torch.randn(catalog, dim, generator=generator))
         self.categories = torch.nn.Parameter(torch.randn(categories, dim, generator=generator))
-        self.positions = torch.nn.Parameter(torch.randn(max_sequence_length, 1, generator=generator))
+        self.positions = torch.nn.Parameter(
+            torch.randn(max_sequence_length, 1, generator=generator)
+        )
 
     def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
         items = inputs["item_id-list"]
@@ -92,7 +94,9 @@ def scripted_model(workflow, max_sequence_length: int = MAX_SEQUENCE_LENGTH):
     output = workflow.output_schema
     catalog = int(output["item_id-list"].properties["domain"]["max"]) + 1
     categories = int(output["category-list"].properties["domain"]["max"]) + 1
-    model = torch.jit.script(PositionalSessionModel(catalog, categories, max_sequence_length).eval())
+    model = torch.jit.script(
+        PositionalSessionModel(catalog, categories, max_sequence_length).eval()
+    )
     input_schema = output.select_by_name(["item_id-list", "category-list"])
     output_schema = Schema([ColumnSchema("next-item", dtype="float32", dims=(None, catalog))])
     return model, input_schema, output_schema

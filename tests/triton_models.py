@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2
 #: a tensor as (Triton data type such as "TYPE_INT64", dims such as [-1])
 TensorSpec = tuple[str, Sequence[int]]
 
-_MODEL_PY = '''\
+_MODEL_PY = """\
 import time
 
 import numpy as np
@@ -41,7 +41,7 @@ class TritonPythonModel:
             tensors = [pb_utils.Tensor(name, np.asarray(outputs[name])) for name in OUTPUT_NAMES]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         return responses
-'''
+"""
 
 
 def write_python_model(
@@ -67,8 +67,14 @@ def write_python_model(
             "name": name,
             "backend": "python",
             "max_batch_size": max_batch_size,
-            "input": [{"name": key, "data_type": dtype, "dims": list(dims)} for key, (dtype, dims) in inputs.items()],
-            "output": [{"name": key, "data_type": dtype, "dims": list(dims)} for key, (dtype, dims) in outputs.items()],
+            "input": [
+                {"name": key, "data_type": dtype, "dims": list(dims)}
+                for key, (dtype, dims) in inputs.items()
+            ],
+            "output": [
+                {"name": key, "data_type": dtype, "dims": list(dims)}
+                for key, (dtype, dims) in outputs.items()
+            ],
         },
         model_config_pb2.ModelConfig(),
     )

@@ -66,7 +66,9 @@ def generate_impressions(
     return frame
 
 
-def split(frame: pd.DataFrame, held_out_fraction: float = 0.2, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split(
+    frame: pd.DataFrame, held_out_fraction: float = 0.2, seed: int = 0
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A random split of the rows into (train, held out), each with a fresh index."""
     if not 0.0 < held_out_fraction < 1.0:
         raise ValueError(f"held_out_fraction must be between 0 and 1, got {held_out_fraction!r}")

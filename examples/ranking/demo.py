@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     _step("1/5 impressions")
     impressions = data.generate_impressions(args.rows, seed=args.seed)
     train, held_out = data.split(impressions, seed=args.seed)
-    print(f"{len(train):,} training rows, {len(held_out):,} held out; click rate {train[data.LABEL_COLUMN].mean():.3f}")
+    print(
+        f"{len(train):,} training rows, {len(held_out):,} held out; click rate {train[data.LABEL_COLUMN].mean():.3f}"
+    )
 
     _step("2/5 workflow (Categorify, FillMissing, Normalize)")
     workflow = features.fit_workflow(train, output / "workflow")
@@ -56,12 +58,18 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     _step("3/5 model")
     ctr_model = model.build_model(workflow.output_schema)
-    losses = model.train(ctr_model, train_features, train[data.LABEL_COLUMN].to_numpy(), epochs=args.epochs)
+    losses = model.train(
+        ctr_model, train_features, train[data.LABEL_COLUMN].to_numpy(), epochs=args.epochs
+    )
     print(f"loss per epoch: {', '.join(f'{loss:.3f}' for loss in losses)}")
 
     _step("4/5 export")
     server = TritonServer(output / "repository")
-    backend = args.backend if args.backend != "auto" else ("pytorch" if "pytorch" in server.backends() else "python")
+    backend = (
+        args.backend
+        if args.backend != "auto"
+        else ("pytorch" if "pytorch" in server.backends() else "python")
+    )
     ensemble = Ensemble(scoring_graph(workflow, ctr_model, backend=backend), workflow.input_schema)
     result = ensemble.export(output / "repository", MODEL_NAME, overwrite=True)
     print(f"model {backend!r} backend; steps: {', '.join(result.models)}")
@@ -71,21 +79,35 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     with server:
         scored = Client(server.grpc_url).infer(MODEL_NAME, request)
     in_process = ensemble.transform(request)  # with the torch threads served models use
-    same = np.array_equal(scored[model.OUTPUT_COLUMN].to_numpy(), in_process[model.OUTPUT_COLUMN].to_numpy())
+    same = np.array_equal(
+        scored[model.OUTPUT_COLUMN].to_numpy(), in_process[model.OUTPUT_COLUMN].to_numpy()
+    )
     labels = held_out[data.LABEL_COLUMN].to_numpy()
-    print(f"served == in-process: {same}; held-out AUC {model.auc(scored[model.OUTPUT_COLUMN], labels):.3f}")
-    shown = held_out.head(args.show).assign(**{model.OUTPUT_COLUMN: scored[model.OUTPUT_COLUMN].head(args.show)})
+    print(
+        f"served == in-process: {same}; held-out AUC {model.auc(scored[model.OUTPUT_COLUMN], labels):.3f}"
+    )
+    shown = held_out.head(args.show).assign(
+        **{model.OUTPUT_COLUMN: scored[model.OUTPUT_COLUMN].head(args.show)}
+    )
     print(shown.to_string(index=False))
     return scored
 
 
 def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="ranking-output", help="folder for the workflow and the repository")
-    parser.add_argument("--rows", type=int, default=20_000, help="synthetic impressions to generate")
+    parser.add_argument(
+        "--output", default="ranking-output", help="folder for the workflow and the repository"
+    )
+    parser.add_argument(
+        "--rows", type=int, default=20_000, help="synthetic impressions to generate"
+    )
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--backend", choices=["auto", "python", "pytorch"], default="auto",
-                        help="where the model runs; auto: libtorch when the server has it")
+    parser.add_argument(
+        "--backend",
+        choices=["auto", "python", "pytorch"],
+        default="auto",
+        help="where the model runs; auto: libtorch when the server has it",
+    )
     parser.add_argument("--show", type=int, default=8, help="held-out rows to print")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)

@@ -21,7 +21,9 @@ from examples.ranking.data import CATEGORICAL_COLUMNS, CONTINUOUS_COLUMNS
 def build_workflow(directory: str | Path) -> nvt.Workflow:
     """The unfitted workflow; fitting writes the vocabularies under ``directory``."""
     categorical = list(CATEGORICAL_COLUMNS) >> nvt.ops.Categorify(out_path=str(directory))
-    continuous = list(CONTINUOUS_COLUMNS) >> nvt.ops.FillMissing(fill_val=0.0) >> nvt.ops.Normalize()
+    continuous = (
+        list(CONTINUOUS_COLUMNS) >> nvt.ops.FillMissing(fill_val=0.0) >> nvt.ops.Normalize()
+    )
     return nvt.Workflow(categorical + continuous)
 
 
@@ -36,4 +38,8 @@ def fit_workflow(train: pd.DataFrame, directory: str | Path) -> nvt.Workflow:
 
 def transform(workflow: nvt.Workflow, rows: pd.DataFrame) -> pd.DataFrame:
     """The model's input features of ``rows``, one output row per input row, in order."""
-    return workflow.transform(Dataset(rows[workflow.input_schema.column_names], cpu=True)).to_ddf().compute()
+    return (
+        workflow.transform(Dataset(rows[workflow.input_schema.column_names], cpu=True))
+        .to_ddf()
+        .compute()
+    )

@@ -24,12 +24,18 @@ class DLRM(torch.nn.Module):
     categorical: List[str]
     continuous: List[str]
 
-    def __init__(self, cardinalities: Dict[str, int], continuous: List[str], dim: int = 16, top: int = 64):
+    def __init__(
+        self, cardinalities: Dict[str, int], continuous: List[str], dim: int = 16, top: int = 64
+    ):
         super().__init__()
         self.categorical = list(cardinalities)
         self.continuous = list(continuous)
-        self.embeddings = torch.nn.ModuleList([torch.nn.Embedding(n, dim) for n in cardinalities.values()])
-        self.bottom = torch.nn.Sequential(torch.nn.Linear(len(continuous), 32), torch.nn.ReLU(), torch.nn.Linear(32, dim))
+        self.embeddings = torch.nn.ModuleList(
+            [torch.nn.Embedding(n, dim) for n in cardinalities.values()]
+        )
+        self.bottom = torch.nn.Sequential(
+            torch.nn.Linear(len(continuous), 32), torch.nn.ReLU(), torch.nn.Linear(32, dim)
+        )
         n_vectors = len(cardinalities) + 1
         rows, columns = torch.triu_indices(n_vectors, n_vectors, offset=1)
         self.register_buffer("pair_rows", rows)
@@ -58,7 +64,9 @@ def build_model(schema: Schema, *, dim: int = 16, seed: int = 0) -> DLRM:
             f"the schema needs categorical and continuous columns (tagged so), got {schema.column_names}; "
             "pass the output schema of the example's workflow"
         )
-    cardinalities = {column.name: int(column.properties["domain"]["max"]) + 1 for column in categorical}
+    cardinalities = {
+        column.name: int(column.properties["domain"]["max"]) + 1 for column in categorical
+    }
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return DLRM(cardinalities, continuous.column_names, dim=dim)
@@ -70,7 +78,10 @@ def output_schema() -> Schema:
 
 def model_inputs(model: DLRM, features: pd.DataFrame) -> dict[str, torch.Tensor]:
     """The columns ``model`` reads, from workflow output rows (what an eager caller passes)."""
-    return {name: torch.from_numpy(features[name].to_numpy()) for name in model.categorical + model.continuous}
+    return {
+        name: torch.from_numpy(features[name].to_numpy())
+        for name in model.categorical + model.continuous
+    }
 
 
 def predict(model: DLRM, features: pd.DataFrame) -> np.ndarray:
@@ -101,7 +112,9 @@ def train(
         batch_losses = []
         for start in range(0, len(targets), batch_size):
             rows = order[start : start + batch_size]
-            loss = torch.nn.functional.binary_cross_entropy(model({k: v[rows] for k, v in inputs.items()}), targets[rows])
+            loss = torch.nn.functional.binary_cross_entropy(
+                model({k: v[rows] for k, v in inputs.items()}), targets[rows]
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -118,4 +131,6 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
         raise ValueError("AUC needs both clicked and not clicked rows")
     ranks = pd.Series(scores).rank().to_numpy()  # ties share their mean rank
     positives = labels.sum()
-    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * (~labels).sum()))
+    return float(
+        (ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * (~labels).sum())
+    )

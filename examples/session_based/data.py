@@ -116,8 +116,12 @@ class _Catalog:
     @classmethod
     def generate(cls, rng: np.random.Generator, *, n_items: int, n_categories: int) -> "_Catalog":
         # Raw ids are large and arbitrary, as in a real catalog, so nothing can rely on 0..n.
-        raw_item_ids = rng.choice(9_000_000, size=n_items, replace=False).astype(np.int64) + 1_000_000
-        raw_categories = rng.choice(9_000, size=n_categories, replace=False).astype(np.int64) + 1_000
+        raw_item_ids = (
+            rng.choice(9_000_000, size=n_items, replace=False).astype(np.int64) + 1_000_000
+        )
+        raw_categories = (
+            rng.choice(9_000, size=n_categories, replace=False).astype(np.int64) + 1_000
+        )
         # Every category gets at least one item; the rest are spread at random.
         item_category = np.concatenate(
             [np.arange(n_categories), rng.integers(0, n_categories, size=n_items - n_categories)]
@@ -144,13 +148,17 @@ class _Catalog:
 
     def next_items(self, rng: np.random.Generator, previous: np.ndarray) -> np.ndarray:
         draw = rng.random(len(previous))
-        column = rng.choice(len(self.NEIGHBOUR_WEIGHTS), size=len(previous), p=self.NEIGHBOUR_WEIGHTS)
+        column = rng.choice(
+            len(self.NEIGHBOUR_WEIGHTS), size=len(previous), p=self.NEIGHBOUR_WEIGHTS
+        )
         neighbour = self.neighbours[previous, column]
         same_category = self.popular_in_category(rng, self.item_category[previous])
         anything = self.popular(rng, len(previous))
         neighbour_drawn = draw < self.NEIGHBOUR_PROBABILITY
         category_drawn = draw < self.NEIGHBOUR_PROBABILITY + self.SAME_CATEGORY_PROBABILITY
-        return np.select([neighbour_drawn, category_drawn], [neighbour, same_category], default=anything)
+        return np.select(
+            [neighbour_drawn, category_drawn], [neighbour, same_category], default=anything
+        )
 
 
 def write_interactions(interactions: pd.DataFrame, path: str | Path) -> Path:
@@ -180,11 +188,16 @@ def read_interactions(path: str | Path, columns: dict[str, str] | None = None) -
         interactions = pd.read_parquet(path)
     else:
         interactions = pd.read_csv(path)
-    return validate_interactions(interactions, source=f"interactions file {str(path)!r}", columns=columns)
+    return validate_interactions(
+        interactions, source=f"interactions file {str(path)!r}", columns=columns
+    )
 
 
 def validate_interactions(
-    interactions: pd.DataFrame, *, source: str = "interactions", columns: dict[str, str] | None = None
+    interactions: pd.DataFrame,
+    *,
+    source: str = "interactions",
+    columns: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """Return the interactions with the four columns as int64, or raise naming what is wrong.
 
@@ -210,7 +223,11 @@ def validate_interactions(
         if column == "timestamp" and pd.api.types.is_datetime64_any_dtype(values):
             # Seconds since the epoch, whatever the column's time unit and zone.
             values = (values - pd.Timestamp(0, tz=values.dt.tz)) // pd.Timedelta(seconds=1)
-        if pd.api.types.is_float_dtype(values) and values.notna().all() and (values == np.floor(values)).all():
+        if (
+            pd.api.types.is_float_dtype(values)
+            and values.notna().all()
+            and (values == np.floor(values)).all()
+        ):
             values = values.astype(np.int64)  # whole numbers stored as floats
         if not pd.api.types.is_integer_dtype(values):
             first = f" (first value {values.iloc[0]!r})" if len(values) else ""
@@ -232,7 +249,9 @@ def split_by_time(
     about the future.
     """
     if not 0.0 < held_out_fraction < 1.0:
-        raise ValueError(f"held_out_fraction must be between 0 and 1 (exclusive), got {held_out_fraction!r}")
+        raise ValueError(
+            f"held_out_fraction must be between 0 and 1 (exclusive), got {held_out_fraction!r}"
+        )
     first_click = interactions.groupby("session_id")["timestamp"].min()
     # Ties in the first click are broken by session id so the split does not depend on row order.
     ordered = first_click.reset_index().sort_values(["timestamp", "session_id"], kind="stable")

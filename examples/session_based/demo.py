@@ -27,7 +27,16 @@ if __package__ in (None, ""):
 import pandas as pd
 
 from examples.session_based import data, features, model
-from merlin_torch_serving import Client, DecodeItemIds, Ensemble, PredictPytorch, TopK, TransformWorkflow, TritonServer, column_names
+from merlin_torch_serving import (
+    Client,
+    DecodeItemIds,
+    Ensemble,
+    PredictPytorch,
+    TopK,
+    TransformWorkflow,
+    TritonServer,
+    column_names,
+)
 from merlin_torch_serving.backends import built_for_running_torch
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND
 
@@ -64,8 +73,15 @@ def choose_backend(requested: str | None) -> tuple[str, str]:
             "the mixed repository: TransformWorkflow on the python backend; PredictPytorch, TopK and "
             "DecodeItemIds compiled into one libtorch model on Triton's pytorch backend"
         )
-    reason = "" if requested or built else f" (Triton's pytorch backend is not built for this torch; `{BUILD_COMMAND}` builds it)"
-    return backend, f"the all-python repository: the four operators fused into one python-backend model{reason}"
+    reason = (
+        ""
+        if requested or built
+        else f" (Triton's pytorch backend is not built for this torch; `{BUILD_COMMAND}` builds it)"
+    )
+    return (
+        backend,
+        f"the all-python repository: the four operators fused into one python-backend model{reason}",
+    )
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
@@ -108,7 +124,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     _step("4/6 ensemble, checked edge by edge, exported to a Triton model repository")
     backend, served_repository = choose_backend(args.backend)
-    ensemble = Ensemble(recommendation_graph(workflow, session_model, backend=backend), workflow.input_schema)
+    ensemble = Ensemble(
+        recommendation_graph(workflow, session_model, backend=backend), workflow.input_schema
+    )
     repository = output / "repository"
     exported = ensemble.export(repository, MODEL_NAME, overwrite=True)
     print(f"{repository}: {', '.join(exported.models)}")
@@ -139,21 +157,50 @@ def _step(title: str) -> None:
 
 
 def _parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add = parser.add_argument
-    add("--interactions", help="a .parquet or .csv file of clicks (session_id, item_id, category, "
-        "timestamp); default: synthetic clicks")
-    add("--columns", type=column_names.argument, default=None, metavar="YOURS=EXPECTED,...", help="the file's names "
-        "for the four columns, e.g. user_session=session_id,product=item_id,category_code=category,ts=timestamp")
-    add("--output", default="demo-output", help="folder for the workflow, the data and the model "
-        "repository (default: %(default)s)")
-    add("--sessions", type=int, default=5000, help="synthetic sessions to generate (default: %(default)s)")
+    add(
+        "--interactions",
+        help="a .parquet or .csv file of clicks (session_id, item_id, category, "
+        "timestamp); default: synthetic clicks",
+    )
+    add(
+        "--columns",
+        type=column_names.argument,
+        default=None,
+        metavar="YOURS=EXPECTED,...",
+        help="the file's names "
+        "for the four columns, e.g. user_session=session_id,product=item_id,category_code=category,ts=timestamp",
+    )
+    add(
+        "--output",
+        default="demo-output",
+        help="folder for the workflow, the data and the model repository (default: %(default)s)",
+    )
+    add(
+        "--sessions",
+        type=int,
+        default=5000,
+        help="synthetic sessions to generate (default: %(default)s)",
+    )
     add("--epochs", type=int, default=10, help="training epochs (default: %(default)s)")
-    add("--show", type=int, default=3, help="held-out sessions to recommend for (default: %(default)s)")
+    add(
+        "--show",
+        type=int,
+        default=3,
+        help="held-out sessions to recommend for (default: %(default)s)",
+    )
     add("--seed", type=int, default=0, help="seed of the synthetic clicks (default: %(default)s)")
-    add("--backend", choices=("pytorch", "python"), default=None, help="backend of the model step: pytorch "
+    add(
+        "--backend",
+        choices=("pytorch", "python"),
+        default=None,
+        help="backend of the model step: pytorch "
         "(the mixed repository; needs Triton's pytorch backend built) or python (all python); default: pytorch "
-        "when it is built for this torch, else python")
+        "when it is built for this torch, else python",
+    )
     return parser.parse_args(argv)
 
 

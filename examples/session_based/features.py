@@ -121,7 +121,9 @@ def as_dataset(interactions: Dataset | pd.DataFrame | str | Path) -> Dataset:
     return Dataset(read_interactions(interactions), cpu=True)
 
 
-def transform(workflow: nvt.Workflow, interactions: Dataset | pd.DataFrame | str | Path) -> pd.DataFrame:
+def transform(
+    workflow: nvt.Workflow, interactions: Dataset | pd.DataFrame | str | Path
+) -> pd.DataFrame:
     """One row per session, ordered by session id; the list columns hold Python lists of ints."""
     sessions = workflow.transform(as_dataset(interactions)).to_ddf().compute()
     return sessions.sort_values("session_id").reset_index(drop=True)
@@ -130,8 +132,7 @@ def transform(workflow: nvt.Workflow, interactions: Dataset | pd.DataFrame | str
 def item_id_lookup(workflow: nvt.Workflow) -> np.ndarray:
     """Raw item id for each encoded item id (the array's index); reserved ids map to -1."""
     categorify = next(
-        node.op
-        for node in Graph.get_nodes_by_op_type([workflow.output_node], nvt.ops.Categorify)
+        node.op for node in Graph.get_nodes_by_op_type([workflow.output_node], nvt.ops.Categorify)
     )
     vocabulary = pd.read_parquet(categorify.categories["item_id"])
     encoded = vocabulary.index.to_numpy()

@@ -88,6 +88,7 @@ def build_model(
 
 def with_item_catalog(schema: Schema, n_items: int) -> Schema:
     """``schema`` with the item list's ids ranging over ``n_items`` encoded ids (0 to n_items - 1)."""
+
     def widened(column):
         domain = {**column.properties.get("domain", {}), "min": 0, "max": int(n_items) - 1}
         return column.with_properties({**column.properties, "domain": domain})
@@ -150,9 +151,10 @@ def train(
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     shuffle = torch.Generator().manual_seed(seed)
     epoch_losses = []
-    with torch.random.fork_rng(), tqdm(
-        total=epochs * n_batches, desc="training", unit="batch", disable=not progress
-    ) as bar:
+    with (
+        torch.random.fork_rng(),
+        tqdm(total=epochs * n_batches, desc="training", unit="batch", disable=not progress) as bar,
+    ):
         torch.manual_seed(seed)
         model.train()
         for epoch in range(epochs):
@@ -160,7 +162,9 @@ def train(
             batch_losses = []
             for start in range(0, n_sessions, batch_size):
                 rows = order[start : start + batch_size]
-                output = model({name: values[rows] for name, values in inputs.items()}, training=True)
+                output = model(
+                    {name: values[rows] for name, values in inputs.items()}, training=True
+                )
                 optimizer.zero_grad()
                 output["loss"].backward()
                 optimizer.step()
@@ -179,7 +183,10 @@ def next_item_examples(
     evaluable = processed_sessions[processed_sessions[ITEM_LIST_COLUMN].map(len) >= 2]
     targets = torch.tensor([items[-1] for items in evaluable[ITEM_LIST_COLUMN]], dtype=torch.int64)
     prefixes = evaluable.assign(
-        **{name: evaluable[name].map(lambda values: list(values)[:-1]) for name in MODEL_INPUT_COLUMNS}
+        **{
+            name: evaluable[name].map(lambda values: list(values)[:-1])
+            for name in MODEL_INPUT_COLUMNS
+        }
     )
     return padded_inputs(prefixes, max_sequence_length=max_sequence_length), targets
 
@@ -218,9 +225,13 @@ def evaluate_recall(
     """
     if max_sequence_length is None:
         max_sequence_length = _max_sequence_length(model)
-    inputs, targets = next_item_examples(processed_held_out, max_sequence_length=max_sequence_length)
+    inputs, targets = next_item_examples(
+        processed_held_out, max_sequence_length=max_sequence_length
+    )
     if len(targets) == 0:
-        raise ValueError("no held-out session has two or more clicks, so there is nothing to predict")
+        raise ValueError(
+            "no held-out session has two or more clicks, so there is nothing to predict"
+        )
     if isinstance(model, torch.nn.Module):
         model.eval()
     with torch.no_grad():
@@ -244,7 +255,9 @@ def popularity_recall(
     most_clicked = np.argsort(-counts, kind="stable")[:k]
     targets = [items[-1] for items in processed_held_out[ITEM_LIST_COLUMN] if len(items) >= 2]
     if not targets:
-        raise ValueError("no held-out session has two or more clicks, so there is nothing to predict")
+        raise ValueError(
+            "no held-out session has two or more clicks, so there is nothing to predict"
+        )
     return float(np.isin(targets, most_clicked).mean())
 
 
@@ -260,7 +273,9 @@ def load_model(directory: str | Path) -> tr.Model:
     """The model saved by ``save_model``, in eval mode."""
     path = Path(directory) / f"{_MODEL_FILE_STEM}.pkl"
     if not path.exists():
-        raise FileNotFoundError(f"{str(path)!r} does not exist; save a model there with save_model()")
+        raise FileNotFoundError(
+            f"{str(path)!r} does not exist; save a model there with save_model()"
+        )
     model = tr.Model.load(directory, model_name=_MODEL_FILE_STEM)
     model.eval()
     return model

@@ -101,7 +101,9 @@ def _reported_version(binary: str, _mtime_ns: int, _size: int) -> str | None:
             )
         except (OSError, subprocess.SubprocessError):
             return None
-    match = _SERVER_VERSION.search(finished.stdout.decode(errors="replace") + finished.stderr.decode(errors="replace"))
+    match = _SERVER_VERSION.search(
+        finished.stdout.decode(errors="replace") + finished.stderr.decode(errors="replace")
+    )
     return match.group(1) if match else None
 
 
@@ -113,7 +115,9 @@ def release_of(server_version: str) -> str:
     """
     major, minor = (int(part) for part in server_version.split(".")[:2])
     if major != 2 or minor < 41:
-        raise ValueError(f"no release branch known for tritonserver {server_version} (2.41 and newer are)")
+        raise ValueError(
+            f"no release branch known for tritonserver {server_version} (2.41 and newer are)"
+        )
     months = 12 + (minor - 41)  # months after the end of 2022
     year, month = 23 + (months - 1) // 12, (months - 1) % 12 + 1
     return f"r{year}.{month:02d}"

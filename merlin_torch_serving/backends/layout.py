@@ -49,8 +49,12 @@ def python_backend_directory(
     stub = stubs / python_version / STUB_NAME
     if not stub.is_file():
         available = sorted(
-            (entry.name for entry in stubs.iterdir() if (entry / STUB_NAME).is_file()) if stubs.is_dir() else (),
-            key=lambda version: [int(part) if part.isdigit() else -1 for part in version.split(".")],
+            (entry.name for entry in stubs.iterdir() if (entry / STUB_NAME).is_file())
+            if stubs.is_dir()
+            else (),
+            key=lambda version: [
+                int(part) if part.isdigit() else -1 for part in version.split(".")
+            ],
         )
         raise ServerError(
             f"nvidia-pytriton {pytriton_version} has no python-backend stub for Python {python_version!r} "
@@ -81,7 +85,9 @@ def bundled_backend_directory(binary: str | os.PathLike | None = None) -> Path:
         return python_only
     # The pytorch folder links into this interpreter's torch and wheel and copies the build, so it
     # is laid out per install and per build.
-    identity = "\n".join(map(str, (built.library, built.library.stat().st_mtime_ns, torch.lib, server_library)))
+    identity = "\n".join(
+        map(str, (built.library, built.library.stat().st_mtime_ns, torch.lib, server_library))
+    )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
     target = python_only.parent / f"{python_only.name}-torch-{torch.version}-{digest}"
 
@@ -97,7 +103,9 @@ def _copy_python_backend(source: Path, stub: Path, target: Path) -> None:
     shutil.copy2(stub, target / STUB_NAME)
 
 
-def _lay_out_pytorch_backend(built: BuiltBackend, torch: TorchInstall, server_library: Path, target: Path) -> None:
+def _lay_out_pytorch_backend(
+    built: BuiltBackend, torch: TorchInstall, server_library: Path, target: Path
+) -> None:
     """``pytorch/``: the backend library, and links that let the loader find what it needs.
 
     The library's RUNPATH is ``$ORIGIN``, so its dependencies are looked up beside it: the server

@@ -59,7 +59,9 @@ class TorchInstall:
     def running(cls) -> TorchInstall:
         spec = importlib.util.find_spec("torch")
         if spec is None or spec.origin is None:
-            raise BackendBuildError("torch is not installed in this interpreter; install it first (pip install torch)")
+            raise BackendBuildError(
+                "torch is not installed in this interpreter; install it first (pip install torch)"
+            )
         return cls(importlib.metadata.version("torch"), Path(spec.origin).parent)
 
     @property
@@ -82,13 +84,17 @@ class BuiltBackend:
         return self.folder / BACKEND_LIBRARY
 
 
-def build_folder(tritonserver_version: str, torch_version: str, cache_dir: Path | None = None) -> Path:
+def build_folder(
+    tritonserver_version: str, torch_version: str, cache_dir: Path | None = None
+) -> Path:
     """Where the build for this pair lives (whether or not it exists)."""
     root = cache_dir if cache_dir is not None else bundle.cache_root() / _BUILDS_FOLDER
     return root / f"libtriton_pytorch-tritonserver-{tritonserver_version}-torch-{torch_version}"
 
 
-def built_pytorch_backend(tritonserver_version: str, torch_version: str, cache_dir: Path | None = None) -> BuiltBackend | None:
+def built_pytorch_backend(
+    tritonserver_version: str, torch_version: str, cache_dir: Path | None = None
+) -> BuiltBackend | None:
     """The cached build for this tritonserver and torch, or None."""
     folder = build_folder(tritonserver_version, torch_version, cache_dir)
     if not (folder / BACKEND_LIBRARY).is_file():
@@ -138,7 +144,10 @@ def build_pytorch_backend(
         else:
             release = _release(server_version)
             source_root = _cloned_sources(release, organization, work / "sources", log, progress)
-            options, origin = _upstream_options(release, organization), f"{organization}/pytorch_backend@{release}"
+            options, origin = (
+                _upstream_options(release, organization),
+                f"{organization}/pytorch_backend@{release}",
+            )
         library = _compile(tools, torch, source_root, options, work / "build", log, jobs, progress)
         record = {
             "torch_version": torch.version,
@@ -161,18 +170,38 @@ def build_pytorch_backend(
     return BuiltBackend(target, torch.version, server_version, built_now=True)
 
 
-def _compile(tools, torch, source_root: Path, options: list[str], build: Path, log: Path, jobs, progress) -> Path:
+def _compile(
+    tools, torch, source_root: Path, options: list[str], build: Path, log: Path, jobs, progress
+) -> Path:
     """Configure and build with cmake; the path of the library it built."""
     progress(f"configuring with cmake for torch {torch.version}")
     _run(
-        [tools.cmake, "-S", str(source_root / "pytorch_backend"), "-B", str(build), "-G", tools.generator, "-Wno-dev",
-         *_cmake_options(torch, tools), *options],
+        [
+            tools.cmake,
+            "-S",
+            str(source_root / "pytorch_backend"),
+            "-B",
+            str(build),
+            "-G",
+            tools.generator,
+            "-Wno-dev",
+            *_cmake_options(torch, tools),
+            *options,
+        ],
         log,
         "cmake configure",
     )
     progress(f"compiling {BACKEND_LIBRARY} (under a minute on 2 cores)")
     _run(
-        [tools.cmake, "--build", str(build), "--target", "triton-pytorch-backend", "-j", str(jobs or os.cpu_count() or 1)],
+        [
+            tools.cmake,
+            "--build",
+            str(build),
+            "--target",
+            "triton-pytorch-backend",
+            "-j",
+            str(jobs or os.cpu_count() or 1),
+        ],
         log,
         "cmake build",
         on_line=lambda line: _report_progress(line, progress),
@@ -216,10 +245,17 @@ def _build_tools(cloning: bool) -> _Tools:
         version = _cmake_version(cmake)
         if version is not None and version < _MIN_CMAKE:
             missing.append(f"cmake 3.18 or newer (found {'.'.join(map(str, version))} at {cmake})")
-    generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles" if shutil.which("make") else None
+    generator = (
+        "Ninja" if shutil.which("ninja") else "Unix Makefiles" if shutil.which("make") else None
+    )
     if generator is None:
         missing.append("ninja or make (apt-get install ninja-build, or pip install ninja)")
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    compiler = (
+        os.environ.get("CXX")
+        or shutil.which("g++")
+        or shutil.which("c++")
+        or shutil.which("clang++")
+    )
     if compiler is None:
         missing.append("a C++ compiler (apt-get install g++), or set CXX to one")
     if missing:
@@ -232,7 +268,9 @@ def _build_tools(cloning: bool) -> _Tools:
 
 def _cmake_version(cmake: str) -> tuple[int, ...] | None:
     try:
-        text = subprocess.run([cmake, "--version"], capture_output=True, text=True, timeout=30).stdout
+        text = subprocess.run(
+            [cmake, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r"(\d+)\.(\d+)", text)
@@ -259,15 +297,29 @@ def _release(server_version: str) -> str:
     try:
         return bundle.release_of(server_version)
     except ValueError as error:
-        raise BackendBuildError(f"{error}; pass --sources with Triton's pytorch_backend sources for this server") from error
+        raise BackendBuildError(
+            f"{error}; pass --sources with Triton's pytorch_backend sources for this server"
+        ) from error
 
 
-def _cloned_sources(release: str, organization: str, destination: Path, log: Path, progress) -> Path:
+def _cloned_sources(
+    release: str, organization: str, destination: Path, log: Path, progress
+) -> Path:
     """``destination`` holding a shallow clone of pytorch_backend at ``release``; CMake fetches the rest."""
     progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
     repository = f"{organization}/pytorch_backend.git"
     _run(
-        ["git", "clone", "--quiet", "--depth", "1", "--branch", release, repository, str(destination / "pytorch_backend")],
+        [
+            "git",
+            "clone",
+            "--quiet",
+            "--depth",
+            "1",
+            "--branch",
+            release,
+            repository,
+            str(destination / "pytorch_backend"),
+        ],
         log,
         "git clone",
     )
@@ -284,7 +336,9 @@ def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
             with tarfile.open(sources) as archive:
                 archive.extractall(destination, filter="data")
         except (tarfile.TarError, OSError) as error:
-            raise BackendBuildError(f"could not unpack the sources {str(sources)!r}: {error}") from error
+            raise BackendBuildError(
+                f"could not unpack the sources {str(sources)!r}: {error}"
+            ) from error
         root = destination
     else:
         raise BackendBuildError(
@@ -332,7 +386,10 @@ def _offline_options(source_root: Path) -> list[str]:
         f"-DCMAKE_CXX_FLAGS=-I{rapidjson / 'include'}",
         f"-DRapidJSON_DIR={rapidjson / 'lib' / 'cmake' / 'RapidJSON'}",
         "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
-        *(f"-DFETCHCONTENT_SOURCE_DIR_REPO-{name.upper()}={source_root / name}" for name in ("common", "core", "backend")),
+        *(
+            f"-DFETCHCONTENT_SOURCE_DIR_REPO-{name.upper()}={source_root / name}"
+            for name in ("common", "core", "backend")
+        ),
     ]
 
 
@@ -344,14 +401,20 @@ def _upstream_options(release: str, organization: str) -> list[str]:
     ]
 
 
-def _run(command: Sequence[str], log_path: Path, what: str, on_line: Callable[[str], None] | None = None) -> None:
+def _run(
+    command: Sequence[str], log_path: Path, what: str, on_line: Callable[[str], None] | None = None
+) -> None:
     """Run ``command``, appending its output to ``log_path``; a failure raises with the log's tail."""
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         try:
             process = subprocess.Popen(
-                list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                list(command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
                 errors="replace",
             )
         except OSError as error:
@@ -363,8 +426,12 @@ def _run(command: Sequence[str], log_path: Path, what: str, on_line: Callable[[s
                     on_line(line.rstrip("\n"))
         code = process.wait()
     if code != 0:
-        tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-_LOG_TAIL_LINES:]
-        raise BackendBuildError(f"{what} failed (exit code {code}); the last lines of its output:\n" + "\n".join(tail))
+        tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[
+            -_LOG_TAIL_LINES:
+        ]
+        raise BackendBuildError(
+            f"{what} failed (exit code {code}); the last lines of its output:\n" + "\n".join(tail)
+        )
 
 
 def _report_progress(line: str, progress: Callable[[str], None]) -> None:

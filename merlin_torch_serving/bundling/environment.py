@@ -33,7 +33,16 @@ from merlin_torch_serving.exceptions import BundleError
 LIBRARY = "merlin-torch-serving"
 PACKED_FILE = "packed.json"
 #: standard-library folders a server never imports (tests, GUIs, the static build config)
-_STDLIB_LEFT_OUT = ("site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-*")
+_STDLIB_LEFT_OUT = (
+    "site-packages",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "config-*",
+)
 _ACTIVATE = """\
 # Made by merlin-torch-serving: puts this relocatable Python first on PATH (as Triton's python
 # backend does before it starts a step's stub). Use with `source`.
@@ -106,7 +115,11 @@ def pack_environment(
             packed[name] = _copy_distribution(name, site_packages)
         progress(f"{len(packed)} distributions: {', '.join(names)}")
         (staging / "bin" / "activate").write_text(_ACTIVATE)
-        record = {"python": platform.python_version(), "platform": platform.platform(), "distributions": packed}
+        record = {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "distributions": packed,
+        }
         (staging / PACKED_FILE).write_text(json.dumps(record, indent=1))
         os.rename(staging, target)
     finally:
@@ -123,7 +136,9 @@ def read_packed(path: str | os.PathLike) -> PackedEnvironment:
         raise BundleError(
             f"{str(path)!r} is not an environment packed by merlin-torch-serving (no readable {PACKED_FILE}: {error})"
         ) from error
-    return PackedEnvironment(path, ".".join(record["python"].split(".")[:2]), record["distributions"])
+    return PackedEnvironment(
+        path, ".".join(record["python"].split(".")[:2]), record["distributions"]
+    )
 
 
 def archive(environment: Path, tarball: Path) -> None:
@@ -168,9 +183,11 @@ def _lay_out_interpreter(prefix: Path, version: str) -> None:
         prefix / "lib" / f"python{version}",
         copy_function=_link_or_copy,
         symlinks=True,
-        ignore=lambda folder, names: shutil.ignore_patterns(*_STDLIB_LEFT_OUT)(folder, names)
-        if Path(folder) == stdlib
-        else [],
+        ignore=lambda folder, names: (
+            shutil.ignore_patterns(*_STDLIB_LEFT_OUT)(folder, names)
+            if Path(folder) == stdlib
+            else []
+        ),
     )
 
 
@@ -210,19 +227,27 @@ def _installed_normally(dist) -> bool:
 
 def _copy_packages_of(dist, name: str, root: Path, site_packages: Path) -> None:
     """An editable or source-tree install: its import packages as they are, and a minimal dist-info."""
-    top_level = (dist.read_text("top_level.txt") or canonicalize_name(name).replace("-", "_")).split()
+    top_level = (
+        dist.read_text("top_level.txt") or canonicalize_name(name).replace("-", "_")
+    ).split()
     for package in top_level:
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
-            raise BundleError(f"cannot find the import package {package!r} of distribution {name!r} to pack it")
+            raise BundleError(
+                f"cannot find the import package {package!r} of distribution {name!r} to pack it"
+            )
         source = Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin)
         if source.is_dir():
-            shutil.copytree(source, site_packages / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                source, site_packages / source.name, ignore=shutil.ignore_patterns("__pycache__")
+            )
         else:
             shutil.copy2(source, site_packages / source.name)
     info = site_packages / f"{canonicalize_name(name).replace('-', '_')}-{dist.version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {dist.version}\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {dist.version}\n"
+    )
 
 
 def _link_or_copy(source: str, destination: str) -> str:

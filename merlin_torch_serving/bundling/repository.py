@@ -55,14 +55,18 @@ def bundle_repository(
         raise BundleError(f"{str(out)!r} already exists; remove it or bundle into a new folder")
     steps = _python_steps(repository)
     if not steps:
-        raise BundleError(f"{str(repository)!r} has no python-backend model; it needs no Python environment")
+        raise BundleError(
+            f"{str(repository)!r} has no python-backend model; it needs no Python environment"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         if environment is None:
             progress("packing the Python environment")
             packed = envs.pack_environment(
-                staging / ".environment", envs.serving_distributions(extra_distributions), progress=progress
+                staging / ".environment",
+                envs.serving_distributions(extra_distributions),
+                progress=progress,
             )
         else:
             packed = envs.read_packed(environment)
@@ -74,7 +78,9 @@ def bundle_repository(
             progress(f"archiving the environment into {ENV_ARCHIVE} (a minute or two for ~1.5 GB)")
             envs.archive(packed.path, staging / ENV_ARCHIVE)
         for step in steps:
-            progress(f"{step}: {env_file}, the Python {packed.python_version} stub, EXECUTION_ENV_PATH")
+            progress(
+                f"{step}: {env_file}, the Python {packed.python_version} stub, EXECUTION_ENV_PATH"
+            )
             model_dir = staged / step
             for stale in (ENV_FOLDER, ENV_ARCHIVE, STUB_NAME):
                 _remove(model_dir / stale)

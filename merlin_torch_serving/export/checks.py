@@ -39,7 +39,9 @@ def check_libtorch_schemas(model_name: str, input_schema: Schema, output_schema:
         for column in schema:
             for spec in wire.column_specs(column):
                 if spec.triton_dtype not in LIBTORCH_DTYPES:
-                    tensor = f"{kind} column {column.name!r}" + (f" (tensor {spec.name!r})" if spec.name != column.name else "")
+                    tensor = f"{kind} column {column.name!r}" + (
+                        f" (tensor {spec.name!r})" if spec.name != column.name else ""
+                    )
                     raise ModelCheckError(
                         model_name,
                         tensor,
@@ -67,7 +69,10 @@ def check_libtorch_model(
             outputs = module(inputs)
     except Exception as exc:
         raise ModelCheckError(
-            model_name, None, "a successful call with a Dict[str, Tensor] of its config inputs", f"{type(exc).__name__}: {exc}"
+            model_name,
+            None,
+            "a successful call with a Dict[str, Tensor] of its config inputs",
+            f"{type(exc).__name__}: {exc}",
         ) from exc
     if isinstance(outputs, (list, dict)):
         raise _unsupported_return(model_name, type(outputs).__name__)
@@ -75,20 +80,29 @@ def check_libtorch_model(
     declared = list(config.output)
     if len(outputs) != len(declared):
         raise ModelCheckError(
-            model_name, None, f"{len(declared)} output(s) ({', '.join(o.name for o in declared)})", f"{len(outputs)}"
+            model_name,
+            None,
+            f"{len(declared)} output(s) ({', '.join(o.name for o in declared)})",
+            f"{len(outputs)}",
         )
     _check_named_indexes(model_name, [spec.name for spec in declared])
     for spec, tensor in zip(declared, outputs):
         if not isinstance(tensor, torch.Tensor):
-            raise ModelCheckError(model_name, f"output {spec.name!r}", "a tensor", type(tensor).__name__)
+            raise ModelCheckError(
+                model_name, f"output {spec.name!r}", "a tensor", type(tensor).__name__
+            )
         want_dtype = wire.numpy_dtype(model_config_pb2.DataType.Name(spec.data_type))
         got_dtype = wire.tensor_numpy_dtype(tensor.dtype)
         if got_dtype != want_dtype:
-            raise ModelCheckError(model_name, f"output {spec.name!r}", f"dtype {want_dtype}", f"{got_dtype}")
+            raise ModelCheckError(
+                model_name, f"output {spec.name!r}", f"dtype {want_dtype}", f"{got_dtype}"
+            )
         dims = list(spec.dims)
         shape = list(tensor.shape)
         if len(dims) != len(shape) or any(d != -1 and d != s for d, s in zip(dims, shape)):
-            raise ModelCheckError(model_name, f"output {spec.name!r}", f"dims {dims}", f"shape {shape}")
+            raise ModelCheckError(
+                model_name, f"output {spec.name!r}", f"dims {dims}", f"shape {shape}"
+            )
 
 
 def warn_about_differing_thread_counts(repository: str | os.PathLike) -> None:
@@ -103,7 +117,9 @@ def warn_about_differing_thread_counts(repository: str | os.PathLike) -> None:
         if config is None or config.backend != "pytorch":
             continue
         parameter = config.parameters.get(THREAD_COUNT_PARAMETER)
-        counts[config.name or config_path.parent.name] = parameter.string_value if parameter else "torch's default"
+        counts[config.name or config_path.parent.name] = (
+            parameter.string_value if parameter else "torch's default"
+        )
     if len(set(counts.values())) > 1:
         asked = ", ".join(f"{name!r}: {count}" for name, count in counts.items())
         warnings.warn(
@@ -164,7 +180,7 @@ def _named_indexes(names: list[str]) -> list[int] | None:
         split = name.find(_INDEX_SEPARATOR)
         if split == -1:
             return None
-        rest = name[split + len(_INDEX_SEPARATOR):]
+        rest = name[split + len(_INDEX_SEPARATOR) :]
         if not all(character.isdigit() for character in rest):
             return None
         indexes.append(int(rest) if rest else 0)

@@ -105,7 +105,9 @@ class ModelOptions:
 
     def __post_init__(self):
         if self.instance_kind not in INSTANCE_KINDS:
-            raise ValueError(f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}")
+            raise ValueError(
+                f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}"
+            )
         _version_policy(self.version_policy)  # raises on nonsense
         if self.rate_limiter is not None:
             _parse({"instance_group": [{"rate_limiter": dict(self.rate_limiter)}]}, "rate_limiter")
@@ -127,9 +129,13 @@ class ModelOptions:
         if self.warmup_count < 0:
             raise ValueError(f"warmup_count must be 0 or more, got {self.warmup_count!r}")
         if self.torch_threads is not None and self.torch_threads < 1:
-            raise ValueError(f"torch_threads must be at least 1 or None, got {self.torch_threads!r}")
+            raise ValueError(
+                f"torch_threads must be at least 1 or None, got {self.torch_threads!r}"
+            )
         if self.max_request_rows is not None and self.max_request_rows < 1:
-            raise ValueError(f"max_request_rows must be at least 1 or None, got {self.max_request_rows!r}")
+            raise ValueError(
+                f"max_request_rows must be at least 1 or None, got {self.max_request_rows!r}"
+            )
 
 
 def tensor_configs(schema: Schema) -> list[dict]:
@@ -141,7 +147,11 @@ def tensor_configs(schema: Schema) -> list[dict]:
 
 
 def python_model_config(
-    name: str, input_schema: Schema, output_schema: Schema, options: ModelOptions, warmup_files: dict
+    name: str,
+    input_schema: Schema,
+    output_schema: Schema,
+    options: ModelOptions,
+    warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
     """A python-backend model hosting operators through the library's generic model.py."""
     return _parse(
@@ -170,7 +180,11 @@ def python_model_config(
 
 
 def pytorch_model_config(
-    name: str, input_schema: Schema, output_schema: Schema, options: ModelOptions, warmup_files: dict
+    name: str,
+    input_schema: Schema,
+    output_schema: Schema,
+    options: ModelOptions,
+    warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
     """A libtorch model: one ``Dict[str, Tensor]`` input keyed by input names, outputs by position."""
     return _parse(

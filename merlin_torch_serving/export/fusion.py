@@ -59,7 +59,9 @@ def chain_source(step: TritonStep, modules: list[torch.jit.ScriptModule]) -> str
     known: dict[Ref, str] = {}  # the TorchScript expression of every tensor produced so far
     lines = []
     for position, (call, module) in enumerate(zip(step.calls, modules)):
-        arguments = ", ".join(f"{_text(name)}: {source}" for name, source in _reads(call, step, known))
+        arguments = ", ".join(
+            f"{_text(name)}: {source}" for name, source in _reads(call, step, known)
+        )
         lines.append(f"    out_{position} = self.stage_{position}({{{arguments}}})")
         for name, expression in _outputs(call, module, f"out_{position}"):
             known[Ref(call.index, name)] = expression
@@ -88,9 +90,13 @@ def _reads(call: OpCall, step: TritonStep, known: dict[Ref, str]) -> list[tuple[
         if ref in known:
             reads.append((name, known[ref]))
             continue
-        step_name = next(step_name for step_name, step_ref in step.inputs.items() if step_ref == ref)
+        step_name = next(
+            step_name for step_name, step_ref in step.inputs.items() if step_ref == ref
+        )
         column = step.input_schema[step_name]
-        for sent, received in zip(wire.column_specs(column), wire.column_specs(column.with_name(name))):
+        for sent, received in zip(
+            wire.column_specs(column), wire.column_specs(column.with_name(name))
+        ):
             reads.append((received.name, f"inputs[{_text(sent.name)}]"))
     return reads
 

@@ -89,13 +89,20 @@ def verify_export(repository: str | os.PathLike, name: str, version: int | None 
     model_dir = Path(repository) / name
     versions = sorted(int(p.name) for p in model_dir.glob("*") if p.name.isdigit())
     if version is None and not versions:
-        raise ArtifactError(name, f"{str(model_dir)!r} holds no version folder", "export the ensemble there first")
+        raise ArtifactError(
+            name, f"{str(model_dir)!r} holds no version folder", "export the ensemble there first"
+        )
     version = version if version is not None else versions[-1]
     manifest_path = model_dir / str(version) / MANIFEST_FILE
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError) as error:
-        raise ArtifactError(name, f"its manifest {str(manifest_path)!r} cannot be read ({error})", "re-export it", "ensemble") from error
+        raise ArtifactError(
+            name,
+            f"its manifest {str(manifest_path)!r} cannot be read ({error})",
+            "re-export it",
+            "ensemble",
+        ) from error
     check_format(name, manifest, kind="ensemble")
     for step in manifest.get("steps", []):
         step_dir = Path(repository) / step["model"] / str(version)

@@ -57,12 +57,16 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
             raise ExportError(
                 f"operator {call.op.label} declares backend {backend!r}; an operator runs on one of {', '.join(BACKENDS)}"
             )
-        producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
+        producer_steps = [
+            step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
+        ]
         earliest = max(producer_steps, default=0)
         target, module = _libtorch_step_to_join(call, steps, step_of_call, consumers)
         if target is None and backend == "python":
             # any python step at or after the last producer's step already has the inputs ready
-            target = next((i for i in range(earliest, len(steps)) if steps[i].backend == "python"), None)
+            target = next(
+                (i for i in range(earliest, len(steps)) if steps[i].backend == "python"), None
+            )
         if target is None:
             if backend == "pytorch":
                 module = _libtorch_root(call)
@@ -91,11 +95,17 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
 
     for step in steps:
         own = step.call_indices
-        external = [ref for call in step.calls for ref in call.inputs.values() if ref.producer not in own]
+        external = [
+            ref for call in step.calls for ref in call.inputs.values() if ref.producer not in own
+        ]
         step.inputs = _named(_unique(external))
-        produced = [Ref(call.index, name) for call in step.calls for name in call.output_schema.column_names]
+        produced = [
+            Ref(call.index, name) for call in step.calls for name in call.output_schema.column_names
+        ]
         exported = [
-            ref for ref in produced if ref in final_refs or (consumed_by.get(ref, set()) - {step.index})
+            ref
+            for ref in produced
+            if ref in final_refs or (consumed_by.get(ref, set()) - {step.index})
         ]
         step.outputs = _named(exported)
         step.input_schema = _schema(step.inputs, plan)
@@ -113,14 +123,22 @@ def _libtorch_step_to_join(
     inputs come from the request or earlier steps, libtorch carries every tensor it reads and
     writes, and it has a TorchScript form for these inputs.
     """
-    producer_steps = [step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST]
+    producer_steps = [
+        step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
+    ]
     if not producer_steps or steps[max(producer_steps)].backend != "pytorch":
         return None, None
     target = max(producer_steps)
-    taken = [ref for ref in call.inputs.values() if ref.producer != REQUEST and step_of_call[ref.producer] == target]
+    taken = [
+        ref
+        for ref in call.inputs.values()
+        if ref.producer != REQUEST and step_of_call[ref.producer] == target
+    ]
     if any(consumers.get(ref, 0) != 1 for ref in taken):
         return None, None
-    if not _libtorch_carries(call.input_schema) or not _libtorch_carries(call.output_schema, dense=True):
+    if not _libtorch_carries(call.input_schema) or not _libtorch_carries(
+        call.output_schema, dense=True
+    ):
         return None, None
     module = call.op.torchscript(call.input_schema)
     return (target, module) if module is not None else (None, None)
@@ -157,7 +175,9 @@ def _libtorch_carries(schema: Schema, dense: bool = False) -> bool:
 def _consumer_counts(plan: Plan) -> dict[Ref, int]:
     """How many calls (and ensemble outputs) read each ref."""
     counts: dict[Ref, int] = {}
-    for ref in [ref for call in plan.calls for ref in call.inputs.values()] + list(plan.outputs.values()):
+    for ref in [ref for call in plan.calls for ref in call.inputs.values()] + list(
+        plan.outputs.values()
+    ):
         counts[ref] = counts.get(ref, 0) + 1
     return counts
 

@@ -37,7 +37,9 @@ STEP_FILE = "step.json"
 class HostedStep:
     """The operators of one exported step (``name``), wired as they were in the ensemble's plan."""
 
-    def __init__(self, spec: dict, version_dir: str, max_rows: int | None = None, name: str = "step"):
+    def __init__(
+        self, spec: dict, version_dir: str, max_rows: int | None = None, name: str = "step"
+    ):
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
@@ -54,10 +56,14 @@ class HostedStep:
                 )
             )
         self.input_specs = wire.schema_specs(self.input_schema)
-        self.entry_check = EntryCheck.for_entry(self.input_schema, self.inputs, self.calls, max_rows)
+        self.entry_check = EntryCheck.for_entry(
+            self.input_schema, self.inputs, self.calls, max_rows
+        )
 
     @classmethod
-    def load(cls, version_dir: str, step: str | None = None, max_rows: int | None = None) -> "HostedStep":
+    def load(
+        cls, version_dir: str, step: str | None = None, max_rows: int | None = None
+    ) -> "HostedStep":
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
@@ -72,7 +78,9 @@ class HostedStep:
         table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
         results = TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
-        metrics.count(metrics.SESSIONS, len(next(iter(results.values()))) if results.columns else 0)  # rows
+        metrics.count(
+            metrics.SESSIONS, len(next(iter(results.values()))) if results.columns else 0
+        )  # rows
         return wire.to_wire(results)
 
 
@@ -107,12 +115,16 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         parameters = config.get("parameters", {})
         max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
-        self.step = HostedStep.load(version_dir, self.model_name, int(max_rows) if max_rows else None)
+        self.step = HostedStep.load(
+            version_dir, self.model_name, int(max_rows) if max_rows else None
+        )
         self.output_names = [output["name"] for output in config["output"]]
         # python backends before 23.05 have no metrics API: serve without the step's own metrics
         publish = parameters.get(METRICS_PARAMETER, {}).get("string_value") != "false"
         publish = publish and hasattr(pb_utils, "MetricFamily")
-        self.metrics = StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
+        self.metrics = (
+            StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
+        )
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
@@ -127,14 +139,22 @@ class TritonPythonModel:
                     for spec in self.step.input_specs
                 }
                 outputs = self._run(arrays)
-                tensors = [pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names]
+                tensors = [
+                    pb.Tensor(name, wire.text_to_bytes(outputs[name])) for name in self.output_names
+                ]
                 responses.append(pb.InferenceResponse(output_tensors=tensors))
             except Exception as exc:  # one failing request must not fail the others
                 if self.metrics is not None:
                     self.metrics.skip_warmup()
-                detail = str(exc) if isinstance(exc, MerlinTorchServingError) else f"{type(exc).__name__}: {exc}"
+                detail = (
+                    str(exc)
+                    if isinstance(exc, MerlinTorchServingError)
+                    else f"{type(exc).__name__}: {exc}"
+                )
                 message = f"model {self.model_name!r}: {detail}"
-                responses.append(pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message)))
+                responses.append(
+                    pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
+                )
         return responses
 
     def finalize(self):

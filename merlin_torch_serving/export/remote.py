@@ -57,7 +57,9 @@ def export_to_url(
         replaced = [model for model in result.models if model in before and not add_version]
         removed = [model for model in before if not (local / model).is_dir()]
         try:
-            _upload(fs, root, local, files, name, unpublish=bool(replaced), remove=replaced + removed)
+            _upload(
+                fs, root, local, files, name, unpublish=bool(replaced), remove=replaced + removed
+            )
         except OSError as error:
             raise ExportError(
                 f"uploading the repository to {url!r} failed: {error}; the ensemble {name!r} was not "
@@ -117,12 +119,16 @@ def _check_staged(local: Path, files: list[str]) -> None:
             try:
                 configs.from_pbtxt((local / relative).read_text())
             except Exception as error:  # a text_format ParseError
-                raise ExportError(f"the staged {relative!r} is not a valid Triton model config: {error}") from error
+                raise ExportError(
+                    f"the staged {relative!r} is not a valid Triton model config: {error}"
+                ) from error
         elif relative.endswith("/" + MANIFEST_FILE):
             json.loads((local / relative).read_text())
 
 
-def _upload(fs, root: str, local: Path, files: list[str], name: str, *, unpublish: bool, remove: list[str]) -> None:
+def _upload(
+    fs, root: str, local: Path, files: list[str], name: str, *, unpublish: bool, remove: list[str]
+) -> None:
     ensemble_config = f"{name}/{CONFIG_FILE}"
     if unpublish and fs.exists(f"{root}/{ensemble_config}"):
         fs.rm_file(f"{root}/{ensemble_config}")

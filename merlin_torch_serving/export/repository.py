@@ -61,7 +61,16 @@ _PYTHON_MODEL_SOURCE = '''"""Triton python-backend entry point of a step exporte
 
 from merlin_torch_serving.export.python_model import TritonPythonModel  # noqa: F401
 '''
-_LIBRARIES = ("merlin-torch-serving", "merlin-core", "nvtabular", "torch", "tritonclient", "numpy", "pandas", "transformers4rec")
+_LIBRARIES = (
+    "merlin-torch-serving",
+    "merlin-core",
+    "nvtabular",
+    "torch",
+    "tritonclient",
+    "numpy",
+    "pandas",
+    "transformers4rec",
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,9 @@ def export_ensemble(
     version N+1 beside version N; configs describe the newest version).
     """
     if not _MODEL_NAME.match(name):
-        raise ExportError(f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_', '.')")
+        raise ExportError(
+            f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_', '.')"
+        )
     if overwrite and add_version:
         raise ExportError("pass either overwrite=True or add_version=True, not both")
     repository = Path(path).absolute()
@@ -103,7 +114,9 @@ def export_ensemble(
     if overwrite:
         # steps of the previous export that this one does not write again (say, a step that moved
         # to another backend) would otherwise stay behind, loaded by servers for nothing
-        existing += [model for model in _previous_steps(repository / name) if model not in model_names]
+        existing += [
+            model for model in _previous_steps(repository / name) if model not in model_names
+        ]
     version = 1
     if existing and add_version:
         version = 1 + max(max(_versions(repository / model)) for model in existing)
@@ -124,12 +137,21 @@ def export_ensemble(
         doing = "building the warm-up requests"
         warmup = warmup_inputs(plan, steps)
         for step in steps:
-            doing = f"writing step {step.name!r} ({', '.join(call.op.label for call in step.calls)})"
+            doing = (
+                f"writing step {step.name!r} ({', '.join(call.op.label for call in step.calls)})"
+            )
             _write_step(staged / step.name, step, version, options, warmup.arrays[step.name])
         doing = f"writing the ensemble {name!r}"
         _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version, options)
         _write_manifest(
-            staged / name / str(version) / MANIFEST_FILE, name, version, ensemble, steps, options, warmup.problem, staged
+            staged / name / str(version) / MANIFEST_FILE,
+            name,
+            version,
+            ensemble,
+            steps,
+            options,
+            warmup.problem,
+            staged,
         )
         warn_about_differing_thread_counts(staged)
         doing = "putting the new repository in place of the old one"
@@ -158,7 +180,11 @@ def export_ensemble(
 
 
 def _write_step(
-    model_dir: Path, step: TritonStep, version: int, options: configs.ModelOptions, warmup_arrays: dict
+    model_dir: Path,
+    step: TritonStep,
+    version: int,
+    options: configs.ModelOptions,
+    warmup_arrays: dict,
 ) -> None:
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
@@ -168,8 +194,12 @@ def _write_step(
         module = libtorch_module(step)
         check_libtorch_return_type(step.name, module)
         torch.jit.save(module, str(version_dir / configs.LIBTORCH_MODEL_FILE))
-        config = configs.pytorch_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
-        check_libtorch_model(step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays)
+        config = configs.pytorch_model_config(
+            step.name, step.input_schema, step.output_schema, options, warmup_files
+        )
+        check_libtorch_model(
+            step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays
+        )
     else:
         spec = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
@@ -190,7 +220,9 @@ def _write_step(
                     "format_version": call.op.format_version,
                     "config": call.op.config(),
                     "artifacts": str(artifacts),
-                    "inputs": {name: [ref.producer, ref.column] for name, ref in call.inputs.items()},
+                    "inputs": {
+                        name: [ref.producer, ref.column] for name, ref in call.inputs.items()
+                    },
                     "input_schema": schema_to_json(call.input_schema),
                     "output_schema": schema_to_json(call.output_schema),
                 }
@@ -199,7 +231,9 @@ def _write_step(
         _compile(version_dir / "model.py")
         spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
         _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
-        config = configs.python_model_config(step.name, step.input_schema, step.output_schema, options, warmup_files)
+        config = configs.python_model_config(
+            step.name, step.input_schema, step.output_schema, options, warmup_files
+        )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
@@ -245,7 +279,14 @@ def _tensor_names(plan: Plan, steps: list[TritonStep]) -> dict[Ref, str]:
 
 
 def _write_ensemble(
-    model_dir: Path, name: str, ensemble, plan: Plan, steps, tensor_names, version: int, options: configs.ModelOptions
+    model_dir: Path,
+    name: str,
+    ensemble,
+    plan: Plan,
+    steps,
+    tensor_names,
+    version: int,
+    options: configs.ModelOptions,
 ) -> None:
     (model_dir / str(version)).mkdir(parents=True)
     step_configs = []
@@ -258,10 +299,19 @@ def _write_ensemble(
             }
         )
     response_schema = Schema(
-        [c.with_name(wire.response_name(c.name, plan.input_schema.column_names)) for c in ensemble.output_schema]
+        [
+            c.with_name(wire.response_name(c.name, plan.input_schema.column_names))
+            for c in ensemble.output_schema
+        ]
     )
     config = configs.ensemble_config(
-        name, ensemble.input_schema, response_schema, ensemble.output_schema, step_configs, plan.request_groups(), options
+        name,
+        ensemble.input_schema,
+        response_schema,
+        ensemble.output_schema,
+        step_configs,
+        plan.request_groups(),
+        options,
     )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
@@ -272,7 +322,7 @@ def _wire_map(schema, refs: dict[str, Ref], tensor_names: dict[Ref, str]) -> dic
     for column in schema:
         ensemble_name = tensor_names[refs[column.name]]
         for spec in wire.column_specs(column):
-            suffix = spec.name[len(column.name):]
+            suffix = spec.name[len(column.name) :]
             mapping[spec.name] = ensemble_name + suffix
     return mapping
 
@@ -328,7 +378,11 @@ def _write_manifest(
 
 def _previous_steps(ensemble_dir: Path) -> list[str]:
     """The step models the newest export of the ensemble in ``ensemble_dir`` wrote, from its manifest."""
-    record = ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE if ensemble_dir.is_dir() else None
+    record = (
+        ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE
+        if ensemble_dir.is_dir()
+        else None
+    )
     if record is None or not record.is_file():
         return []
     steps = json.loads(record.read_text()).get("steps", [])
@@ -336,7 +390,9 @@ def _previous_steps(ensemble_dir: Path) -> list[str]:
 
 
 def _versions(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) or [0]
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) or [
+        0
+    ]
 
 
 def _version(distribution: str) -> str | None:
@@ -372,4 +428,9 @@ def _copy_tree(source: Path, target: Path, skip: list[str]) -> None:
     all while the export is still being written (and again when the old tree is deleted). With
     copies the live tree is left untouched, and the models are reloaded once, after the swap,
     together with the new ones."""
-    shutil.copytree(source, target, symlinks=True, ignore=lambda folder, names: skip if Path(folder) == source else [])
+    shutil.copytree(
+        source,
+        target,
+        symlinks=True,
+        ignore=lambda folder, names: skip if Path(folder) == source else [],
+    )

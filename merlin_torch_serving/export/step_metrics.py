@@ -55,7 +55,13 @@ class StepMetrics:
     """The counters of one model instance: ``publish`` adds what one request collected to the
     pending totals, which a thread sends to the server every ``flush_interval_s``."""
 
-    def __init__(self, pb_utils, model_name: str, warmup_requests: int, flush_interval_s: float = FLUSH_INTERVAL_S):
+    def __init__(
+        self,
+        pb_utils,
+        model_name: str,
+        warmup_requests: int,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+    ):
         self._pb = pb_utils
         self._model = model_name
         self._warmup_left = warmup_requests
@@ -65,7 +71,10 @@ class StepMetrics:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._flusher = threading.Thread(
-            target=self._flush_every, args=(flush_interval_s,), name=f"mts-metrics-{model_name}", daemon=True
+            target=self._flush_every,
+            args=(flush_interval_s,),
+            name=f"mts-metrics-{model_name}",
+            daemon=True,
         )
         self._flusher.start()
 
@@ -124,5 +133,7 @@ class StepMetrics:
                     kind=self._pb.MetricFamily.COUNTER,
                 )
                 self._families[name] = family
-            series = self._series[key] = family.Metric(labels={"model": self._model, **dict(labels)})
+            series = self._series[key] = family.Metric(
+                labels={"model": self._model, **dict(labels)}
+            )
         series.increment(float(value))

@@ -62,9 +62,15 @@ def exchange(first: Path, second: Path) -> None:
     renameat2 = _renameat2()
     if renameat2 is None:
         raise OSError(errno.ENOSYS, "renameat2 is not available")
-    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) != 0:
+    if (
+        renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE)
+        != 0
+    ):
         code = ctypes.get_errno()
-        raise OSError(code, f"renameat2({str(first)!r}, {str(second)!r}, RENAME_EXCHANGE): {os.strerror(code)}")
+        raise OSError(
+            code,
+            f"renameat2({str(first)!r}, {str(second)!r}, RENAME_EXCHANGE): {os.strerror(code)}",
+        )
 
 
 def recover(target: Path) -> None:
@@ -77,7 +83,9 @@ def recover(target: Path) -> None:
         previous = staging / PREVIOUS_DIR
         if previous.is_dir() and not target.exists():
             os.rename(previous, target)
-            logger.warning("put back the repository %s left aside by an export that did not finish", target)
+            logger.warning(
+                "put back the repository %s left aside by an export that did not finish", target
+            )
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -97,7 +105,13 @@ def _renameat2():
         function = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
         return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
     function.restype = ctypes.c_int
     return function
 

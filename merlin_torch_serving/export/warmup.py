@@ -31,7 +31,12 @@ class WarmupInputs:
 
 
 def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
-    candidates = [request for call in plan.calls if _reads_request(call) for request in call.op.warmup_requests()]
+    candidates = [
+        request
+        for call in plan.calls
+        if _reads_request(call)
+        for request in call.op.warmup_requests()
+    ]
     candidates = candidates or [TensorTable({}, _unsafe=True)]
     failures = []
     filtered = None
@@ -56,7 +61,9 @@ def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
         return WarmupInputs(_step_arrays(steps, env), problem)
     problem = f"the ensemble failed on every warm-up request ({failures[-1]}); steps warm up on schema samples"
     logger.warning("export: %s", problem)
-    return WarmupInputs({step.name: wire.to_wire(sample_table(step.input_schema)) for step in steps}, problem)
+    return WarmupInputs(
+        {step.name: wire.to_wire(sample_table(step.input_schema)) for step in steps}, problem
+    )
 
 
 def _reads_request(call) -> bool:
@@ -66,13 +73,17 @@ def _reads_request(call) -> bool:
 def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
     """The candidate with the request columns it lacks sampled from the input schema, in order."""
     rows = tables.num_rows(candidate) or 1
-    missing = plan.input_schema.remove_col([name for name in candidate.columns if name in plan.input_schema.column_names])
+    missing = plan.input_schema.remove_col(
+        [name for name in candidate.columns if name in plan.input_schema.column_names]
+    )
     filler = sample_table(missing, rows=rows) if len(missing) else None
     columns = {}
     for name in plan.input_schema.column_names:
         source = candidate if name in candidate.columns else filler
         column = source[name]
-        columns[name] = (column.values, column.offsets) if column.offsets is not None else column.values
+        columns[name] = (
+            (column.values, column.offsets) if column.offsets is not None else column.values
+        )
     return TensorTable(columns, _unsafe=True)
 
 
@@ -87,7 +98,9 @@ def _dropped_by(plan: Plan, env: dict, request: TensorTable) -> str | None:
     for call in plan.calls:
         flag = call.op.filtered_rows_column()
         if flag and np.asarray(env[Ref(call.index, flag)].values).any():
-            inputs = TensorTable({name: request[ref.column] for name, ref in call.inputs.items()}, _unsafe=True)
+            inputs = TensorTable(
+                {name: request[ref.column] for name, ref in call.inputs.items()}, _unsafe=True
+            )
             return call.op.filtered_by(inputs) or f"the filters of {call.op.label}"
     return None
 

@@ -16,17 +16,54 @@ from merlin.dag import ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.fastpath.batch import LIST_CELLS, OFFSETS_DTYPE, Batch, Column, as_python_scalars, same_values
+from merlin_torch_serving.fastpath.batch import (
+    LIST_CELLS,
+    OFFSETS_DTYPE,
+    Batch,
+    Column,
+    as_python_scalars,
+    same_values,
+)
 from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.kernel import Kernel
 
 _PROBE_INTEGERS = [0, 1, -1, 2, 3, 7, -8, 10, 42, 100, -100, 1000, 65535, -32768, 123456789, 5]
 _PROBE_FLOATS = [
-    0.0, 1.0, -1.0, 0.5, -2.25, 3.75, 10.0, 1e-3, 1e6, -1e6, np.nan, np.inf, -np.inf, 42.0, -0.0, 7.5,
+    0.0,
+    1.0,
+    -1.0,
+    0.5,
+    -2.25,
+    3.75,
+    10.0,
+    1e-3,
+    1e6,
+    -1e6,
+    np.nan,
+    np.inf,
+    -np.inf,
+    42.0,
+    -0.0,
+    7.5,
 ]
 _PROBE_STRINGS = [
-    "a", "b", "", "abc", "Z", "hello world", "a", "0", "-1", "é", "b", "xyz", "A", " ", "long" * 5, "q",
+    "a",
+    "b",
+    "",
+    "abc",
+    "Z",
+    "hello world",
+    "a",
+    "0",
+    "-1",
+    "é",
+    "b",
+    "xyz",
+    "A",
+    " ",
+    "long" * 5,
+    "q",
 ]
 
 
@@ -183,7 +220,9 @@ def probe_batches(schema: Schema) -> dict[str, Batch]:
     }
     batches = {}
     for variant, change in variants.items():
-        columns = {column.name: _probe_column(column, change(base[column.name])) for column in schema}
+        columns = {
+            column.name: _probe_column(column, change(base[column.name])) for column in schema
+        }
         batches[variant] = Batch.of(columns)
     return batches
 
@@ -220,7 +259,9 @@ def _probe_values(column: ColumnSchema) -> np.ndarray:
         return np.arange(len(_PROBE_INTEGERS)) % 3 == 0
     if dtype.kind in "mM":
         # seconds around 1970 and in recent years, one NaT; in the schema's unit
-        seconds = np.array(_PROBE_INTEGERS, dtype=np.int64) + 1_400_000_000 * (np.arange(len(_PROBE_INTEGERS)) % 2)
+        seconds = np.array(_PROBE_INTEGERS, dtype=np.int64) + 1_400_000_000 * (
+            np.arange(len(_PROBE_INTEGERS)) % 2
+        )
         values = seconds.astype("m8[s]" if dtype.kind == "m" else "M8[s]").astype(dtype)
         values[3] = np.array("NaT", dtype=dtype)
         return values

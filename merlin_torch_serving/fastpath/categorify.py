@@ -41,7 +41,9 @@ class Vocabulary:
         try:
             positions = np.searchsorted(self.values, keys)
         except TypeError as error:
-            raise Delegate(f"values that cannot be compared with the vocabulary ({error})") from None
+            raise Delegate(
+                f"values that cannot be compared with the vocabulary ({error})"
+            ) from None
         np.minimum(positions, len(self.values) - 1, out=positions)
         found = self.values[positions] == keys
         return np.where(found, self.labels[positions], OOV_LABEL)
@@ -60,7 +62,9 @@ class Vocabulary:
         vocab_kind = self.dtype.kind
         if vocab_kind == "O" or kind == "O":
             if kind != vocab_kind:
-                raise Delegate(f"values of dtype {values.dtype} against a vocabulary of {self.dtype}")
+                raise Delegate(
+                    f"values of dtype {values.dtype} against a vocabulary of {self.dtype}"
+                )
             keys = values
             if nulls.any():
                 # placeholder for nulls so that searchsorted compares like with like
@@ -91,7 +95,9 @@ class CategorifyKernel:
         self.vocabularies: dict[str, Vocabulary] = {}
         for name, sources in mapping.items():
             if list(sources) != [name]:
-                raise NotCompiled(f"column group {list(sources)!r} is encoded jointly ({op.encode_type})")
+                raise NotCompiled(
+                    f"column group {list(sources)!r} is encoded jointly ({op.encode_type})"
+                )
             storage_name = op.storage_name.get(name, name)
             if storage_name != name:
                 raise NotCompiled(f"column {name!r} shares the vocabulary {storage_name!r}")
@@ -99,7 +105,9 @@ class CategorifyKernel:
             if buckets and (isinstance(buckets, int) or storage_name in buckets):
                 raise NotCompiled(f"num_buckets hashes out-of-vocabulary values of {name!r}")
             if not is_single_file(op, storage_name):
-                raise NotCompiled(f"the vocabulary of {name!r} is a folder of several files (split_out)")
+                raise NotCompiled(
+                    f"the vocabulary of {name!r} is a folder of several files (split_out)"
+                )
             self.vocabularies[name] = Vocabulary(*read_labels(op, storage_name))
 
     def __call__(self, batch: Batch) -> Batch:
@@ -108,7 +116,9 @@ class CategorifyKernel:
             column = batch[name]
             labels, nulls = vocabulary.encode(column.values)
             if metrics.is_collecting():
-                metrics.count(metrics.OOV_IDS, np.count_nonzero((labels == OOV_LABEL) & ~nulls), column=name)
+                metrics.count(
+                    metrics.OOV_IDS, np.count_nonzero((labels == OOV_LABEL) & ~nulls), column=name
+                )
             if column.is_list:
                 # Inside lists NVTabular only ever merges, so a null element is simply absent
                 # from the vocabulary: it gets the out-of-vocabulary label, not the null label.

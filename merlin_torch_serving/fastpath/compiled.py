@@ -38,7 +38,9 @@ class CompiledNode:
     description: str  # the label, with a Filter's function for messages that name it
     parents: tuple[int, ...]  # earlier nodes, in the node's parents-then-dependencies order
     input_columns: tuple[str, ...]
-    root_columns: tuple[str, ...]  # input and dependency columns; from the request if no parent has them
+    root_columns: tuple[
+        str, ...
+    ]  # input and dependency columns; from the request if no parent has them
     kernel: Kernel
     fallback: Kernel | None  # NVTabular's own execution, for calls the kernel delegates
 
@@ -130,7 +132,9 @@ class CompiledWorkflow:
             if node.fallback is None:
                 raise
             logger.debug(
-                "fast path: %s runs through NVTabular for this request: %s", node.label, delegated.reason
+                "fast path: %s runs through NVTabular for this request: %s",
+                node.label,
+                delegated.reason,
             )
             metrics.count(metrics.FASTPATH_FALLBACKS, operator=node.label)
             return node.fallback(batch)

@@ -25,7 +25,12 @@ from nvtabular import ops as nvt_ops
 from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
 from merlin_torch_serving.fastpath.compiled import CompiledNode, CompiledWorkflow
-from merlin_torch_serving.fastpath.continuous import FillMissingKernel, LogKernel, NormalizeKernel, NormalizeMinMaxKernel
+from merlin_torch_serving.fastpath.continuous import (
+    FillMissingKernel,
+    LogKernel,
+    NormalizeKernel,
+    NormalizeMinMaxKernel,
+)
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
 from merlin_torch_serving.fastpath.errors import FastPathError, NotCompiled, library_errors
@@ -55,7 +60,9 @@ _BUILDERS: dict[Callable, KernelBuilder] = {
     nvt_ops.FillMissing.transform: lambda node, selection: FillMissingKernel(node.op, selection),
     nvt_ops.LogOp.transform: lambda node, selection: LogKernel(node.op, selection),
     nvt_ops.Normalize.transform: lambda node, selection: NormalizeKernel(node.op, selection),
-    nvt_ops.NormalizeMinMax.transform: lambda node, selection: NormalizeMinMaxKernel(node.op, selection),
+    nvt_ops.NormalizeMinMax.transform: lambda node, selection: NormalizeMinMaxKernel(
+        node.op, selection
+    ),
     UDF.transform: udf_kernel,
     nvt_ops.Filter.transform: FilterKernel,
 }
@@ -69,7 +76,9 @@ def compile_workflow(workflow: nvt.Workflow, *, kernels: bool = True) -> Compile
     that cannot be compiled is a ``WorkflowError``.
     """
     if not isinstance(workflow, nvt.Workflow):
-        raise TypeError(f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}")
+        raise TypeError(
+            f"compile_workflow takes a fitted nvtabular.Workflow, got {type(workflow).__name__}"
+        )
     with library_errors():
         return _compile(workflow, kernels)
 
@@ -80,7 +89,9 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
             "the workflow has no schemas yet; fit it (workflow.fit(dataset)) before compiling it"
         )
     nodes = _nodes_in_run_order(workflow.output_node)
-    unfitted = [node.op.label for node in nodes if isinstance(node.op, StatOperator) and not node.op.fitted]
+    unfitted = [
+        node.op.label for node in nodes if isinstance(node.op, StatOperator) and not node.op.fitted
+    ]
     if unfitted:
         raise FastPathError(
             f"operator(s) {unfitted!r} are not fitted; call workflow.fit(dataset) before compiling"
@@ -91,7 +102,9 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
         kernel, fallback, reason = _kernel_for(node) if kernels else _nvtabular_step(node)
         if reason is not None:
             fallbacks.append((node.op.label, reason))
-            logger.warning("fast path: operator %r runs through NVTabular: %s", node.op.label, reason)
+            logger.warning(
+                "fast path: operator %r runs through NVTabular: %s", node.op.label, reason
+            )
         compiled.append(
             CompiledNode(
                 label=node.op.label if node.op else "input",

@@ -37,7 +37,9 @@ class FillMissingKernel:
         self.names = list(selection.names)
         self.fill_value = op.fill_val
         self.add_binary_columns = op.add_binary_cols
-        if isinstance(self.fill_value, (bool, np.bool_)) or not isinstance(self.fill_value, (int, float, np.number)):
+        if isinstance(self.fill_value, (bool, np.bool_)) or not isinstance(
+            self.fill_value, (int, float, np.number)
+        ):
             raise NotCompiled(f"fill value {self.fill_value!r} is not a number")
 
     def __call__(self, batch: Batch) -> Batch:
@@ -47,14 +49,18 @@ class FillMissingKernel:
             if column.is_list:
                 raise Delegate(f"FillMissing of the list column {name!r}")
             values = column.values
-            missing = np.isnan(values) if values.dtype.kind == "f" else np.zeros(len(values), dtype=bool)
+            missing = (
+                np.isnan(values) if values.dtype.kind == "f" else np.zeros(len(values), dtype=bool)
+            )
             if values.dtype.kind not in "iufb":
                 raise Delegate(f"FillMissing of column {name!r} of dtype {values.dtype}")
             if missing.any():
                 fill = values.dtype.type(self.fill_value)
                 # pandas moves the column to float64 when the fill value does not fit its dtype
                 if fill != self.fill_value:
-                    raise Delegate(f"fill value {self.fill_value!r} does not fit column {name!r} of dtype {values.dtype}")
+                    raise Delegate(
+                        f"fill value {self.fill_value!r} does not fit column {name!r} of dtype {values.dtype}"
+                    )
                 values = np.where(missing, fill, values)
             if self.add_binary_columns:
                 updates[f"{name}_filled"] = Column(missing)

@@ -14,7 +14,13 @@ from merlin.dag import ColumnSelector, DataFormats, Node
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, LIST_CELLS, OFFSETS_DTYPE, Batch, Column
+from merlin_torch_serving.fastpath.batch import (
+    ARRAY_CELLS,
+    LIST_CELLS,
+    OFFSETS_DTYPE,
+    Batch,
+    Column,
+)
 from merlin_torch_serving.fastpath.errors import FastPathError
 
 
@@ -103,7 +109,9 @@ def from_transform_output(result, label: str) -> Batch:
         for name, value in result.items():
             values, offsets = value if isinstance(value, tuple) else (value, None)
             if offsets is not None:
-                columns[name] = Column(np.asarray(values), np.asarray(offsets, dtype=np.int64), ARRAY_CELLS)
+                columns[name] = Column(
+                    np.asarray(values), np.asarray(offsets, dtype=np.int64), ARRAY_CELLS
+                )
             else:
                 columns[name] = Column(np.asarray(values))
         return Batch.of(columns)

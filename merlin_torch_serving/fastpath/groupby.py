@@ -13,7 +13,13 @@ from merlin.dag import ColumnSelector
 from nvtabular.ops import Groupby
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.fastpath.batch import OFFSETS_DTYPE, Batch, Column, as_python_scalars, null_mask
+from merlin_torch_serving.fastpath.batch import (
+    OFFSETS_DTYPE,
+    Batch,
+    Column,
+    as_python_scalars,
+    null_mask,
+)
 from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 from merlin_torch_serving.fastpath.ordering import Groups, group_rows, sort_order
 

@@ -23,7 +23,9 @@ class ListSliceKernel:
     def __init__(self, op: ListSlice, selection: ColumnSelector):
         if op.pad and op.max_elements == _UNBOUNDED:
             raise NotCompiled("pad=True without a bound on the row length")
-        if op.pad and (isinstance(op.pad_value, bool) or not isinstance(op.pad_value, (int, float))):
+        if op.pad and (
+            isinstance(op.pad_value, bool) or not isinstance(op.pad_value, (int, float))
+        ):
             raise NotCompiled(f"pad_value={op.pad_value!r} is not a number")
         self.names = list(selection.names)
         self.start = int(op.start)

@@ -37,7 +37,9 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
         if name in columns:
             batch_columns[name] = Column(_values(name, columns[name]))
         elif name + VALUES_SUFFIX in columns and name + OFFSETS_SUFFIX in columns:
-            batch_columns[name] = _ragged(name, columns[name + VALUES_SUFFIX], columns[name + OFFSETS_SUFFIX])
+            batch_columns[name] = _ragged(
+                name, columns[name + VALUES_SUFFIX], columns[name + OFFSETS_SUFFIX]
+            )
         else:
             missing.append(name)
     if missing:
@@ -67,7 +69,9 @@ def _values(name: str, array) -> np.ndarray:
     got = None
     if values.ndim != 1:
         got = f"an array of shape {values.shape}"
-    elif values.dtype == object and len(values) and isinstance(values[0], (list, tuple, np.ndarray)):
+    elif (
+        values.dtype == object and len(values) and isinstance(values[0], (list, tuple, np.ndarray))
+    ):
         got = "an object array of lists"
     if got:
         raise InputError(

@@ -59,7 +59,9 @@ class Admin:
 
     def models(self) -> list[ModelStatus]:
         """The repository index: every model folder, with the state of each version the server knows."""
-        return model_statuses(self._call("get_model_repository_index", what="the repository index request"))
+        return model_statuses(
+            self._call("get_model_repository_index", what="the repository index request")
+        )
 
     def load(self, name: str, timeout_s: float) -> None:
         """Load (or reload) model ``name``; returns once it is loaded."""
@@ -78,31 +80,42 @@ class Admin:
         return failed_requests(self._call("get_inference_statistics"))
 
     def _call(
-        self, method: str, *args: Any, timeout_s: float | None = None, what: str = "", refusable: bool = False
+        self,
+        method: str,
+        *args: Any,
+        timeout_s: float | None = None,
+        what: str = "",
+        refusable: bool = False,
     ) -> Any:
         from tritonclient.http import InferenceServerClient
         from tritonclient.utils import InferenceServerException
 
         timeout_s = timeout_s if timeout_s is not None else self._timeout_s
         what = what or method
-        client = InferenceServerClient(self.url, connection_timeout=timeout_s, network_timeout=timeout_s)
+        client = InferenceServerClient(
+            self.url, connection_timeout=timeout_s, network_timeout=timeout_s
+        )
         try:
             return getattr(client, method)(*args)
         except InferenceServerException as error:
             if refusable:
                 raise Refused(_message(error), str(error.status())) from None
             raise ServerError(
-                f"tritonserver at {self.url} refused {what} (HTTP {error.status()}): {_message(error)}", self._log_tail()
+                f"tritonserver at {self.url} refused {what} (HTTP {error.status()}): {_message(error)}",
+                self._log_tail(),
             ) from None
         except TimeoutError:
             if refusable:
                 raise  # the caller words it: it knows what a load or unload that takes long means
             raise ServerError(
-                f"tritonserver at {self.url} did not answer {what} within {timeout_s:g} s", self._log_tail()
+                f"tritonserver at {self.url} did not answer {what} within {timeout_s:g} s",
+                self._log_tail(),
             ) from None
         except OSError as error:
             self._before_error()
-            raise ServerError(f"tritonserver at {self.url} did not answer {what}: {error}", self._log_tail()) from error
+            raise ServerError(
+                f"tritonserver at {self.url} did not answer {what}: {error}", self._log_tail()
+            ) from error
         finally:
             client.close()
 

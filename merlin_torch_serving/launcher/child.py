@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import IO
 
 from merlin_torch_serving.exceptions import ServerError
-from merlin_torch_serving.launcher.process import ProcessKeeper, ports_listened_by, signal_group, wait_for_group_exit
+from merlin_torch_serving.launcher.process import (
+    ProcessKeeper,
+    ports_listened_by,
+    signal_group,
+    wait_for_group_exit,
+)
 
 #: how long a process group may take to go after SIGKILL before that is an error
 GROUP_EXIT_TIMEOUT_S = 5.0
@@ -82,7 +87,11 @@ class ServerProcess:
     """
 
     def __init__(
-        self, command: list[str], log: ServerLog, environment: Mapping[str, str], shm_prefix: str | None = None
+        self,
+        command: list[str],
+        log: ServerLog,
+        environment: Mapping[str, str],
+        shm_prefix: str | None = None,
     ):
         self.shm_prefix = shm_prefix
         self._log_file = log.open_for_writing()

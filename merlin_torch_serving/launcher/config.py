@@ -52,9 +52,13 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         if self.model_control not in MODEL_CONTROL_MODES:
-            raise ValueError(f"model_control must be one of {MODEL_CONTROL_MODES}, got {self.model_control!r}")
+            raise ValueError(
+                f"model_control must be one of {MODEL_CONTROL_MODES}, got {self.model_control!r}"
+            )
         if isinstance(self.load_models, str):
-            raise TypeError(f"load_models must be a sequence of model names, got the string {self.load_models!r}")
+            raise TypeError(
+                f"load_models must be a sequence of model names, got the string {self.load_models!r}"
+            )
         if self.load_models and self.model_control != "explicit":
             raise ValueError(
                 f"load_models={list(self.load_models)!r} needs model_control='explicit'; with "
@@ -96,9 +100,16 @@ class ServerConfig:
     def ports(self, assigned: Sequence[int]) -> Ports:
         """The requested ports, with the unset ones taken in order from ``assigned``."""
         free = iter(assigned)
-        return Ports(**{key: port if port is not None else next(free) for key, port in self.requested_ports.items()})
+        return Ports(
+            **{
+                key: port if port is not None else next(free)
+                for key, port in self.requested_ports.items()
+            }
+        )
 
-    def command(self, binary: Path, backend_directory: Path, ports: Ports, shm_prefix: str | None) -> list[str]:
+    def command(
+        self, binary: Path, backend_directory: Path, ports: Ports, shm_prefix: str | None
+    ) -> list[str]:
         """The tritonserver command line; ``shm_prefix`` names the python backend's shared memory
         (None when ``extra_args`` name it)."""
         return [

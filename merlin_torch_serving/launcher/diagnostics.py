@@ -33,7 +33,9 @@ _PROTOCOL_NAMES = {"HTTP": "HTTP", "GRPC": "gRPC", "METRICS": "metrics"}
 _MISSING_BACKEND = re.compile(r"unable to find backend library for backend '([^']+)'")
 # how an ensemble's load error quotes the error of a step it depends on (a python step's error
 # ends with its traceback, over several lines)
-_DEPENDENCY_FAILURE = re.compile(r"Model '([^']+)' loading failed with error: (.+?)(?=;\s*Model '|;?\s*$)", re.DOTALL)
+_DEPENDENCY_FAILURE = re.compile(
+    r"Model '([^']+)' loading failed with error: (.+?)(?=;\s*Model '|;?\s*$)", re.DOTALL
+)
 _TRITON_LOG_LINE = re.compile(r'^[IWE]\d{4} \S+ +\d+ \S+\] "?(.*?)"?$')
 _PROTOBUF_ERROR_LINE = re.compile(r"^\[libprotobuf ERROR [^\]]*\] (.*)$")
 _LOADING = re.compile(r'"loading: (.+?):\d+"')
@@ -42,10 +44,16 @@ _LOAD_ENDED = re.compile(r"(successfully loaded|failed to load) '([^']+)'")
 
 def log_tail(log: str, lines: int = TAIL_LINES) -> str:
     """The last lines of the log worth reading (GPU noise and tritonserver's usage text left out)."""
-    kept = [line for line in log.splitlines() if line.strip() and not any(noise in line for noise in _CPU_MACHINE_NOISE)]
+    kept = [
+        line
+        for line in log.splitlines()
+        if line.strip() and not any(noise in line for noise in _CPU_MACHINE_NOISE)
+    ]
     # A rejected argument is followed by a few hundred lines of usage that would push the
     # one line that matters out of the tail.
-    usage = next((index for index, line in enumerate(kept) if line.startswith("Usage: tritonserver")), None)
+    usage = next(
+        (index for index, line in enumerate(kept) if line.startswith("Usage: tritonserver")), None
+    )
     if usage is not None:
         kept = kept[:usage] + ["(usage text left out; run `tritonserver --help`)"]
     return "\n".join(kept[-lines:])
@@ -64,7 +72,10 @@ def model_errors(log: str, name: str) -> str:
             messages.append(protobuf.group(1))
         match = _TRITON_LOG_LINE.match(line)
         messages.append(match.group(1) if match else line)
-    return "; ".join(dict.fromkeys(messages)) or "not loaded; tritonserver logged no reason (see the log below)"
+    return (
+        "; ".join(dict.fromkeys(messages))
+        or "not loaded; tritonserver logged no reason (see the log below)"
+    )
 
 
 def port_in_use(log: str) -> tuple[int, str] | None:
@@ -125,7 +136,9 @@ def exit_error(returncode: int, log: str) -> ServerError:
     return ServerExitedError(returncode, log_tail(log))
 
 
-def load_error(failures: Mapping[str, str], available_backends: Sequence[str], log: str) -> ModelLoadError:
+def load_error(
+    failures: Mapping[str, str], available_backends: Sequence[str], log: str
+) -> ModelLoadError:
     """The error for models that failed to load (``model -> reason``): ``BackendNotAvailableError``
     when the server lacks a backend one of them needs, naming those it has."""
     failures = with_dependency_failures(failures)

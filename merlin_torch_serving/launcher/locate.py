@@ -60,7 +60,11 @@ def backend_directory(binary: Path) -> Path:
 
 def backends_in(directory: Path) -> list[str]:
     """The backends a server started with ``directory`` can run: its subfolders, plus the core's."""
-    found = [entry.name for entry in directory.iterdir() if entry.is_dir()] if directory.is_dir() else []
+    found = (
+        [entry.name for entry in directory.iterdir() if entry.is_dir()]
+        if directory.is_dir()
+        else []
+    )
     return sorted({*found, *CORE_BACKENDS})
 
 
@@ -69,7 +73,9 @@ def server_environment() -> dict[str, str]:
     environment = dict(os.environ)
     # The stub embeds CPython but ignores PYTHONPATH: it takes its prefix from the first python3 on
     # PATH, so this interpreter goes first and models import what this process imports.
-    environment["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), environment.get("PATH", os.defpath)])
+    environment["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), environment.get("PATH", os.defpath)]
+    )
     # The copied backend's RPATH ($ORIGIN/...) no longer reaches the wheel's libraries, and the
     # stub links against this interpreter's libpython.
     libraries = []

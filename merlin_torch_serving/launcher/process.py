@@ -60,7 +60,9 @@ class ProcessKeeper:
                 return
             command, options, done = request
             try:
-                done.put(subprocess.Popen(command, preexec_fn=die_with_parent(os.getpid()), **options))
+                done.put(
+                    subprocess.Popen(command, preexec_fn=die_with_parent(os.getpid()), **options)
+                )
             except BaseException as error:  # handed to the caller's thread
                 done.put(error)
 
@@ -101,7 +103,11 @@ def process_info(pid: int, *, with_argv: bool = True) -> ProcessInfo | None:
 
 
 def all_processes(*, with_argv: bool = False) -> list[ProcessInfo]:
-    infos = (process_info(int(entry), with_argv=with_argv) for entry in os.listdir("/proc") if entry.isdigit())
+    infos = (
+        process_info(int(entry), with_argv=with_argv)
+        for entry in os.listdir("/proc")
+        if entry.isdigit()
+    )
     return [info for info in infos if info is not None]
 
 
@@ -162,7 +168,9 @@ def wait_for_group_exit(group: int, timeout_s: float) -> list[int]:
 
 def live_group_members(group: int) -> list[int]:
     """Pids in process group ``group`` that are not zombies (zombies hold no resources)."""
-    return [info.pid for info in all_processes() if info.group == group and info.state not in ("Z", "X")]
+    return [
+        info.pid for info in all_processes() if info.group == group and info.state not in ("Z", "X")
+    ]
 
 
 def ports_listened_by(pid: int | None) -> set[int]:

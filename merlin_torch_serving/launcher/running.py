@@ -70,7 +70,9 @@ class RunningServer:
                 break
             if time.monotonic() >= deadline:
                 silent = sorted(ports - self.process.listening_ports())
-                raise self._start_timeout(diagnostics.start_awaits(self.log.text(), silent, self.http_url))
+                raise self._start_timeout(
+                    diagnostics.start_awaits(self.log.text(), silent, self.http_url)
+                )
             time.sleep(_POLL_S)
         if self.config.model_control in ("none", "poll"):
             failures = {
@@ -139,7 +141,8 @@ class RunningServer:
             pass  # still unloading: waited for below
         except Refused as refusal:
             raise ServerError(
-                f"tritonserver refused to unload model {name!r} (HTTP {refusal.status}): {refusal.reason}", self.log_tail()
+                f"tritonserver refused to unload model {name!r} (HTTP {refusal.status}): {refusal.reason}",
+                self.log_tail(),
             ) from None
         while True:
             state = next((model.state for model in self.admin.models() if model.name == name), None)
@@ -162,7 +165,11 @@ class RunningServer:
                 f"server's repository {repository!r} is in object storage, where its folders cannot be "
                 "touched; upload a new version (export with add_version=True) or restart the server"
             )
-        served = [m.version for m in self.admin.models() if m.name == name and m.state == "READY" and m.version]
+        served = [
+            m.version
+            for m in self.admin.models()
+            if m.name == name and m.state == "READY" and m.version
+        ]
         folders = [repository / name / str(version) for version in served] or [
             folder for folder in (repository / name).glob("[0-9]*") if folder.name.isdigit()
         ]

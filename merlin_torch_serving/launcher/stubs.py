@@ -67,7 +67,9 @@ class StubRecord:
                 live.setdefault(key, set()).add(process.pid)
                 continue
             how = describe_exit(process.exit_status) if process.state in ("Z", "X") else "stopped"
-            deaths.setdefault(key, []).append(f"the stub of instance {stub.instance!r} (pid {stub.pid}) {how}")
+            deaths.setdefault(key, []).append(
+                f"the stub of instance {stub.instance!r} (pid {stub.pid}) {how}"
+            )
         for pid in set(self._known) - present:
             del self._known[pid]  # reaped: it ended the normal way (unload)
         return live, deaths
@@ -107,7 +109,10 @@ def assess(
             stubs_alive = running >= instances[key]
             if not stubs_alive:
                 missing = instances[key] - running
-                error = "; ".join(deaths.get(key, [])) or f"{missing} of its {instances[key]} stub process(es) are gone"
+                error = (
+                    "; ".join(deaths.get(key, []))
+                    or f"{missing} of its {instances[key]} stub process(es) are gone"
+                )
                 error += "; every request to it fails until it is reloaded"
         report.append(
             ModelHealth(

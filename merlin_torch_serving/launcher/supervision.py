@@ -52,7 +52,9 @@ class Supervisor:
         # know the stubs from the start: one that dies before the first look is still named
         with self._lock:
             self._stubs.update(children_of(self._server.pid))
-        self._thread = threading.Thread(target=self._watch, name=f"tritonserver-{self._server.pid}-supervisor", daemon=True)
+        self._thread = threading.Thread(
+            target=self._watch, name=f"tritonserver-{self._server.pid}-supervisor", daemon=True
+        )
         self._thread.start()
 
     def stop(self, timeout_s: float) -> None:
@@ -76,7 +78,16 @@ class Supervisor:
                     expected = self._expected_stubs(key, frozenset(live.get(key, ())))
                     if expected is not None:
                         instances[key] = expected
-            return assess(statuses, instances, live, deaths, failures, self._notes, self._restarts, self._reloading)
+            return assess(
+                statuses,
+                instances,
+                live,
+                deaths,
+                failures,
+                self._notes,
+                self._restarts,
+                self._reloading,
+            )
 
     def _expected_stubs(self, key: tuple[str, int], pids: frozenset[int]) -> int | None:
         """The stubs a model version's config asks for; read again whenever its stubs change, so a
@@ -95,7 +106,10 @@ class Supervisor:
     def _watch(self) -> None:
         while not self._stop.wait(self._interval_s):
             if not self._server.is_running:
-                logger.error("tritonserver (pid %s) exited on its own; its models no longer answer", self._server.pid)
+                logger.error(
+                    "tritonserver (pid %s) exited on its own; its models no longer answer",
+                    self._server.pid,
+                )
                 return
             try:
                 report = self.health()
@@ -113,9 +127,15 @@ class Supervisor:
                 model.name,
                 model.version,
                 model.last_error,
-                "; reloading it" if self._restart else "; reload it, or start the server with restart_failed_models=True",
+                "; reloading it"
+                if self._restart
+                else "; reload it, or start the server with restart_failed_models=True",
             )
-        if not self._restart or time.monotonic() < self._retry_at.get(model.name, 0.0) or self._stop.is_set():
+        if (
+            not self._restart
+            or time.monotonic() < self._retry_at.get(model.name, 0.0)
+            or self._stop.is_set()
+        ):
             return
         self._notes[model.name] = f"being reloaded after: {model.last_error}"
         self._reloading.add(model.name)
@@ -126,7 +146,9 @@ class Supervisor:
             self._retry_wait_s[model.name] = wait_s
             self._retry_at[model.name] = time.monotonic() + wait_s
             self._notes[model.name] = f"reloading it after its failure failed: {error}"
-            logger.error("reloading model %r failed (next try in %g s): %s", model.name, wait_s, error)
+            logger.error(
+                "reloading model %r failed (next try in %g s): %s", model.name, wait_s, error
+            )
             return
         finally:
             self._reloading.discard(model.name)
@@ -134,4 +156,8 @@ class Supervisor:
         self._retry_at.pop(model.name, None)
         self._restarts[model.name] = self._restarts.get(model.name, 0) + 1
         self._notes[model.name] = f"reloaded after: {model.last_error}"
-        logger.warning("model %r was reloaded and answers again (restart %d)", model.name, self._restarts[model.name])
+        logger.warning(
+            "model %r was reloaded and answers again (restart %d)",
+            model.name,
+            self._restarts[model.name],
+        )

@@ -33,7 +33,9 @@ def save_eager_model(model: torch.nn.Module, directory: str | os.PathLike) -> Pa
         torch.save(model, path)
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         # e.g. a class defined inside a function: pickle cannot name it
-        raise ModelNotImportableError(class_path(type(model)), f"pickle cannot save it: {exc}") from exc
+        raise ModelNotImportableError(
+            class_path(type(model)), f"pickle cannot save it: {exc}"
+        ) from exc
     check_loads_in_fresh_python(path, class_path(type(model)))
     return path
 
@@ -65,7 +67,9 @@ def check_loads_in_fresh_python(path: str | os.PathLike, model_class: str) -> No
         failure = json.loads(result.stdout.strip().splitlines()[-1])
         raise ModelNotImportableError(failure["class"], failure["error"])
     last_line = (result.stderr.strip().splitlines() or ["no output"])[-1]
-    raise ModelNotImportableError(model_class, f"a fresh Python process could not load it: {last_line}")
+    raise ModelNotImportableError(
+        model_class, f"a fresh Python process could not load it: {last_line}"
+    )
 
 
 def class_path(cls: type) -> str:
@@ -79,12 +83,16 @@ class _NamingUnpickler(pickle.Unpickler):
         try:
             return super().find_class(module, name)
         except Exception as exc:
-            print(json.dumps({"class": f"{module}.{name}", "error": f"{type(exc).__name__}: {exc}"}))
+            print(
+                json.dumps({"class": f"{module}.{name}", "error": f"{type(exc).__name__}: {exc}"})
+            )
             sys.exit(_UNIMPORTABLE_EXIT_CODE)
 
 
 def _main(path: str) -> None:
-    naming_pickle = types.SimpleNamespace(Unpickler=_NamingUnpickler, load=pickle.load, __name__="pickle")
+    naming_pickle = types.SimpleNamespace(
+        Unpickler=_NamingUnpickler, load=pickle.load, __name__="pickle"
+    )
     torch.load(path, map_location="cpu", weights_only=False, pickle_module=naming_pickle)
 
 

@@ -20,7 +20,12 @@ from merlin.schema import Schema
 
 from merlin_torch_serving.exceptions import ModelPreparationError, SchemaError
 from merlin_torch_serving.model_prep.probes import Probe, probe_inputs
-from merlin_torch_serving.model_prep.signature import DictCall, bind_arguments, needs_adapter, read_signature
+from merlin_torch_serving.model_prep.signature import (
+    DictCall,
+    bind_arguments,
+    needs_adapter,
+    read_signature,
+)
 
 logger = logging.getLogger("merlin_torch_serving")
 Execution = Literal["auto", "torchscript", "eager"]
@@ -78,7 +83,9 @@ def prepare_model(
     else:
         difference = _first_difference(scripted, expected, output_names)
         if difference is None:
-            return _log(PreparedModel(scripted, "torchscript", f"scripted; {_equal(expected)}"), label, name)
+            return _log(
+                PreparedModel(scripted, "torchscript", f"scripted; {_equal(expected)}"), label, name
+            )
         failures.append(f"the scripted module {difference}")
 
     try:
@@ -87,23 +94,33 @@ def prepare_model(
         failures.append(f"torch.jit.trace failed: {_first_line(exc)}")
     else:
         difference = _first_difference(traced, expected, output_names)
-        warned = f"; torch warned while tracing: {_summary(tracer_warnings)}" if tracer_warnings else ""
+        warned = (
+            f"; torch warned while tracing: {_summary(tracer_warnings)}" if tracer_warnings else ""
+        )
         if difference is None:
             reason = "; ".join([*failures, f"traced; {_equal(expected)}"]) + warned
-            return _log(PreparedModel(traced, "torchscript", reason), label, name, warn=bool(tracer_warnings))
+            return _log(
+                PreparedModel(traced, "torchscript", reason),
+                label,
+                name,
+                warn=bool(tracer_warnings),
+            )
         failures.append(f"the trace {difference}{warned}")
 
     if execution == "torchscript" or require_torchscript:
         raise ModelPreparationError(
             name,
-            "cannot become TorchScript that answers like the eager module, which libtorch needs: " + "; ".join(failures),
+            "cannot become TorchScript that answers like the eager module, which libtorch needs: "
+            + "; ".join(failures),
             "run it eagerly on the python backend (backend='python' with execution='auto' or 'eager'), "
             "or make it scriptable with torch.jit.script",
         )
     return _log(PreparedModel(reference, "eager", "; ".join(failures)), label, name, warn=True)
 
 
-def _reference_outputs(reference: torch.nn.Module, probes: list[Probe], label: str) -> list[tuple[Probe, tuple]]:
+def _reference_outputs(
+    reference: torch.nn.Module, probes: list[Probe], label: str
+) -> list[tuple[Probe, tuple]]:
     """The eager model's outputs on every probe it accepts (a probe outside what the model takes,
     such as negative ids into an embedding, says nothing about a trace and is left out)."""
     expected, errors = [], []
@@ -130,10 +147,14 @@ def _trace(module: torch.nn.Module, example: Probe):
         warnings.simplefilter("always")
         with torch.no_grad():
             traced = torch.jit.trace(module, (example.inputs,), strict=True, check_trace=False)
-    return traced, [str(w.message) for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    return traced, [
+        str(w.message) for w in caught if issubclass(w.category, torch.jit.TracerWarning)
+    ]
 
 
-def _traced_adapter(script: torch.jit.ScriptModule, arguments, output_names: list[str], example: Probe, label: str):
+def _traced_adapter(
+    script: torch.jit.ScriptModule, arguments, output_names: list[str], example: Probe, label: str
+):
     """TorchScript taking one dict around a TorchScript that takes positional tensors or returns a
     dict. Tracing keeps the inner module's calls whole (control flow included): only the adapter's
     fixed lookups are recorded."""
@@ -149,7 +170,9 @@ def _traced_adapter(script: torch.jit.ScriptModule, arguments, output_names: lis
         ) from exc
 
 
-def _first_difference(candidate: torch.nn.Module, expected: list[tuple[Probe, tuple]], output_names: list[str]) -> str | None:
+def _first_difference(
+    candidate: torch.nn.Module, expected: list[tuple[Probe, tuple]], output_names: list[str]
+) -> str | None:
     """How ``candidate`` differs from the eager outputs on the first probe where it does."""
     for probe, want in expected:
         try:
@@ -162,7 +185,11 @@ def _first_difference(candidate: torch.nn.Module, expected: list[tuple[Probe, tu
         for i, (w, g) in enumerate(zip(want, got)):
             output = output_names[i] if i < len(output_names) else str(i)
             if not isinstance(g, torch.Tensor) or g.dtype != w.dtype or g.shape != w.shape:
-                what = f"{g.dtype} {list(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
+                what = (
+                    f"{g.dtype} {list(g.shape)}"
+                    if isinstance(g, torch.Tensor)
+                    else type(g).__name__
+                )
                 return f"returns {what} for output {output!r} instead of {w.dtype} {list(w.shape)} on probe '{probe.name}'"
             if not _same_values(w, g):
                 return f"differs from the eager module on probe '{probe.name}' (output {output!r}: {_difference(w, g)})"
@@ -209,8 +236,12 @@ def _summary(messages: list[str]) -> str:
 def _first_line(error) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     # the TorchScript interpreter puts its traceback first and the error itself last
-    interpreter_error = bool(lines) and lines[0].startswith("The following operation failed in the TorchScript")
-    text = ((lines[-1] if interpreter_error else lines[0]) if lines else type(error).__name__).rstrip(":")
+    interpreter_error = bool(lines) and lines[0].startswith(
+        "The following operation failed in the TorchScript"
+    )
+    text = (
+        (lines[-1] if interpreter_error else lines[0]) if lines else type(error).__name__
+    ).rstrip(":")
     return text if len(text) <= 200 else text[:197] + "..."
 
 
@@ -222,6 +253,17 @@ def _error_text(error: Exception) -> str:
 
 
 def _log(prepared: PreparedModel, label: str, name: str, warn: bool = False) -> PreparedModel:
-    how = "runs as TorchScript" if prepared.execution == "torchscript" else "runs eagerly on the python backend"
-    logger.log(logging.WARNING if warn else logging.INFO, "%s: model %s %s (%s)", label, name, how, prepared.reason)
+    how = (
+        "runs as TorchScript"
+        if prepared.execution == "torchscript"
+        else "runs eagerly on the python backend"
+    )
+    logger.log(
+        logging.WARNING if warn else logging.INFO,
+        "%s: model %s %s (%s)",
+        label,
+        name,
+        how,
+        prepared.reason,
+    )
     return prepared

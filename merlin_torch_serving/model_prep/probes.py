@@ -70,7 +70,9 @@ def probe_inputs(
     return probes
 
 
-def _column_input(column: ColumnSchema, plan: _Plan, rng, observed, pad_value: float, pad_left: bool) -> torch.Tensor:
+def _column_input(
+    column: ColumnSchema, plan: _Plan, rng, observed, pad_value: float, pad_left: bool
+) -> torch.Tensor:
     if wire.is_ragged(column):
         max_length = list_length(column)
         lengths = _row_lengths(plan, max_length)
@@ -82,7 +84,9 @@ def _column_input(column: ColumnSchema, plan: _Plan, rng, observed, pad_value: f
     return torch.from_numpy(values.reshape([plan.rows, *inner]))
 
 
-def _padded(values: np.ndarray, lengths: np.ndarray, max_length: int, pad_value: float, pad_left: bool) -> np.ndarray:
+def _padded(
+    values: np.ndarray, lengths: np.ndarray, max_length: int, pad_value: float, pad_left: bool
+) -> np.ndarray:
     """Rows of ``lengths`` values each, padded to ``max_length`` as ``WireModel`` pads them."""
     dense = np.full((len(lengths), max_length), pad_value, dtype=values.dtype)
     starts = wire.offsets_from_lengths(lengths, np.int64)[:-1]
@@ -102,7 +106,9 @@ def _row_lengths(plan: _Plan, max_length: int) -> np.ndarray:
     return np.array([cycle[row % len(cycle)] for row in range(plan.rows)], dtype=np.int64)
 
 
-def _values(column: ColumnSchema, plan: _Plan, rng, observed, row_lengths: np.ndarray) -> np.ndarray:
+def _values(
+    column: ColumnSchema, plan: _Plan, rng, observed, row_lengths: np.ndarray
+) -> np.ndarray:
     """``sum(row_lengths)`` values for the column, row after row."""
     dtype = wire.column_numpy_dtype(column)
     count = int(row_lengths.sum())

@@ -37,7 +37,11 @@ def named_inputs(model: torch.nn.Module, sample, label: str) -> dict[str, torch.
                 label,
                 None,
                 f"a sample for {signature.describe()}: "
-                + ("a dict of tensors keyed by input name" if takes_dict else f"at most {len(names)} tensor(s)"),
+                + (
+                    "a dict of tensors keyed by input name"
+                    if takes_dict
+                    else f"at most {len(names)} tensor(s)"
+                ),
                 f"{len(values)} tensor(s) without names",
             )
         items = dict(zip(names, values))
@@ -49,7 +53,9 @@ def input_schema_of(inputs: Mapping[str, torch.Tensor]) -> Schema:
     return Schema([_column(name, tensor) for name, tensor in inputs.items()])
 
 
-def output_schema_of(model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], input_schema: Schema, label: str) -> Schema:
+def output_schema_of(
+    model: torch.nn.Module, inputs: Mapping[str, torch.Tensor], input_schema: Schema, label: str
+) -> Schema:
     """The model's outputs for the sample, named by a dict's keys or ``OUTPUT__<index>``."""
     arguments = bind_arguments(read_signature(model), input_schema, label)
     with torch.no_grad():

@@ -44,7 +44,11 @@ class ForwardSignature:
     returns: str = "unknown"
 
     def describe(self) -> str:
-        return "forward(" + ", ".join(a.name if a.required else f"{a.name}=..." for a in self.arguments) + ")"
+        return (
+            "forward("
+            + ", ".join(a.name if a.required else f"{a.name}=..." for a in self.arguments)
+            + ")"
+        )
 
 
 def read_signature(model: torch.nn.Module) -> ForwardSignature:
@@ -52,7 +56,8 @@ def read_signature(model: torch.nn.Module) -> ForwardSignature:
     if isinstance(model, torch.jit.ScriptModule):
         schema = model.forward.schema
         arguments = tuple(
-            Argument(a.name, not a.has_default_value(), _script_kind(a.type)) for a in schema.arguments[1:]
+            Argument(a.name, not a.has_default_value(), _script_kind(a.type))
+            for a in schema.arguments[1:]
         )
         returns = _script_return(schema.returns[0].type) if len(schema.returns) == 1 else "tuple"
         return ForwardSignature(arguments, returns)
@@ -66,11 +71,15 @@ def read_signature(model: torch.nn.Module) -> ForwardSignature:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         required = parameter.default is parameter.empty
-        arguments.append(Argument(parameter.name, required, _annotation_kind(hints.get(parameter.name))))
+        arguments.append(
+            Argument(parameter.name, required, _annotation_kind(hints.get(parameter.name)))
+        )
     return ForwardSignature(tuple(arguments))
 
 
-def bind_arguments(signature: ForwardSignature, schema: Schema, model_name: str) -> dict[str, str] | None:
+def bind_arguments(
+    signature: ForwardSignature, schema: Schema, model_name: str
+) -> dict[str, str] | None:
     """Which input column feeds each positional argument (argument -> column), or ``None`` when
     ``forward`` takes the whole ``Dict[str, Tensor]``.
 
@@ -86,7 +95,11 @@ def bind_arguments(signature: ForwardSignature, schema: Schema, model_name: str)
         column = argument.name if argument.name in columns else (indexed or {}).get(position)
         if column is None:
             if argument.required:
-                convention = f" (or, Triton-style, one named '<name>__{position}')" if indexed is not None else ""
+                convention = (
+                    f" (or, Triton-style, one named '<name>__{position}')"
+                    if indexed is not None
+                    else ""
+                )
                 raise SchemaError(
                     model_name,
                     argument.name,
@@ -131,7 +144,9 @@ class DictCall(torch.nn.Module):
     single result into its tensor.
     """
 
-    def __init__(self, model: torch.nn.Module, arguments: dict[str, str] | None, output_names: list[str]):
+    def __init__(
+        self, model: torch.nn.Module, arguments: dict[str, str] | None, output_names: list[str]
+    ):
         super().__init__()
         self.model = model
         self.arguments = None if arguments is None else dict(arguments)
@@ -153,7 +168,9 @@ class DictCall(torch.nn.Module):
         return outputs
 
 
-def call_with_dict(model: torch.nn.Module, arguments: dict[str, str] | None, inputs: Mapping[str, torch.Tensor]):
+def call_with_dict(
+    model: torch.nn.Module, arguments: dict[str, str] | None, inputs: Mapping[str, torch.Tensor]
+):
     """``model``'s raw result for one dict of inputs, bound as ``bind_arguments`` said."""
     if arguments is None:
         # a copy: some models (Transformers4Rec's) replace entries of the dict they are given
@@ -167,7 +184,9 @@ def _takes_dict(argument: Argument, columns: list[str]) -> bool:
     if argument.kind == "tensor":
         return False
     # unannotated: a dict unless the name (or Triton's index convention) says it is one column
-    return argument.name not in columns and not (len(columns) == 1 and _triton_indices(columns) == {0: columns[0]})
+    return argument.name not in columns and not (
+        len(columns) == 1 and _triton_indices(columns) == {0: columns[0]}
+    )
 
 
 def _triton_indices(columns: list[str]) -> dict[int, str] | None:
@@ -186,7 +205,9 @@ def _script_kind(script_type) -> ArgumentKind:
         script_type = script_type.getElementType()
     if isinstance(script_type, torch.TensorType):
         return "tensor"
-    if isinstance(script_type, torch.DictType) and isinstance(script_type.getValueType(), torch.TensorType):
+    if isinstance(script_type, torch.DictType) and isinstance(
+        script_type.getValueType(), torch.TensorType
+    ):
         return "dict"
     return "other"
 
@@ -194,7 +215,12 @@ def _script_kind(script_type) -> ArgumentKind:
 def _script_return(script_type) -> str:
     if isinstance(script_type, torch.TupleType) and len(script_type.elements()) == 1:
         return "one-tuple"
-    for kind, cls in (("tensor", torch.TensorType), ("tuple", torch.TupleType), ("dict", torch.DictType), ("list", torch.ListType)):
+    for kind, cls in (
+        ("tensor", torch.TensorType),
+        ("tuple", torch.TupleType),
+        ("dict", torch.DictType),
+        ("list", torch.ListType),
+    ):
         if isinstance(script_type, cls):
             return kind
     return "unknown"

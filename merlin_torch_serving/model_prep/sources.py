@@ -27,7 +27,9 @@ def load_model(path: str | os.PathLike) -> tuple[torch.nn.Module, Schema | None]
     if path.is_dir():
         return _load_saved_folder(path)
     if not path.exists():
-        raise FileNotFoundError(f"no model at {str(path)!r}: pass a TorchScript file, a torch.save file or a saved model folder")
+        raise FileNotFoundError(
+            f"no model at {str(path)!r}: pass a TorchScript file, a torch.save file or a saved model folder"
+        )
     try:
         return torch.jit.load(os.fspath(path), map_location="cpu"), None
     except RuntimeError as script_error:
@@ -35,7 +37,8 @@ def load_model(path: str | os.PathLike) -> tuple[torch.nn.Module, Schema | None]
             module = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
         except Exception:
             raise ModelPreparationError(
-                str(path), f"is neither TorchScript nor a torch.save file ({str(script_error).splitlines()[0]})"
+                str(path),
+                f"is neither TorchScript nor a torch.save file ({str(script_error).splitlines()[0]})",
             ) from script_error
     if not isinstance(module, torch.nn.Module):
         raise ModelPreparationError(
@@ -47,7 +50,11 @@ def load_model(path: str | os.PathLike) -> tuple[torch.nn.Module, Schema | None]
 
 
 def _load_saved_folder(folder: Path) -> tuple[torch.nn.Module, Schema | None]:
-    pickles = [folder / T4R_MODEL_FILE] if (folder / T4R_MODEL_FILE).exists() else sorted(folder.glob("*.pkl"))
+    pickles = (
+        [folder / T4R_MODEL_FILE]
+        if (folder / T4R_MODEL_FILE).exists()
+        else sorted(folder.glob("*.pkl"))
+    )
     if len(pickles) != 1:
         found = ", ".join(p.name for p in pickles) or "none"
         raise ModelPreparationError(
@@ -63,10 +70,14 @@ def _load_saved_folder(folder: Path) -> tuple[torch.nn.Module, Schema | None]:
             model = cloudpickle.load(file)
         except ModuleNotFoundError as exc:
             raise ModelPreparationError(
-                str(pickles[0]), f"needs the module {exc.name!r} to load", f"install the package that provides {exc.name!r}"
+                str(pickles[0]),
+                f"needs the module {exc.name!r} to load",
+                f"install the package that provides {exc.name!r}",
             ) from exc
     if not isinstance(model, torch.nn.Module):
-        raise ModelPreparationError(str(pickles[0]), f"holds a {type(model).__name__}, not a torch module")
+        raise ModelPreparationError(
+            str(pickles[0]), f"holds a {type(model).__name__}, not a torch module"
+        )
     return model.eval(), _schema_file_input_schema(folder, model)
 
 
@@ -78,7 +89,9 @@ def _schema_file_input_schema(folder: Path, model: torch.nn.Module) -> Schema | 
         return None
     name = present[0]
     if name.endswith(".pbtxt"):
-        schema = TensorflowMetadata.from_proto_text_file(str(folder), file_name=name).to_merlin_schema()
+        schema = TensorflowMetadata.from_proto_text_file(
+            str(folder), file_name=name
+        ).to_merlin_schema()
     else:
         schema = TensorflowMetadata.from_json_file(str(folder), file_name=name).to_merlin_schema()
     model_schema = getattr(model, "input_schema", None)

@@ -7,4 +7,11 @@ from merlin_torch_serving.ops.retrieve_topk import RetrieveTopK
 from merlin_torch_serving.ops.topk import TopK
 from merlin_torch_serving.ops.workflow import TransformWorkflow
 
-__all__ = ["DecodeItemIds", "PredictPytorch", "RetrieveTopK", "ServingOperator", "TopK", "TransformWorkflow"]
+__all__ = [
+    "DecodeItemIds",
+    "PredictPytorch",
+    "RetrieveTopK",
+    "ServingOperator",
+    "TopK",
+    "TransformWorkflow",
+]

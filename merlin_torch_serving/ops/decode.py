@@ -63,7 +63,9 @@ class DecodeItemIds(ServingOperator):
         Reserved or unknown ids decode to -1 (integers), NaN (floats) or None (strings).
     """
 
-    def __init__(self, vocabulary, source_column: str = "item_id", columns: Sequence[str] = ("item_ids",)):
+    def __init__(
+        self, vocabulary, source_column: str = "item_id", columns: Sequence[str] = ("item_ids",)
+    ):
         super().__init__()
         if not isinstance(vocabulary, CategoryVocabulary):
             vocabulary = CategoryVocabulary.from_workflow(vocabulary, source_column)
@@ -74,7 +76,9 @@ class DecodeItemIds(ServingOperator):
     def label(self) -> str:
         return f"DecodeItemIds({self.vocabulary.column!r})"
 
-    def validate_schemas(self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False):
+    def validate_schemas(
+        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
+    ):
         for name in self.columns:
             column = input_schema.get(name)
             if column is None:
@@ -85,7 +89,9 @@ class DecodeItemIds(ServingOperator):
                     f"no such column (it receives {', '.join(map(repr, input_schema.column_names))})",
                 )
             if column.dtype.element_type.value != "int":
-                raise SchemaError(self.label, name, "an int column of encoded ids", describe_column(column))
+                raise SchemaError(
+                    self.label, name, "an int column of encoded ids", describe_column(column)
+                )
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         raw_dtype = self.vocabulary.raw_values.dtype
@@ -93,7 +99,9 @@ class DecodeItemIds(ServingOperator):
         columns = []
         for column in input_schema:
             if column.name in self.columns:
-                properties = {k: v for k, v in column.properties.items() if k not in ("domain", "value_count")}
+                properties = {
+                    k: v for k, v in column.properties.items() if k not in ("domain", "value_count")
+                }
                 column = column.with_dtype(raw_dtype).with_properties(properties)
             columns.append(column)
         return Schema(columns)
@@ -114,17 +122,29 @@ class DecodeItemIds(ServingOperator):
     def torchscript(self, input_schema: Schema) -> Optional[DecodeIds]:
         """A lookup when raw ids are integers and every column is scalar or fixed-length."""
         raw_values = self.vocabulary.raw_values
-        if raw_values.dtype.kind not in "iu" or len(raw_values) == 0 or any(wire.is_ragged(c) for c in input_schema):
+        if (
+            raw_values.dtype.kind not in "iu"
+            or len(raw_values) == 0
+            or any(wire.is_ragged(c) for c in input_schema)
+        ):
             return None
-        raw_ids = torch.from_numpy(np.where(self.vocabulary.is_item, raw_values, -1).astype(raw_values.dtype))
+        raw_ids = torch.from_numpy(
+            np.where(self.vocabulary.is_item, raw_values, -1).astype(raw_values.dtype)
+        )
         names = input_schema.column_names
-        return DecodeIds(raw_ids, [n for n in names if n in self.columns], [n for n in names if n not in self.columns])
+        return DecodeIds(
+            raw_ids,
+            [n for n in names if n in self.columns],
+            [n for n in names if n not in self.columns],
+        )
 
     def save_artifacts(self, artifact_path=None) -> None:
         raw_values = self.vocabulary.raw_values
         if raw_values.dtype == np.dtype(object):
             # object arrays need pickle; strings are stored as fixed-width text, so loading needs none
-            raw_values = np.array(["" if value is None else str(value) for value in raw_values], dtype=str)
+            raw_values = np.array(
+                ["" if value is None else str(value) for value in raw_values], dtype=str
+            )
         np.savez(
             os.path.join(artifact_path, VOCABULARY_FILE),
             raw_values=raw_values,
@@ -137,4 +157,7 @@ class DecodeItemIds(ServingOperator):
             raw_values, is_item = saved["raw_values"], saved["is_item"]
         if raw_values.dtype.kind == "U":
             raw_values = np.where(is_item, raw_values.astype(object), None)
-        return {"vocabulary": CategoryVocabulary(config["source_column"], raw_values, is_item), **config}
+        return {
+            "vocabulary": CategoryVocabulary(config["source_column"], raw_values, is_item),
+            **config,
+        }

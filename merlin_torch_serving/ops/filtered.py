@@ -107,7 +107,9 @@ class BlankFilteredRows(ServingOperator):
         return BlankRows(self.filtered_column, self.columns)
 
 
-def _emptied(values: np.ndarray, offsets: np.ndarray, filtered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _emptied(
+    values: np.ndarray, offsets: np.ndarray, filtered: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """A ragged column with the filtered rows' lists emptied."""
     if not filtered.any():
         return values, offsets

@@ -20,8 +20,16 @@ from merlin.table import TensorTable
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import InputError, SchemaError
 from merlin_torch_serving.huge_pages import collapse_onto_huge_pages
-from merlin_torch_serving.model_prep.eager import EAGER_MODEL_FILE, load_eager_model, save_eager_model
-from merlin_torch_serving.model_prep.next_item import SESSION_EMBEDDING, next_item_scoring, session_encoder
+from merlin_torch_serving.model_prep.eager import (
+    EAGER_MODEL_FILE,
+    load_eager_model,
+    save_eager_model,
+)
+from merlin_torch_serving.model_prep.next_item import (
+    SESSION_EMBEDDING,
+    next_item_scoring,
+    session_encoder,
+)
 from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
 from merlin_torch_serving.model_prep.sample import named_inputs
 from merlin_torch_serving.model_prep.schemas import model_schemas
@@ -101,18 +109,30 @@ class PredictPytorch(ServingOperator):
         _check_choice("pad_side", pad_side, ("right", "left"))
         _check_choice("output", output, (None, SESSION_EMBEDDING))
         if backend == "pytorch" and execution == "eager":
-            raise ValueError("backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run eagerly")
+            raise ValueError(
+                "backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run eagerly"
+            )
         saved_input_schema = None
         if isinstance(model, (str, os.PathLike)):
             model, saved_input_schema = load_model(model)
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}")
+            raise TypeError(
+                f"model must be a torch.nn.Module or a path to one, got {type(model).__name__}"
+            )
         if output == SESSION_EMBEDDING:
-            model, output_schema = session_encoder(model), output_schema or _session_embedding_schema(model)
+            model, output_schema = (
+                session_encoder(model),
+                output_schema or _session_embedding_schema(model),
+            )
         model = model.eval()
         sample_inputs = None if sample is None else named_inputs(model, sample, "PredictPytorch")
         input_schema, output_schema = model_schemas(
-            model, input_schema, output_schema, saved_input_schema=saved_input_schema, sample=sample_inputs, label="PredictPytorch"
+            model,
+            input_schema,
+            output_schema,
+            saved_input_schema=saved_input_schema,
+            sample=sample_inputs,
+            label="PredictPytorch",
         )
         self.pad_value = float(pad_value)
         self.pad_side = pad_side
@@ -131,7 +151,9 @@ class PredictPytorch(ServingOperator):
             sample=sample_inputs,
         )
         self.execution = prepared.execution
-        self.backend_choice: Backend = backend or ("pytorch" if prepared.execution == "torchscript" else "python")
+        self.backend_choice: Backend = backend or (
+            "pytorch" if prepared.execution == "torchscript" else "python"
+        )
         # what save_artifacts writes: the compiled module, or the user's own eager module
         self.model = prepared.module if prepared.execution == "torchscript" else model
         wire_model = WireModel(
@@ -143,8 +165,12 @@ class PredictPytorch(ServingOperator):
             pad_left=pad_side == "left",
             id_limits=catalog_limits(self.model_input_schema),
         )
-        self.module = torch.jit.script(wire_model) if prepared.execution == "torchscript" else wire_model
-        self.model_output_schema = _observed_output_schema(self.module, self.model_input_schema, output_schema)
+        self.module = (
+            torch.jit.script(wire_model) if prepared.execution == "torchscript" else wire_model
+        )
+        self.model_output_schema = _observed_output_schema(
+            self.module, self.model_input_schema, output_schema
+        )
         self._weights_on_huge_pages = False
 
     # `backend` is what the exporter reads; it is per instance here
@@ -167,9 +193,14 @@ class PredictPytorch(ServingOperator):
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         if not self._weights_on_huge_pages:  # once: a large item table then reads faster
-            collapse_onto_huge_pages(itertools.chain(self.module.parameters(), self.module.buffers()))
+            collapse_onto_huge_pages(
+                itertools.chain(self.module.parameters(), self.module.buffers())
+            )
             self._weights_on_huge_pages = True
-        inputs = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in wire.to_wire(transformable).items()}
+        inputs = {
+            name: torch.from_numpy(np.ascontiguousarray(array))
+            for name, array in wire.to_wire(transformable).items()
+        }
         # TorchScript's optimizing executor re-specialises the graph for every new input shape, and
         # requests of varying sessions and lengths keep bringing new ones (~0.3 s each on 2 cores)
         with torch.inference_mode(), torch.jit.optimized_execution(False):
@@ -184,7 +215,10 @@ class PredictPytorch(ServingOperator):
                 raise refused from None
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         return TensorTable(
-            {column.name: tensor.numpy() for column, tensor in zip(self.model_output_schema, outputs)},
+            {
+                column.name: tensor.numpy()
+                for column, tensor in zip(self.model_output_schema, outputs)
+            },
             _unsafe=True,
         )
 
@@ -260,7 +294,13 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
         dims = (None,) + tuple(int(d) for d in tensor.shape[1:])
         dtype = wire.tensor_numpy_dtype(tensor.dtype)
         columns.append(
-            ColumnSchema(column.name, tags=column.tags, properties=_without_value_count(column.properties), dtype=dtype, dims=dims)
+            ColumnSchema(
+                column.name,
+                tags=column.tags,
+                properties=_without_value_count(column.properties),
+                dtype=dtype,
+                dims=dims,
+            )
         )
     return Schema(columns)
 

@@ -21,7 +21,12 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.ops.topk import check_seen_items, ranked_items_schema, seen_tensors, set_selection
+from merlin_torch_serving.ops.topk import (
+    check_seen_items,
+    ranked_items_schema,
+    seen_tensors,
+    set_selection,
+)
 from merlin_torch_serving.retrieval.indexes import ItemIndex, build_index, load_index
 from merlin_torch_serving.retrieval.specs import IndexSpec, index_spec, to_config
 from merlin_torch_serving.schemas import describe_column
@@ -87,9 +92,13 @@ class RetrieveTopK(ServingOperator):
         if temperature is not None and not temperature > 0:
             raise ValueError(f"temperature must be above 0 (or None), got {temperature!r}")
         self.temperature = None if temperature is None else float(temperature)
-        available = self.catalog_size - sum(1 for i in self.exclude_ids if 0 <= i < self.catalog_size)
+        available = self.catalog_size - sum(
+            1 for i in self.exclude_ids if 0 <= i < self.catalog_size
+        )
         if self.k > available:
-            raise ValueError(f"k={self.k} is more than the {available} item(s) of the catalog that may be recommended")
+            raise ValueError(
+                f"k={self.k} is more than the {available} item(s) of the catalog that may be recommended"
+            )
 
     @property
     def label(self) -> str:
@@ -107,7 +116,10 @@ class RetrieveTopK(ServingOperator):
             self._index = build_index(self.index_spec, self.item_vectors, self.exclude_ids)
             logger.info(
                 "RetrieveTopK: %s index over %d items of dimension %d built in %.1f s",
-                self.index_spec.kind, self.catalog_size, self.dimension, time.perf_counter() - began,
+                self.index_spec.kind,
+                self.catalog_size,
+                self.dimension,
+                time.perf_counter() - began,
             )
         return self._index
 
@@ -117,13 +129,24 @@ class RetrieveTopK(ServingOperator):
         expected = [input_schema[self._query_column(input_schema)]]
         if self.seen_column is not None:
             seen = input_schema.get(self.seen_column)
-            expected.append(seen if seen is not None else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None)))
+            expected.append(
+                seen
+                if seen is not None
+                else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None))
+            )
         return Schema(expected)
 
-    def validate_schemas(self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False):
+    def validate_schemas(
+        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
+    ):
         query = input_schema[self._query_column(input_schema)]
         dims = query.shape.dims
-        if query.dtype.element_type.value != "float" or dims is None or len(dims) != 2 or dims[1].max != self.dimension:
+        if (
+            query.dtype.element_type.value != "float"
+            or dims is None
+            or len(dims) != 2
+            or dims[1].max != self.dimension
+        ):
             raise SchemaError(
                 self.label,
                 query.name,
@@ -134,13 +157,17 @@ class RetrieveTopK(ServingOperator):
             check_seen_items(self.label, input_schema[self.seen_column])
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
-        return ranked_items_schema(self.k, self.catalog_size, np.float32, self.ids_column, self.scores_column)
+        return ranked_items_schema(
+            self.k, self.catalog_size, np.float32, self.ids_column, self.scores_column
+        )
 
     # ---- running -----------------------------------------------------------------------------
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         # the selector lists the expected input columns in order: the query first
-        queries = torch.from_numpy(np.ascontiguousarray(transformable[col_selector.names[0]].values, dtype=np.float32))
+        queries = torch.from_numpy(
+            np.ascontiguousarray(transformable[col_selector.names[0]].values, dtype=np.float32)
+        )
         seen_values, seen_offsets = seen_tensors(transformable, self.seen_column)
         with torch.inference_mode():
             ids, scores = self.item_index.search(
@@ -151,7 +178,9 @@ class RetrieveTopK(ServingOperator):
                 seen_offsets,
                 self.temperature or 0.0,
             )
-        return TensorTable({self.ids_column: ids.numpy(), self.scores_column: scores.numpy()}, _unsafe=True)
+        return TensorTable(
+            {self.ids_column: ids.numpy(), self.scores_column: scores.numpy()}, _unsafe=True
+        )
 
     # ---- export ------------------------------------------------------------------------------
 
@@ -194,7 +223,10 @@ class RetrieveTopK(ServingOperator):
         candidates = [
             c.name
             for c in input_schema
-            if c.name != self.seen_column and c.dtype.element_type.value == "float" and c.shape.dims is not None and len(c.shape.dims) == 2
+            if c.name != self.seen_column
+            and c.dtype.element_type.value == "float"
+            and c.shape.dims is not None
+            and len(c.shape.dims) == 2
         ]
         if len(candidates) != 1:
             raise SchemaError(
@@ -207,19 +239,27 @@ class RetrieveTopK(ServingOperator):
         return candidates[0]
 
 
-def _vectors_and_temperature(item_vectors, temperature: float | None) -> tuple[torch.Tensor, float | None]:
+def _vectors_and_temperature(
+    item_vectors, temperature: float | None
+) -> tuple[torch.Tensor, float | None]:
     """The ``[catalog, d]`` float32 tensor of item vectors, and the temperature to divide by."""
     if isinstance(item_vectors, torch.nn.Module):
         from merlin_torch_serving.model_prep.next_item import next_item_scoring
 
         scoring = next_item_scoring(item_vectors)
-        if temperature is not None and scoring.temperature is not None and temperature != scoring.temperature:
+        if (
+            temperature is not None
+            and scoring.temperature is not None
+            and temperature != scoring.temperature
+        ):
             raise ValueError(
                 f"temperature={temperature} differs from the model's softmax_temperature ({scoring.temperature}); "
                 "leave temperature out to rank and score as the model does"
             )
         return scoring.item_vectors, scoring.temperature if temperature is None else temperature
-    vectors = torch.as_tensor(np.asarray(item_vectors) if not isinstance(item_vectors, torch.Tensor) else item_vectors)
+    vectors = torch.as_tensor(
+        np.asarray(item_vectors) if not isinstance(item_vectors, torch.Tensor) else item_vectors
+    )
     if vectors.dim() != 2 or not vectors.is_floating_point() or vectors.shape[0] == 0:
         raise ValueError(
             "item_vectors must be a float [catalog, d] array or tensor (row i is item id i), a Transformers4Rec "

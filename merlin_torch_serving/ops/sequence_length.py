@@ -26,7 +26,9 @@ def model_sequence_lengths(model: torch.nn.Module) -> dict[str, int]:
         return {}
     lengths: dict[str, int] = {}
     for head in model.heads:
-        sizes = getattr(getattr(getattr(head, "body", None), "inputs", None), "input_size", None) or {}
+        sizes = (
+            getattr(getattr(getattr(head, "body", None), "inputs", None), "input_size", None) or {}
+        )
         for name, size in sizes.items():
             if len(size) >= 2 and int(size[1]) > 0:
                 lengths[name] = int(size[1])
@@ -65,7 +67,13 @@ def with_model_lengths(
     columns = []
     for column in schema:
         if column.name in model_lengths:
-            columns.append(_padded_to(column, model_lengths[column.name], "the model's sequence features are built for"))
+            columns.append(
+                _padded_to(
+                    column,
+                    model_lengths[column.name],
+                    "the model's sequence features are built for",
+                )
+            )
         elif wire.is_ragged(column) and max_sequence_length is not None:
             columns.append(_padded_to(column, int(max_sequence_length), "max_sequence_length is"))
         elif wire.is_ragged(column) and column.shape.dims[1].max is None:

@@ -71,7 +71,10 @@ def _with_placeholders(table: TensorTable, key: str, keys: np.ndarray) -> Tensor
         values = np.asarray(column.values)
         if column.offsets is not None:
             offsets = np.asarray(column.offsets)
-            columns[name] = (values, np.concatenate([offsets, np.full(count, offsets[-1], dtype=offsets.dtype)]))
+            columns[name] = (
+                values,
+                np.concatenate([offsets, np.full(count, offsets[-1], dtype=offsets.dtype)]),
+            )
             continue
         if name == key:
             extra = keys.astype(values.dtype, copy=False)

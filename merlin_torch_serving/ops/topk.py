@@ -49,11 +49,15 @@ def top_k_items(
     refused = torch.isin(best.indices, excluded_ids)
     if seen_rows.numel() > 0:
         matches = (best.indices[seen_rows] == seen_ids.unsqueeze(1)).to(torch.int32)
-        seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(0, seen_rows, matches)
+        seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(
+            0, seen_rows, matches
+        )
         refused = refused | (seen_counts > 0)
     order = torch.argsort(refused.to(torch.int32), dim=1, stable=True)[:, :k]
     values = torch.gather(best.values, 1, order)
-    values = torch.where(torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values)
+    values = torch.where(
+        torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values
+    )
     return torch.gather(best.indices, 1, order), values
 
 
@@ -67,7 +71,9 @@ class TopKSelection(torch.nn.Module):
     seen: str
     seen_ragged: bool
 
-    def __init__(self, k: int, excluded_ids: Sequence[int], scores: str, seen: str, seen_ragged: bool):
+    def __init__(
+        self, k: int, excluded_ids: Sequence[int], scores: str, seen: str, seen_ragged: bool
+    ):
         super().__init__()
         self.k = k
         self.scores = scores
@@ -84,7 +90,9 @@ class TopKSelection(torch.nn.Module):
                 seen_offsets = inputs[self.seen + wire.OFFSETS_SUFFIX].to(torch.int64)
             else:
                 seen_values = inputs[self.seen].to(torch.int64)
-        return top_k_items(inputs[self.scores], self.k, self.excluded_ids, seen_values, seen_offsets)
+        return top_k_items(
+            inputs[self.scores], self.k, self.excluded_ids, seen_values, seen_offsets
+        )
 
 
 class TopK(ServingOperator):
@@ -134,14 +142,31 @@ class TopK(ServingOperator):
         expected = [input_schema[scores_name]]
         if self.seen_column is not None:
             seen = input_schema.get(self.seen_column)
-            expected.append(seen if seen is not None else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None)))
+            expected.append(
+                seen
+                if seen is not None
+                else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None))
+            )
         return Schema(expected)
 
-    def validate_schemas(self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False):
+    def validate_schemas(
+        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
+    ):
         scores = input_schema[self._scores_column(input_schema)]
         dims = scores.shape.dims
-        if scores.dtype.element_type.value != "float" or dims is None or len(dims) != 2 or dims[1].max is None or not dims[1].is_fixed:
-            raise SchemaError(self.label, scores.name, "float scores of shape [-1, catalog]", describe_column(scores))
+        if (
+            scores.dtype.element_type.value != "float"
+            or dims is None
+            or len(dims) != 2
+            or dims[1].max is None
+            or not dims[1].is_fixed
+        ):
+            raise SchemaError(
+                self.label,
+                scores.name,
+                "float scores of shape [-1, catalog]",
+                describe_column(scores),
+            )
         catalog = int(dims[1].max)
         available = catalog - sum(1 for i in self.exclude_ids if 0 <= i < catalog)
         if self.k > available:
@@ -157,8 +182,12 @@ class TopK(ServingOperator):
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
         scores = input_schema[self._scores_column(input_schema)]
-        catalog = scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
-        return ranked_items_schema(self.k, catalog, scores.dtype.without_shape, self.ids_column, self.scores_column)
+        catalog = (
+            scores.shape.dims[1].max if scores.shape.dims and len(scores.shape.dims) > 1 else None
+        )
+        return ranked_items_schema(
+            self.k, catalog, scores.dtype.without_shape, self.ids_column, self.scores_column
+        )
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         # the selector lists the expected input columns in order: scores first
@@ -171,7 +200,9 @@ class TopK(ServingOperator):
             seen_values,
             seen_offsets,
         )
-        return TensorTable({self.ids_column: ids.numpy(), self.scores_column: best.numpy()}, _unsafe=True)
+        return TensorTable(
+            {self.ids_column: ids.numpy(), self.scores_column: best.numpy()}, _unsafe=True
+        )
 
     def config(self) -> dict[str, Any]:
         return {
@@ -187,7 +218,9 @@ class TopK(ServingOperator):
     def torchscript(self, input_schema: Schema) -> TopKSelection:
         seen = self.seen_column or ""
         ragged = bool(seen) and wire.is_ragged(input_schema[seen])
-        return TopKSelection(self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged)
+        return TopKSelection(
+            self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged
+        )
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -204,7 +237,10 @@ class TopK(ServingOperator):
         candidates = [
             c.name
             for c in input_schema
-            if c.name != self.seen_column and c.dtype.element_type.value == "float" and c.shape.dims is not None and len(c.shape.dims) == 2
+            if c.name != self.seen_column
+            and c.dtype.element_type.value == "float"
+            and c.shape.dims is not None
+            and len(c.shape.dims) == 2
         ]
         if len(candidates) != 1:
             raise SchemaError(
@@ -221,7 +257,9 @@ def single_column(source: Node | str) -> str:
     """The one column name a ``seen_items`` argument selects (a node's single column, or a name)."""
     if isinstance(source, str):
         return source
-    names = source.selector.names if isinstance(source, Node) and source.selector is not None else []
+    names = (
+        source.selector.names if isinstance(source, Node) and source.selector is not None else []
+    )
     if len(names) != 1:
         raise TypeError(
             "seen_items must select exactly one column, e.g. features['item_id-list'], "
@@ -236,24 +274,38 @@ def check_seen_items(label: str, seen: ColumnSchema) -> None:
         raise SchemaError(label, seen.name, "an int list of item ids", describe_column(seen))
 
 
-def ranked_items_schema(k: int, catalog: int | None, scores_dtype, ids_column: str, scores_column: str) -> Schema:
+def ranked_items_schema(
+    k: int, catalog: int | None, scores_dtype, ids_column: str, scores_column: str
+) -> Schema:
     """The two outputs of a top-k selection: item ids (in the catalog's domain) and their scores."""
     id_properties = {"domain": {"min": 0, "max": int(catalog) - 1}} if catalog else {}
     return Schema(
         [
-            ColumnSchema(ids_column, tags=[Tags.ITEM_ID], properties=id_properties, dtype="int64", dims=(None, k)),
+            ColumnSchema(
+                ids_column,
+                tags=[Tags.ITEM_ID],
+                properties=id_properties,
+                dtype="int64",
+                dims=(None, k),
+            ),
             ColumnSchema(scores_column, dtype=scores_dtype, dims=(None, k)),
         ]
     )
 
 
-def seen_tensors(table: TensorTable, seen_column: str | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def seen_tensors(
+    table: TensorTable, seen_column: str | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The seen items' values and offsets (``None`` for a dense list, or for no column) as int64."""
     if seen_column is None:
         return None, None
     seen = table[seen_column]
     values = torch.from_numpy(np.asarray(seen.values).astype(np.int64, copy=False))
-    offsets = None if seen.offsets is None else torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+    offsets = (
+        None
+        if seen.offsets is None
+        else torch.from_numpy(np.asarray(seen.offsets).astype(np.int64, copy=False))
+    )
     return values, offsets
 
 

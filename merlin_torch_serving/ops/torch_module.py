@@ -5,7 +5,6 @@ Because the padding lives inside the scripted module, libtorch receives the wire
 (``c__values`` / ``c__offsets``) directly, and the python backend runs the very same graph.
 """
 
-
 from typing import Dict, List, Optional
 
 import torch
@@ -49,14 +48,36 @@ def check_ragged(name: str, values: torch.Tensor, offsets: torch.Tensor):
     """Refuse offsets that would make padding read the wrong rows: they must start at 0, never
     decrease and end at the number of values. Raised in TorchScript, the message reaches a libtorch
     client as the last line of the error, naming the column as the library's InputError does."""
-    expected = "offsets from 0 up to len('" + name + wire.VALUES_SUFFIX + "') = " + str(values.shape[0]) + ", never decreasing"
+    expected = (
+        "offsets from 0 up to len('"
+        + name
+        + wire.VALUES_SUFFIX
+        + "') = "
+        + str(values.shape[0])
+        + ", never decreasing"
+    )
     if offsets.dim() != 1 or offsets.shape[0] == 0:
-        raise ValueError("input column '" + name + wire.OFFSETS_SUFFIX + "': expected " + expected + ", got no offsets")
+        raise ValueError(
+            "input column '"
+            + name
+            + wire.OFFSETS_SUFFIX
+            + "': expected "
+            + expected
+            + ", got no offsets"
+        )
     first, last = int(offsets[0]), int(offsets[-1])
     if first != 0 or last != values.shape[0] or bool((offsets[1:] < offsets[:-1]).any()):
         raise ValueError(
-            "input column '" + name + wire.OFFSETS_SUFFIX + "': expected " + expected
-            + ", got offsets from " + str(first) + " to " + str(last) + " or going back"
+            "input column '"
+            + name
+            + wire.OFFSETS_SUFFIX
+            + "': expected "
+            + expected
+            + ", got offsets from "
+            + str(first)
+            + " to "
+            + str(last)
+            + " or going back"
         )
 
 
@@ -66,12 +87,20 @@ def check_ids(name: str, values: torch.Tensor, limit: int):
         low, high = int(values.min()), int(values.max())
         if low < 0 or high > limit:
             raise ValueError(
-                "input column '" + name + "': expected ids from 0 to " + str(limit)
-                + " (the model's catalog), got ids from " + str(low) + " to " + str(high)
+                "input column '"
+                + name
+                + "': expected ids from 0 to "
+                + str(limit)
+                + " (the model's catalog), got ids from "
+                + str(low)
+                + " to "
+                + str(high)
             )
 
 
-def pad_dense(values: torch.Tensor, max_length: int, pad_value: float, pad_left: bool) -> torch.Tensor:
+def pad_dense(
+    values: torch.Tensor, max_length: int, pad_value: float, pad_left: bool
+) -> torch.Tensor:
     """A fixed-length ``[rows, n]`` list brought to ``[rows, max_length]`` by the same rules."""
     length = values.shape[1]
     if length >= max_length:
@@ -126,23 +155,38 @@ class WireModel(torch.nn.Module):
         for name in self.ragged_inputs + self.dense_inputs:
             # rows of different counts would broadcast silently inside the model
             if name in inputs or name + wire.OFFSETS_SUFFIX in inputs:
-                rows = inputs[name].shape[0] if name in inputs else inputs[name + wire.OFFSETS_SUFFIX].shape[0] - 1
+                rows = (
+                    inputs[name].shape[0]
+                    if name in inputs
+                    else inputs[name + wire.OFFSETS_SUFFIX].shape[0] - 1
+                )
                 if first == "":
                     first, expected_rows = name, rows
                 elif rows != expected_rows:
                     raise ValueError(
-                        "input column '" + name + "': expected " + str(expected_rows) + " rows, like '"
-                        + first + "', got " + str(rows) + " rows"
+                        "input column '"
+                        + name
+                        + "': expected "
+                        + str(expected_rows)
+                        + " rows, like '"
+                        + first
+                        + "', got "
+                        + str(rows)
+                        + " rows"
                     )
         for i, name in enumerate(self.ragged_inputs):
             if name in inputs:
                 values = inputs[name]
-                features[name] = pad_dense(values, self.max_lengths[i], self.pad_value, self.pad_left)
+                features[name] = pad_dense(
+                    values, self.max_lengths[i], self.pad_value, self.pad_left
+                )
             else:
                 values = inputs[name + wire.VALUES_SUFFIX]
                 offsets = inputs[name + wire.OFFSETS_SUFFIX]
                 check_ragged(name, values, offsets)
-                features[name] = pad_ragged(values, offsets, self.max_lengths[i], self.pad_value, self.pad_left)
+                features[name] = pad_ragged(
+                    values, offsets, self.max_lengths[i], self.pad_value, self.pad_left
+                )
             if name in self.id_limits:
                 check_ids(name, values, self.id_limits[name])
         for name in self.dense_inputs:

@@ -32,7 +32,9 @@ def session_requests(workflow, session_key: str | None) -> list[TensorTable]:
     return candidates
 
 
-def _session(schema: Schema, session_key: str | None, known: dict, length: int, constant) -> TensorTable:
+def _session(
+    schema: Schema, session_key: str | None, known: dict, length: int, constant
+) -> TensorTable:
     columns = {}
     for position, column in enumerate(schema):
         dtype = wire.column_numpy_dtype(column)

@@ -68,7 +68,9 @@ class TransformWorkflow(ServingOperator):
         self.fast_path = fast_path
         self.return_session_id = return_session_id
         self.session_key = _groupby_key(workflow) if keep_request_order else None
-        self.filtered_column = FILTERED_COLUMN if self.session_key and _may_drop_rows(workflow) else None
+        self.filtered_column = (
+            FILTERED_COLUMN if self.session_key and _may_drop_rows(workflow) else None
+        )
         if self.filtered_column in workflow.output_schema.column_names:
             raise SchemaError(
                 self.label,
@@ -129,7 +131,9 @@ class TransformWorkflow(ServingOperator):
         """The Groupby keys (a null key would drop its rows from the answer) and the raw columns of
         outputs tagged as ids (a null item id is a broken click, not a category of its own)."""
         ids = [c.name for c in self.workflow.output_schema if Tags.ID in c.tags]
-        sources = {name for column in ids for name in _input_sources(self.workflow.output_node, column)}
+        sources = {
+            name for column in ids for name in _input_sources(self.workflow.output_node, column)
+        }
         keys = _groupby_columns(self.workflow) or []
         inputs = self.workflow.input_schema.column_names
         return [name for name in inputs if name in sources or name in keys]
@@ -139,9 +143,13 @@ class TransformWorkflow(ServingOperator):
         table = wire.from_wire(arrays, self.workflow.output_schema)
         if self.session_key is None:
             return table
-        answer = line_up_sessions(table, transformable[self.session_key].values, self.session_key, self.filtered_column)
+        answer = line_up_sessions(
+            table, transformable[self.session_key].values, self.session_key, self.filtered_column
+        )
         if self.filtered_column:
-            metrics.count(metrics.FILTERED_SESSIONS, np.count_nonzero(answer[self.filtered_column].values))
+            metrics.count(
+                metrics.FILTERED_SESSIONS, np.count_nonzero(answer[self.filtered_column].values)
+            )
         return answer
 
     def config(self) -> dict[str, Any]:
@@ -160,7 +168,10 @@ class TransformWorkflow(ServingOperator):
     def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
         import nvtabular
 
-        return {"workflow": nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR)), **config}
+        return {
+            "workflow": nvtabular.Workflow.load(os.path.join(artifact_path, WORKFLOW_DIR)),
+            **config,
+        }
 
 
 def _check_fitted(workflow) -> None:
@@ -181,7 +192,9 @@ def _groupby_key(workflow) -> str | None:
     """The single key column of the workflow's only Groupby, if it is both input and output."""
     from nvtabular.ops import Groupby
 
-    groupbys = [n.op for n in postorder_iter_nodes(workflow.output_node) if isinstance(n.op, Groupby)]
+    groupbys = [
+        n.op for n in postorder_iter_nodes(workflow.output_node) if isinstance(n.op, Groupby)
+    ]
     if len(groupbys) != 1 or len(groupbys[0].groupby_cols) != 1:
         return None
     key = groupbys[0].groupby_cols[0]
@@ -195,7 +208,11 @@ def _groupby_columns(workflow) -> list[str] | None:
     Groupbys differ or group by a column the request does not carry)."""
     from nvtabular.ops import Groupby
 
-    keys = {tuple(n.op.groupby_cols) for n in postorder_iter_nodes(workflow.output_node) if isinstance(n.op, Groupby)}
+    keys = {
+        tuple(n.op.groupby_cols)
+        for n in postorder_iter_nodes(workflow.output_node)
+        if isinstance(n.op, Groupby)
+    }
     if not keys:
         return []
     if len(keys) > 1 or not set(next(iter(keys))) <= set(workflow.input_schema.column_names):

@@ -64,7 +64,9 @@ def exact_top_k(
         order = torch.topk(merged_scores, k, dim=1, largest=True, sorted=True).indices
         best_scores = torch.gather(merged_scores, 1, order)
         best_ids = torch.gather(merged_ids, 1, order)
-    best_ids = torch.where(torch.isinf(best_scores) & (best_scores < 0), torch.full_like(best_ids, -1), best_ids)
+    best_ids = torch.where(
+        torch.isinf(best_scores) & (best_scores < 0), torch.full_like(best_ids, -1), best_ids
+    )
     return best_ids, best_scores
 
 

@@ -83,7 +83,14 @@ class ExactItems(ItemIndex):
 
     def search(self, queries, k, excluded_ids, seen_values, seen_offsets, temperature):
         return exact_top_k(
-            queries, self.item_vectors, k, excluded_ids, seen_values, seen_offsets, temperature, self.spec.block_items
+            queries,
+            self.item_vectors,
+            k,
+            excluded_ids,
+            seen_values,
+            seen_offsets,
+            temperature,
+            self.spec.block_items,
         )
 
     def save(self, directory: str) -> None:
@@ -106,11 +113,15 @@ class FaissItems(ItemIndex):
         )
 
     @classmethod
-    def build(cls, spec: HNSWIndex | IVFIndex, item_vectors: torch.Tensor, excluded_ids: list[int]) -> "FaissItems":
+    def build(
+        cls, spec: HNSWIndex | IVFIndex, item_vectors: torch.Tensor, excluded_ids: list[int]
+    ) -> "FaissItems":
         faiss = _faiss()
         vectors = np.ascontiguousarray(item_vectors.detach().to(torch.float32).numpy())
         catalog, dimension = vectors.shape
-        ids = np.setdiff1d(np.arange(catalog, dtype=np.int64), np.asarray(excluded_ids, dtype=np.int64))
+        ids = np.setdiff1d(
+            np.arange(catalog, dtype=np.int64), np.asarray(excluded_ids, dtype=np.int64)
+        )
         began = time.perf_counter()
         faiss.omp_set_num_threads((os.cpu_count() or 1) if len(ids) >= _PARALLEL_BUILD_ITEMS else 1)
         if isinstance(spec, HNSWIndex):
@@ -118,8 +129,12 @@ class FaissItems(ItemIndex):
             inner.hnsw.efConstruction = spec.ef_construction
         else:
             lists = min(spec.lists, len(ids))
-            inner = faiss.IndexIVFFlat(faiss.IndexFlatIP(dimension), dimension, lists, faiss.METRIC_INNER_PRODUCT)
-            training = np.random.default_rng(0).permutation(ids)[: lists * _IVF_TRAINING_POINTS_PER_LIST]
+            inner = faiss.IndexIVFFlat(
+                faiss.IndexFlatIP(dimension), dimension, lists, faiss.METRIC_INNER_PRODUCT
+            )
+            training = np.random.default_rng(0).permutation(ids)[
+                : lists * _IVF_TRAINING_POINTS_PER_LIST
+            ]
             inner.train(vectors[np.sort(training)])
         index = faiss.IndexIDMap(inner)
         for start in range(0, len(ids), _ADD_BATCH):
@@ -128,7 +143,10 @@ class FaissItems(ItemIndex):
             if len(ids) > _ADD_BATCH:
                 logger.info(
                     "RetrieveTopK: %s index: %d of %d items added (%.0f s)",
-                    spec.kind, start + len(batch), len(ids), time.perf_counter() - began,
+                    spec.kind,
+                    start + len(batch),
+                    len(ids),
+                    time.perf_counter() - began,
                 )
         return cls(spec, index, catalog)
 
@@ -152,7 +170,9 @@ class FaissItems(ItemIndex):
         _faiss().write_index(self.index, os.path.join(directory, FAISS_FILE))
 
 
-def _seen_matrix(rows: int, values: torch.Tensor | None, offsets: torch.Tensor | None) -> np.ndarray:
+def _seen_matrix(
+    rows: int, values: torch.Tensor | None, offsets: torch.Tensor | None
+) -> np.ndarray:
     """Each row's seen ids as a dense ``[rows, longest]`` int64 matrix padded with -1."""
     if values is None:
         return np.full((rows, 0), -1, dtype=np.int64)
@@ -184,7 +204,9 @@ def _first_allowed(
         kept_ids = np.pad(kept_ids, ((0, 0), (0, pad)))
         kept_scores = np.pad(kept_scores, ((0, 0), (0, pad)))
         missing = np.pad(missing, ((0, 0), (0, pad)), constant_values=True)
-    return np.where(missing, -1, kept_ids), np.where(missing, np.float32(-np.inf), kept_scores).astype(np.float32)
+    return np.where(missing, -1, kept_ids), np.where(
+        missing, np.float32(-np.inf), kept_scores
+    ).astype(np.float32)
 
 
 def _faiss():

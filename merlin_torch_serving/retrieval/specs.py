@@ -79,7 +79,9 @@ def index_spec(value: IndexSpec | str | dict[str, Any]) -> IndexSpec:
         knobs = {name: item for name, item in config.items() if name != "kind"}
         return _KINDS[config["kind"]](**knobs)
     kinds = ", ".join(repr(kind) for kind in _KINDS)
-    raise ValueError(f"index must be ExactIndex(), HNSWIndex(...), IVFIndex(...) or one of {kinds}, got {value!r}")
+    raise ValueError(
+        f"index must be ExactIndex(), HNSWIndex(...), IVFIndex(...) or one of {kinds}, got {value!r}"
+    )
 
 
 def to_config(spec: IndexSpec) -> dict[str, Any]:
@@ -91,4 +93,6 @@ def _check_positive(spec) -> None:
     for field in dataclasses.fields(spec):
         value = getattr(spec, field.name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{type(spec).__name__}.{field.name} must be a positive integer, got {value!r}")
+            raise ValueError(
+                f"{type(spec).__name__}.{field.name} must be a positive integer, got {value!r}"
+            )

@@ -15,18 +15,42 @@ from examples.session_based import data
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-RENAMED = {"session_id": "user_session", "item_id": "product_id", "category": "category_code", "timestamp": "event_time"}
+RENAMED = {
+    "session_id": "user_session",
+    "item_id": "product_id",
+    "category": "category_code",
+    "timestamp": "event_time",
+}
 
 
-def test_the_demo_maps_the_columns_of_a_foreign_click_log_and_prints_only_its_steps_and_the_answer(tmp_path):
+def test_the_demo_maps_the_columns_of_a_foreign_click_log_and_prints_only_its_steps_and_the_answer(
+    tmp_path,
+):
     clicks = data.generate_interactions(n_sessions=300, seed=3)
-    foreign = clicks.astype({"item_id": "float64"}).rename(columns=RENAMED)  # as a CSV export or a join leaves them
+    foreign = clicks.astype({"item_id": "float64"}).rename(
+        columns=RENAMED
+    )  # as a CSV export or a join leaves them
     foreign.to_csv(tmp_path / "clicks.csv", index=False)
     mapping = ",".join(f"{theirs}={ours}" for ours, theirs in RENAMED.items())
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "session_based" / "demo.py"), "--interactions", str(tmp_path / "clicks.csv"),
-         "--columns", mapping, "--epochs", "1", "--show", "2", "--output", str(tmp_path / "out")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "session_based" / "demo.py"),
+            "--interactions",
+            str(tmp_path / "clicks.csv"),
+            "--columns",
+            mapping,
+            "--epochs",
+            "1",
+            "--show",
+            "2",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     # stderr: the progress bar only (tqdm redraws it with carriage returns)
@@ -34,21 +58,35 @@ def test_the_demo_maps_the_columns_of_a_foreign_click_log_and_prints_only_its_st
     assert redraws and all(part.startswith("training:") for part in redraws), result.stderr
     steps = re.findall(r"^== (\d)/6 ", result.stdout, flags=re.M)
     assert steps == ["1", "2", "3", "4", "5", "6"]
-    assert not re.search(r"warn|error|traceback|experimental", result.stdout, flags=re.I), result.stdout
+    assert not re.search(r"warn|error|traceback|experimental", result.stdout, flags=re.I), (
+        result.stdout
+    )
     answers = re.findall(r"^  top-10 items:  \[(\d+, ){9}\d+\]$", result.stdout, flags=re.M)
     assert len(answers) == 2
 
 
 def test_the_demo_names_every_column_a_click_log_lacks_and_how_to_map_them(tmp_path):
-    data.generate_interactions(n_sessions=20, seed=4).rename(columns=RENAMED).to_csv(tmp_path / "clicks.csv", index=False)
+    data.generate_interactions(n_sessions=20, seed=4).rename(columns=RENAMED).to_csv(
+        tmp_path / "clicks.csv", index=False
+    )
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "session_based" / "demo.py"), "--interactions", str(tmp_path / "clicks.csv"),
-         "--output", str(tmp_path / "out")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "session_based" / "demo.py"),
+            "--interactions",
+            str(tmp_path / "clicks.csv"),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith(
-        "error: name the columns of interactions file "
-    ), result.stderr
-    assert "or map yours with --columns YOURS=session_id,YOURS=item_id,YOURS=category,YOURS=timestamp" in result.stderr
+    assert result.stderr.startswith("error: name the columns of interactions file "), result.stderr
+    assert (
+        "or map yours with --columns YOURS=session_id,YOURS=item_id,YOURS=category,YOURS=timestamp"
+        in result.stderr
+    )

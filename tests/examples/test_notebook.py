@@ -34,7 +34,9 @@ def kernel_on_this_python() -> AsyncKernelManager:
     With no kernel folders to search, jupyter_client falls back to ipykernel's own spec, which
     launches the running interpreter; an installed `python3` spec could name another Python.
     """
-    manager = AsyncKernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[]))
+    manager = AsyncKernelManager(
+        kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[])
+    )
     if manager.kernel_spec.argv[0] != sys.executable:
         raise RuntimeError(
             f"the notebook kernel would run {manager.kernel_spec.argv[0]!r}, not this Python "
@@ -90,8 +92,12 @@ def executed_notebook(tmp_path_factory, pytorch_backend):
     executed = output / NOTEBOOK.name
     nbformat.write(notebook, executed)
     if failure is not None:
-        pytest.fail(f"{NOTEBOOK.name} failed; the executed copy is {executed}\n{failure}", pytrace=False)
-    assert sorted(NOTEBOOK.parent.iterdir()) == checkout_before, "the notebook wrote into the checkout"
+        pytest.fail(
+            f"{NOTEBOOK.name} failed; the executed copy is {executed}\n{failure}", pytrace=False
+        )
+    assert sorted(NOTEBOOK.parent.iterdir()) == checkout_before, (
+        "the notebook wrote into the checkout"
+    )
     if os.environ.get("MTS_NOTEBOOK_UPDATE") == "1":
         nbformat.write(notebook, NOTEBOOK)
     return notebook, output / "run"
@@ -115,7 +121,9 @@ def test_committed_outputs_are_the_suites_run_of_the_committed_code(executed_not
     committed = nbformat.read(NOTEBOOK, as_version=4)
     executed, _ = executed_notebook
     code_cells = [cell for cell in committed.cells if cell.cell_type == "code"]
-    assert [cell.source for cell in code_cells] == [cell.source for cell in executed.cells if cell.cell_type == "code"], (
+    assert [cell.source for cell in code_cells] == [
+        cell.source for cell in executed.cells if cell.cell_type == "code"
+    ], (
         "a code cell changed since the committed outputs were made; run this test with MTS_NOTEBOOK_UPDATE=1"
     )
     assert [cell.execution_count for cell in code_cells] == list(range(1, len(code_cells) + 1))
@@ -124,9 +132,18 @@ def test_committed_outputs_are_the_suites_run_of_the_committed_code(executed_not
 
 
 def test_the_notebook_shows_the_operator_chain_and_needs_no_path_workaround():
-    code = "\n".join(cell.source for cell in nbformat.read(NOTEBOOK, as_version=4).cells if cell.cell_type == "code")
+    code = "\n".join(
+        cell.source
+        for cell in nbformat.read(NOTEBOOK, as_version=4).cells
+        if cell.cell_type == "code"
+    )
     assert "sys.path" not in code and "from examples.session_based.demo" not in code
-    for operator in ("TransformWorkflow(workflow)", "PredictPytorch(session_model", "TopK(", "DecodeItemIds(workflow"):
+    for operator in (
+        "TransformWorkflow(workflow)",
+        "PredictPytorch(session_model",
+        "TopK(",
+        "DecodeItemIds(workflow",
+    ):
         assert operator in code
 
 
@@ -135,7 +152,11 @@ def test_the_notebook_writes_into_a_new_temporary_folder_by_default(monkeypatch,
 
     monkeypatch.delenv("MTS_NOTEBOOK_OUTPUT", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    parameters = next(cell for cell in nbformat.read(NOTEBOOK, as_version=4).cells if cell.get("id") == "parameters")
+    parameters = next(
+        cell
+        for cell in nbformat.read(NOTEBOOK, as_version=4).cells
+        if cell.get("id") == "parameters"
+    )
     namespace = {}
     exec(parameters.source, namespace)
     assert Path(namespace["OUTPUT_DIR"]).parent == tmp_path
@@ -168,7 +189,10 @@ def test_notebook_writes_the_workflow_and_the_repository_into_the_output_dir(exe
     listing = outputs_text(code_cell(notebook, "export"))
     assert "; the mixed repository: TransformWorkflow on the python backend" in listing
     assert "session_recs/    config.pbtxt: name 'session_recs', platform 'ensemble'" in listing
-    assert "session_recs-0-transformworkflow/    config.pbtxt: name 'session_recs-0-transformworkflow', backend 'python'" in listing
+    assert (
+        "session_recs-0-transformworkflow/    config.pbtxt: name 'session_recs-0-transformworkflow', backend 'python'"
+        in listing
+    )
     assert (
         "session_recs-1-predictpytorch_topk_decodeitemids/    config.pbtxt: name "
         "'session_recs-1-predictpytorch_topk_decodeitemids', backend 'pytorch'"
@@ -186,12 +210,16 @@ def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(exe
     assert not (cmdline.exists() and b"tritonserver" in cmdline.read_bytes())
 
     check = outputs_text(code_cell(notebook, "check"))
-    shown = re.search(r"served == in-process: same top-10 item ids and scores for sessions \[([\d, ]+)\]", check)
+    shown = re.search(
+        r"served == in-process: same top-10 item ids and scores for sessions \[([\d, ]+)\]", check
+    )
     assert shown is not None, check
     sessions = [int(session) for session in shown.group(1).split(", ")]
     assert len(sessions) == 3
     for session in sessions:
-        assert re.search(rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check)
+        assert re.search(
+            rf"session {session}: last clicks .*\n  recommended: \[(\d+, ){{9}}\d+\]", check
+        )
 
 
 def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
@@ -208,8 +236,17 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen(
-        [str(ROOT / "run"), "notebook", "--no-browser", f"--port={port}", "--IdentityProvider.token=t"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        [
+            str(ROOT / "run"),
+            "notebook",
+            "--no-browser",
+            f"--port={port}",
+            "--IdentityProvider.token=t",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
     def get(path):
@@ -223,7 +260,9 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
                 specs = get("/api/kernelspecs")
             except OSError:
                 time.sleep(0.5)
-        assert specs is not None, process.stderr.read().decode() if process.poll() is not None else "no answer"
+        assert specs is not None, (
+            process.stderr.read().decode() if process.poll() is not None else "no answer"
+        )
         notebook = get("/api/contents/notebooks/session_based_recommendations.ipynb")
     finally:
         if process.poll() is None:

@@ -63,7 +63,11 @@ def test_workflow_keeps_one_row_per_impression_in_order_with_no_missing_values(r
     assert schema.select_by_tag(Tags.CATEGORICAL).column_names == list(data.CATEGORICAL_COLUMNS)
     assert schema.select_by_tag(Tags.CONTINUOUS).column_names == list(data.CONTINUOUS_COLUMNS)
     # unseen users share one out-of-vocabulary id; the same user keeps its id wherever it appears
-    assert transformed["user_id"].iloc[0] == transformed["user_id"].iloc[1] == transformed["user_id"].iloc[2]
+    assert (
+        transformed["user_id"].iloc[0]
+        == transformed["user_id"].iloc[1]
+        == transformed["user_id"].iloc[2]
+    )
     normalized = features.transform(ranking.workflow, ranking.train)["price"]
     assert abs(normalized.mean()) < 1e-6 and abs(normalized.std() - 1) < 1e-3
 
@@ -71,8 +75,13 @@ def test_workflow_keeps_one_row_per_impression_in_order_with_no_missing_values(r
 def test_the_model_beats_the_item_click_rate_baseline_on_held_out_rows(ranking):
     labels = ranking.held_out[data.LABEL_COLUMN].to_numpy()
     click_rate = ranking.train.groupby("item_id")[data.LABEL_COLUMN].mean()
-    baseline = ranking.held_out["item_id"].map(click_rate).fillna(ranking.train[data.LABEL_COLUMN].mean())
-    assert model.auc(eager_scores(ranking, ranking.held_out), labels) > model.auc(baseline.to_numpy(), labels) + 0.03
+    baseline = (
+        ranking.held_out["item_id"].map(click_rate).fillna(ranking.train[data.LABEL_COLUMN].mean())
+    )
+    assert (
+        model.auc(eager_scores(ranking, ranking.held_out), labels)
+        > model.auc(baseline.to_numpy(), labels) + 0.03
+    )
 
 
 def test_auc_counts_the_pairs_a_click_wins_and_half_the_ties():
@@ -90,39 +99,62 @@ def test_build_model_needs_categorical_and_continuous_columns(ranking):
 
 
 def test_the_in_process_ensemble_scores_like_the_eager_model(ranking):
-    ensemble = Ensemble(scoring_graph(ranking.workflow, ranking.model), ranking.workflow.input_schema)
+    ensemble = Ensemble(
+        scoring_graph(ranking.workflow, ranking.model), ranking.workflow.input_schema
+    )
     rows = request_rows(ranking)
     scored = ensemble.transform(rows)
     assert list(scored.columns) == [model.OUTPUT_COLUMN] and len(scored) == len(rows)
-    np.testing.assert_array_equal(scored[model.OUTPUT_COLUMN].to_numpy(), eager_scores(ranking, rows))
+    np.testing.assert_array_equal(
+        scored[model.OUTPUT_COLUMN].to_numpy(), eager_scores(ranking, rows)
+    )
 
 
 @pytest.fixture(scope="module")
 def mixed_export(ranking, tmp_path_factory):
-    ensemble = Ensemble(scoring_graph(ranking.workflow, ranking.model, backend="pytorch"), ranking.workflow.input_schema)
+    ensemble = Ensemble(
+        scoring_graph(ranking.workflow, ranking.model, backend="pytorch"),
+        ranking.workflow.input_schema,
+    )
     path = tmp_path_factory.mktemp("ranking_repository")
     return ensemble, ensemble.export(path, "ctr")
 
 
 def test_the_mixed_export_runs_the_workflow_on_python_and_the_model_on_libtorch(mixed_export):
     _, result = mixed_export
-    assert result.fused == {"ctr-0-transformworkflow": ["TransformWorkflow"], "ctr-1-predictpytorch": ["PredictPytorch[pytorch]"]}
+    assert result.fused == {
+        "ctr-0-transformworkflow": ["TransformWorkflow"],
+        "ctr-1-predictpytorch": ["PredictPytorch[pytorch]"],
+    }
     manifest = json.loads((Path(result.path) / "ctr" / "1" / "manifest.json").read_text())
     assert [step["backend"] for step in manifest["steps"]] == ["python", "pytorch"]
 
 
-def test_each_step_of_the_mixed_export_answers_as_its_backend_runs_it_like_the_eager_model(ranking, mixed_export):
+def test_each_step_of_the_mixed_export_answers_as_its_backend_runs_it_like_the_eager_model(
+    ranking, mixed_export
+):
     ensemble, result = mixed_export
     rows = request_rows(ranking)
     request = wire.to_wire(frames.frame_to_table(rows, ranking.workflow.input_schema))
-    workflow_step = HostedStep.load(f"{result.path}/ctr-0-transformworkflow/1")  # as the python backend does
+    workflow_step = HostedStep.load(
+        f"{result.path}/ctr-0-transformworkflow/1"
+    )  # as the python backend does
     transformed = workflow_step.run(request)
     module = torch.jit.load(f"{result.path}/ctr-1-predictpytorch/1/model.pt")  # as libtorch does
     with torch.inference_mode():
-        scores = module({name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in transformed.items()})
+        scores = module(
+            {
+                name: torch.from_numpy(np.ascontiguousarray(array))
+                for name, array in transformed.items()
+            }
+        )
 
     np.testing.assert_array_equal(scores.numpy(), eager_scores(ranking, rows))
-    np.testing.assert_array_equal(scores.numpy(), ensemble.transform(rows)[model.OUTPUT_COLUMN].to_numpy())
-    expected_features = TransformWorkflow(ranking.workflow).transform(ColumnSelector(), frames.frame_to_table(rows, ranking.workflow.input_schema))
+    np.testing.assert_array_equal(
+        scores.numpy(), ensemble.transform(rows)[model.OUTPUT_COLUMN].to_numpy()
+    )
+    expected_features = TransformWorkflow(ranking.workflow).transform(
+        ColumnSelector(), frames.frame_to_table(rows, ranking.workflow.input_schema)
+    )
     for name, array in wire.to_wire(expected_features).items():
         np.testing.assert_array_equal(transformed[name], array, err_msg=name)

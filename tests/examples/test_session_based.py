@@ -116,8 +116,12 @@ def test_previous_item_predicts_the_next_better_than_popularity(full_size_intera
     pairs = pd.DataFrame(
         {"previous": ordered.groupby("session_id")["item_id"].shift(), "next": ordered["item_id"]}
     ).dropna()
-    followers = pairs.groupby(["previous", "next"]).size().sort_values(ascending=False, kind="stable")
-    top_followers = followers.reset_index().groupby("previous")["next"].apply(lambda s: set(s.iloc[:10]))
+    followers = (
+        pairs.groupby(["previous", "next"]).size().sort_values(ascending=False, kind="stable")
+    )
+    top_followers = (
+        followers.reset_index().groupby("previous")["next"].apply(lambda s: set(s.iloc[:10]))
+    )
     popular = set(train["item_id"].value_counts().index[:10])
 
     sessions = held_out.sort_values("timestamp").groupby("session_id")["item_id"].apply(list)
@@ -141,8 +145,11 @@ def test_interactions_round_trip_through_a_file(interactions, tmp_path, file_nam
 def test_reading_a_file_without_a_column_names_the_missing_column(interactions, tmp_path):
     path = tmp_path / "clicks.csv"
     interactions.drop(columns=["category"]).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=r"^name the columns of .* or map yours with --columns YOURS=category "
-                       r"\(columns=\{'yours': 'category', ...\}\): it has no column 'category'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^name the columns of .* or map yours with --columns YOURS=category "
+        r"\(columns=\{'yours': 'category', ...\}\): it has no column 'category'",
+    ):
         data.read_interactions(path)
 
 
@@ -150,14 +157,20 @@ def test_reading_a_file_with_other_column_names_and_a_mapping(interactions, tmp_
     path = tmp_path / "clicks.csv"
     renamed = {"session_id": "user_session", "item_id": "product_id", "timestamp": "ts"}
     interactions.rename(columns=renamed).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=r"it has no column 'session_id', 'item_id', 'timestamp'; its columns"):
+    with pytest.raises(
+        ValueError, match=r"it has no column 'session_id', 'item_id', 'timestamp'; its columns"
+    ):
         data.read_interactions(path)
-    mapped = data.read_interactions(path, columns={theirs: ours for ours, theirs in renamed.items()})
+    mapped = data.read_interactions(
+        path, columns={theirs: ours for ours, theirs in renamed.items()}
+    )
     pd.testing.assert_frame_equal(mapped[list(data.INTERACTION_COLUMNS)], interactions)
 
 
 def test_whole_float_ids_are_read_as_integers(interactions):
-    validated = data.validate_interactions(interactions.astype({"item_id": "float64", "session_id": "float64"}))
+    validated = data.validate_interactions(
+        interactions.astype({"item_id": "float64", "session_id": "float64"})
+    )
     pd.testing.assert_frame_equal(validated, interactions)
 
 
@@ -247,7 +260,9 @@ def test_workflow_keeps_each_sessions_last_clicks_in_time_order(workflow, split,
     )
     decoded = {
         session: raw_item_of[np.asarray(items)].tolist()
-        for session, items in zip(processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN])
+        for session, items in zip(
+            processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN]
+        )
     }
     assert decoded == expected.to_dict()
 
@@ -259,7 +274,10 @@ def test_workflow_lists_are_ragged_int_lists_no_longer_than_the_maximum(processe
         assert lengths.max() == MAX_SEQUENCE_LENGTH
         assert lengths.min() == 1  # no padding added
         assert all(np.asarray(values).dtype == np.int64 for values in processed_train[column])
-    assert (processed_train[features.ITEM_LIST_COLUMN].map(len) <= processed_train[features.SESSION_LENGTH_COLUMN]).all()
+    assert (
+        processed_train[features.ITEM_LIST_COLUMN].map(len)
+        <= processed_train[features.SESSION_LENGTH_COLUMN]
+    ).all()
 
 
 def test_workflow_encodes_unseen_items_as_out_of_vocabulary(workflow, split):
@@ -383,12 +401,16 @@ def test_training_twice_with_the_same_seed_gives_the_same_weights(workflow, proc
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
 
-def test_trained_model_scores_every_encoded_item_for_each_session(workflow, processed, trained_model):
+def test_trained_model_scores_every_encoded_item_for_each_session(
+    workflow, processed, trained_model
+):
     _, processed_held_out = processed
     inputs = model.padded_inputs(processed_held_out, max_sequence_length=MAX_SEQUENCE_LENGTH)
     with torch.no_grad():
         scores = trained_model(inputs)
-    n_encoded_items = workflow.output_schema[features.ITEM_LIST_COLUMN].properties["domain"]["max"] + 1
+    n_encoded_items = (
+        workflow.output_schema[features.ITEM_LIST_COLUMN].properties["domain"]["max"] + 1
+    )
     assert scores.shape == (len(processed_held_out), n_encoded_items)
     assert scores.dtype == torch.float32
     assert 0.0 <= model.evaluate_recall(trained_model, processed_held_out) <= 1.0

@@ -13,15 +13,25 @@ import numpy as np
 import pandas as pd
 
 from merlin_torch_serving.fastpath import compile_workflow
-from tests.fastpath.helpers import assert_wire_equal, interactions, known_ids, oracle, session_workflow
+from tests.fastpath.helpers import (
+    assert_wire_equal,
+    interactions,
+    known_ids,
+    oracle,
+    session_workflow,
+)
 
 
-def request(sessions: int, rows_per_session: int, known_items: list, seed: int = 0) -> dict[str, np.ndarray]:
+def request(
+    sessions: int, rows_per_session: int, known_items: list, seed: int = 0
+) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     rows = sessions * rows_per_session
     order = rng.permutation(rows)
     return {
-        "session_id": np.repeat(rng.choice(10**6, sessions, replace=False), rows_per_session)[order],
+        "session_id": np.repeat(rng.choice(10**6, sessions, replace=False), rows_per_session)[
+            order
+        ],
         "timestamp": rng.integers(0, 10**6, rows),
         "item_id": rng.choice(np.array(known_items + [10**9]), rows),
         "category": rng.integers(0, 17, rows),
@@ -43,10 +53,14 @@ def per_call_ms(function, runs: int) -> tuple[float, float]:
 def main() -> None:
     warnings.filterwarnings("ignore")
     with tempfile.TemporaryDirectory() as categories:
-        workflow = session_workflow(interactions(seed=7, rows=20_000, sessions=2_000, items=1_000), categories)
+        workflow = session_workflow(
+            interactions(seed=7, rows=20_000, sessions=2_000, items=1_000), categories
+        )
         start = time.perf_counter()
         compiled = compile_workflow(workflow)
-        print(f"compile_workflow: {(time.perf_counter() - start) * 1e3:.1f} ms, fallbacks: {compiled.fallbacks}")
+        print(
+            f"compile_workflow: {(time.perf_counter() - start) * 1e3:.1f} ms, fallbacks: {compiled.fallbacks}"
+        )
         items = known_ids(workflow, "item_id")
         for sessions in (1, 32):
             columns = request(sessions, 10, items)

@@ -56,11 +56,15 @@ def wire_from_frame(frame: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray
         lengths = np.array([len(row) for row in rows], dtype=np.int64)
         if column.is_ragged:
             arrays[column.name + VALUES] = values
-            arrays[column.name + OFFSETS] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+            arrays[column.name + OFFSETS] = np.concatenate([[0], np.cumsum(lengths)]).astype(
+                np.int32
+            )
         else:
             width = int(column.shape.dims[1].max)
             if np.any(lengths != width):
-                raise ValueError(f"NVTabular's rows of {column.name!r} are not all {width} long: {lengths}")
+                raise ValueError(
+                    f"NVTabular's rows of {column.name!r} are not all {width} long: {lengths}"
+                )
             arrays[column.name] = values.reshape(len(rows), width)
     return arrays
 
@@ -88,12 +92,18 @@ def assert_wire_equal(got: dict[str, np.ndarray], expected: dict[str, np.ndarray
         assert have.shape == want.shape, f"{name!r}: shape {have.shape} != {want.shape}"
         if want.dtype == object:
             for position, (a, b) in enumerate(zip(have.tolist(), want.tolist())):
-                same = (a is None and b is None) or (a == b and type(a) is type(b)) or (a != a and b != b)
+                same = (
+                    (a is None and b is None)
+                    or (a == b and type(a) is type(b))
+                    or (a != a and b != b)
+                )
                 assert same, f"{name!r}[{position}]: {a!r} != {b!r}"
         elif want.dtype.kind == "f":
             np.testing.assert_array_equal(have, want, err_msg=name)
             numbers = ~np.isnan(want)
-            assert np.array_equal(np.signbit(have[numbers]), np.signbit(want[numbers])), f"{name!r}: signs of zero differ"
+            assert np.array_equal(np.signbit(have[numbers]), np.signbit(want[numbers])), (
+                f"{name!r}: signs of zero differ"
+            )
         else:
             np.testing.assert_array_equal(have, want, err_msg=name)
 
@@ -102,7 +112,9 @@ def assert_wire_equal(got: dict[str, np.ndarray], expected: dict[str, np.ndarray
 # workflows
 
 
-def interactions(seed: int, rows: int = 3000, sessions: int = 300, items: int = 200) -> pd.DataFrame:
+def interactions(
+    seed: int, rows: int = 3000, sessions: int = 300, items: int = 200
+) -> pd.DataFrame:
     """Raw training rows: sessions of several interactions, item popularity skewed (Zipf)."""
     rng = np.random.default_rng(seed)
     item_ids = (rng.zipf(1.3, rows) % items) + 1
@@ -123,7 +135,9 @@ def fit(outputs, train: pd.DataFrame) -> nvt.Workflow:
     return workflow
 
 
-def session_workflow(train: pd.DataFrame, categories_path: str, *, pad: bool = False) -> nvt.Workflow:
+def session_workflow(
+    train: pd.DataFrame, categories_path: str, *, pad: bool = False
+) -> nvt.Workflow:
     """The session-based workflow of Transformers4Rec's examples (optionally with padded lists)."""
     categorify = ["item_id", "category"] >> nvt.ops.Categorify(out_path=categories_path)
     groupby = (["session_id", "timestamp"] + categorify) >> nvt.ops.Groupby(
@@ -132,11 +146,15 @@ def session_workflow(train: pd.DataFrame, categories_path: str, *, pad: bool = F
         aggs={"item_id": ["list", "count"], "category": ["list"], "timestamp": ["first", "last"]},
         name_sep="-",
     )
-    item_list = groupby["item_id-list"] >> nvt.ops.ListSlice(-20, pad=pad) >> nvt.ops.AddMetadata(
-        tags=[Tags.ITEM, Tags.ID, Tags.CATEGORICAL, Tags.LIST]
+    item_list = (
+        groupby["item_id-list"]
+        >> nvt.ops.ListSlice(-20, pad=pad)
+        >> nvt.ops.AddMetadata(tags=[Tags.ITEM, Tags.ID, Tags.CATEGORICAL, Tags.LIST])
     )
-    category_list = groupby["category-list"] >> nvt.ops.ListSlice(-20, pad=pad) >> nvt.ops.AddMetadata(
-        tags=[Tags.CATEGORICAL, Tags.LIST]
+    category_list = (
+        groupby["category-list"]
+        >> nvt.ops.ListSlice(-20, pad=pad)
+        >> nvt.ops.AddMetadata(tags=[Tags.CATEGORICAL, Tags.LIST])
     )
     return fit(
         item_list + category_list + groupby["session_id", "item_id-count", "timestamp-first"],
@@ -150,7 +168,9 @@ def rich_session_workflow(train: pd.DataFrame, categories_path: str) -> nvt.Work
     price_log = ["price"] >> nvt.ops.LogOp() >> nvt.ops.Rename(postfix="_log")
     price_norm = ["price"] >> nvt.ops.Normalize() >> nvt.ops.Rename(postfix="_norm")
     hour = ["timestamp"] >> nvt.ops.LambdaOp(lambda col: col // 3600) >> nvt.ops.Rename(name="hour")
-    groupby = (["session_id", "timestamp"] + categorify + price_log + price_norm + hour) >> nvt.ops.Groupby(
+    groupby = (
+        ["session_id", "timestamp"] + categorify + price_log + price_norm + hour
+    ) >> nvt.ops.Groupby(
         groupby_cols=["session_id"],
         sort_cols=["timestamp"],
         aggs={
@@ -164,13 +184,23 @@ def rich_session_workflow(train: pd.DataFrame, categories_path: str) -> nvt.Work
         name_sep="-",
     )
     sessions = groupby >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= 2)
-    item_list = sessions["item_id-list"] >> nvt.ops.ListSlice(-20, pad=True, pad_value=0) >> nvt.ops.AddTags(
-        tags=[Tags.ITEM, Tags.ID, Tags.CATEGORICAL, Tags.LIST]
+    item_list = (
+        sessions["item_id-list"]
+        >> nvt.ops.ListSlice(-20, pad=True, pad_value=0)
+        >> nvt.ops.AddTags(tags=[Tags.ITEM, Tags.ID, Tags.CATEGORICAL, Tags.LIST])
     )
-    lists = sessions["category-list", "price_log-list", "price_norm-list", "hour-list"] >> nvt.ops.ListSlice(-20)
+    lists = sessions[
+        "category-list", "price_log-list", "price_norm-list", "hour-list"
+    ] >> nvt.ops.ListSlice(-20)
     scalars = sessions[
-        "session_id", "item_id-count", "price_log-mean", "price_log-sum", "price_log-min", "price_log-max",
-        "hour-first", "timestamp-last",
+        "session_id",
+        "item_id-count",
+        "price_log-mean",
+        "price_log-sum",
+        "price_log-min",
+        "price_log-max",
+        "hour-first",
+        "timestamp-last",
     ]
     train = train.assign(item_id="item-" + train["item_id"].astype(str))
     train.loc[train.index % 13 == 0, "price"] = np.nan

@@ -14,14 +14,26 @@ from hypothesis import strategies as st
 from merlin_torch_serving.fastpath import compile_workflow
 from tests.fastpath.helpers import assert_wire_equal, fit, oracle
 
-TRAIN = pd.DataFrame({"a": [1, -2, 3, 40], "b": [0.5, np.nan, 2.0, -1.0], "s": ["x", "y", "zz", "x"]})
+TRAIN = pd.DataFrame(
+    {"a": [1, -2, 3, 40], "b": [0.5, np.nan, 2.0, -1.0], "s": ["x", "y", "zz", "x"]}
+)
 
 
 def rows(draw, count):
     return {
-        "a": np.array(draw(st.lists(st.integers(-100, 100), min_size=count, max_size=count)), dtype=np.int64),
-        "b": np.array(draw(st.lists(st.one_of(st.floats(-1e3, 1e3), st.just(np.nan)), min_size=count, max_size=count))),
-        "s": np.array(draw(st.lists(st.text(max_size=3), min_size=count, max_size=count)), dtype=object),
+        "a": np.array(
+            draw(st.lists(st.integers(-100, 100), min_size=count, max_size=count)), dtype=np.int64
+        ),
+        "b": np.array(
+            draw(
+                st.lists(
+                    st.one_of(st.floats(-1e3, 1e3), st.just(np.nan)), min_size=count, max_size=count
+                )
+            )
+        ),
+        "s": np.array(
+            draw(st.lists(st.text(max_size=3), min_size=count, max_size=count)), dtype=object
+        ),
     }
 
 
@@ -70,7 +82,9 @@ def test_filter_on_columns_is_compiled_and_equals_nvtabular(row_filter, request)
 )
 @settings(max_examples=30, deadline=None)
 @given(request=requests())
-def test_lambda_that_needs_pandas_is_called_on_series_and_equals_nvtabular(columns, function, request):
+def test_lambda_that_needs_pandas_is_called_on_series_and_equals_nvtabular(
+    columns, function, request
+):
     workflow = fit(columns >> nvt.ops.LambdaOp(function), TRAIN)
     compiled = compile_workflow(workflow)
     assert compiled.fallbacks == []
@@ -78,21 +92,29 @@ def test_lambda_that_needs_pandas_is_called_on_series_and_equals_nvtabular(colum
 
 
 def test_lambda_of_the_whole_dataframe_runs_through_nvtabular():
-    workflow = fit(["b"] >> nvt.ops.LambdaOp(lambda col, df: col + df["a"], dependency=["a"]), TRAIN)
+    workflow = fit(
+        ["b"] >> nvt.ops.LambdaOp(lambda col, df: col + df["a"], dependency=["a"]), TRAIN
+    )
     compiled = compile_workflow(workflow)
     assert len(compiled.fallbacks) == 1
     assert compiled.fallbacks[0][1] == "the function takes the whole DataFrame as a second argument"
-    request = {"a": np.array([1, 2]), "b": np.array([1.5, np.nan]), "s": np.array(["ab", "c"], dtype=object)}
+    request = {
+        "a": np.array([1, 2]),
+        "b": np.array([1.5, np.nan]),
+        "s": np.array(["ab", "c"], dtype=object),
+    }
     assert_wire_equal(compiled.transform(request), oracle(workflow, request))
 
 
-SECONDS = pd.DataFrame({"t": np.array([1_396_310_400, 1_396_400_000, 1_396_500_000, 0], dtype=np.int64)})
+SECONDS = pd.DataFrame(
+    {"t": np.array([1_396_310_400, 1_396_400_000, 1_396_500_000, 0], dtype=np.int64)}
+)
 
 
 @st.composite
 def timestamps(draw):
     count = draw(st.integers(1, 20))
-    seconds = draw(st.lists(st.integers(-10**9, 3 * 10**9), min_size=count, max_size=count))
+    seconds = draw(st.lists(st.integers(-(10**9), 3 * 10**9), min_size=count, max_size=count))
     return {"t": np.array(seconds, dtype=np.int64)}
 
 
@@ -100,10 +122,24 @@ def timestamps(draw):
 def datetime_lambdas():
     """The end-to-end example's time features: to_datetime, weekday, a cyclical sine, days since
     the batch's first event (a function of the whole batch)."""
-    event_time = ["t"] >> nvt.ops.LambdaOp(lambda col: pd.to_datetime(col, unit="s")) >> nvt.ops.Rename(name="time")
-    weekday = event_time >> nvt.ops.LambdaOp(lambda col: col.dt.weekday) >> nvt.ops.Rename(name="weekday")
-    weekday_sin = weekday >> (lambda col: np.sin(2 * np.pi * ((col + 1 + 0.000001) / 7))) >> nvt.ops.Rename(name="sin")
-    day_index = event_time >> nvt.ops.LambdaOp(lambda col: (col - col.min()).dt.days + 1) >> nvt.ops.Rename(name="day")
+    event_time = (
+        ["t"]
+        >> nvt.ops.LambdaOp(lambda col: pd.to_datetime(col, unit="s"))
+        >> nvt.ops.Rename(name="time")
+    )
+    weekday = (
+        event_time >> nvt.ops.LambdaOp(lambda col: col.dt.weekday) >> nvt.ops.Rename(name="weekday")
+    )
+    weekday_sin = (
+        weekday
+        >> (lambda col: np.sin(2 * np.pi * ((col + 1 + 0.000001) / 7)))
+        >> nvt.ops.Rename(name="sin")
+    )
+    day_index = (
+        event_time
+        >> nvt.ops.LambdaOp(lambda col: (col - col.min()).dt.days + 1)
+        >> nvt.ops.Rename(name="day")
+    )
     return fit(event_time + weekday + weekday_sin + day_index, SECONDS)
 
 
@@ -114,7 +150,9 @@ def test_datetime_lambdas_are_compiled(datetime_lambdas):
 @settings(max_examples=60, deadline=None)
 @given(request=timestamps())
 def test_datetime_lambdas_equal_nvtabular_per_request(datetime_lambdas, request):
-    assert_wire_equal(compile_workflow(datetime_lambdas).transform(request), oracle(datetime_lambdas, request))
+    assert_wire_equal(
+        compile_workflow(datetime_lambdas).transform(request), oracle(datetime_lambdas, request)
+    )
 
 
 def test_a_function_of_the_whole_batch_sees_the_requests_rows_like_nvtabular(datetime_lambdas):
@@ -139,7 +177,12 @@ def test_filter_returning_a_dataframe_runs_through_nvtabular():
 
 def test_rows_come_back_from_the_request_when_a_filter_keeps_none_like_nvtabular():
     # NVTabular drops upstream results without rows and reads the inputs from the request instead
-    workflow = fit(["a"] >> nvt.ops.Filter(f=lambda df: df["a"] > 100) >> nvt.ops.LambdaOp(lambda col: col + 1), TRAIN)
+    workflow = fit(
+        ["a"]
+        >> nvt.ops.Filter(f=lambda df: df["a"] > 100)
+        >> nvt.ops.LambdaOp(lambda col: col + 1),
+        TRAIN,
+    )
     request = {"a": np.array([1, 2, 3])}
     got = compile_workflow(workflow).transform(request)
     np.testing.assert_array_equal(got["a"], [2, 3, 4])

@@ -75,19 +75,31 @@ def float_workflow(tmp_path_factory):
 @settings(max_examples=60, deadline=None)
 @given(
     items=st.lists(
-        st.one_of(st.sampled_from(["a", "b", "c", "", "B"]), st.text(max_size=2), st.none()), min_size=1, max_size=40
+        st.one_of(st.sampled_from(["a", "b", "c", "", "B"]), st.text(max_size=2), st.none()),
+        min_size=1,
+        max_size=40,
     )
 )
 def test_categorify_string_requests_equal_nvtabular(letters_workflow, items):
     if all(item is None for item in items):
         items[0] = "a"  # a column of nulls only fails in NVTabular (see below)
     request = {"item": np.array(items, dtype=object)}
-    assert_wire_equal(compile_workflow(letters_workflow).transform(request), oracle(letters_workflow, request))
+    assert_wire_equal(
+        compile_workflow(letters_workflow).transform(request), oracle(letters_workflow, request)
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(items=st.lists(st.one_of(st.integers(0, 8).map(float), st.floats(-3, 12), st.just(np.nan)), min_size=1, max_size=40))
-def test_categorify_float_ids_fitted_with_nulls_encode_nan_as_null_like_nvtabular(float_workflow, items):
+@given(
+    items=st.lists(
+        st.one_of(st.integers(0, 8).map(float), st.floats(-3, 12), st.just(np.nan)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_categorify_float_ids_fitted_with_nulls_encode_nan_as_null_like_nvtabular(
+    float_workflow, items
+):
     if all(np.isnan(items)):
         items[0] = 1.0
     request = {"item": np.array(items, dtype=np.float64)}
@@ -146,7 +158,9 @@ def test_categorify_with_num_buckets_runs_through_nvtabular_and_says_why(out_pat
     workflow = categorify(LETTERS, out_path, max_size=6, num_buckets=3)
     with caplog.at_level("WARNING", logger="merlin_torch_serving"):
         compiled = compile_workflow(workflow)
-    assert compiled.fallbacks == [("Categorify", "num_buckets hashes out-of-vocabulary values of 'item'")]
+    assert compiled.fallbacks == [
+        ("Categorify", "num_buckets hashes out-of-vocabulary values of 'item'")
+    ]
     assert [r.getMessage() for r in caplog.records if "Categorify" in r.getMessage()] == [
         "fast path: operator 'Categorify' runs through NVTabular: num_buckets hashes out-of-vocabulary values of 'item'"
     ]
@@ -157,7 +171,9 @@ def test_categorify_with_num_buckets_runs_through_nvtabular_and_says_why(out_pat
 @pytest.mark.parametrize("encode_type", ["joint", "combo"])
 def test_categorify_of_a_column_group_runs_through_nvtabular(out_path, encode_type):
     train = pd.DataFrame({"a": ["x", "y", "x"], "b": ["y", "z", "z"]})
-    workflow = fit([["a", "b"]] >> nvt.ops.Categorify(out_path=out_path, encode_type=encode_type), train)
+    workflow = fit(
+        [["a", "b"]] >> nvt.ops.Categorify(out_path=out_path, encode_type=encode_type), train
+    )
     compiled = compile_workflow(workflow)
     assert len(compiled.fallbacks) == 1 and compiled.fallbacks[0][0] == "Categorify"
     request = {"a": np.array(["x", "z"], dtype=object), "b": np.array(["y", "q"], dtype=object)}
@@ -198,7 +214,10 @@ def test_categorify_encodes_a_vocabulary_written_either_way_like_nvtabular_and_d
     if shifted:
         assert decoded[4] == -1  # the unseen 13: out of vocabulary
     # unshifted, the vocabulary's ids collide with the reserved ones, and the library says so
-    collides = any("share ids with padding, null and out-of-vocabulary" in r.getMessage() for r in caplog.records)
+    collides = any(
+        "share ids with padding, null and out-of-vocabulary" in r.getMessage()
+        for r in caplog.records
+    )
     assert collides == (not shifted)
 
 
@@ -206,7 +225,9 @@ def test_categorify_encodes_a_vocabulary_written_either_way_like_nvtabular_and_d
 @given(items=st.lists(st.sampled_from([5, 7, 9, 11, 12, 0, -3]), min_size=1, max_size=30))
 def test_categorify_with_split_out_equals_nvtabular_on_random_requests(split_out_workflow, items):
     request = {"item": np.array(items, dtype=np.int64)}
-    assert_wire_equal(compile_workflow(split_out_workflow).transform(request), oracle(split_out_workflow, request))
+    assert_wire_equal(
+        compile_workflow(split_out_workflow).transform(request), oracle(split_out_workflow, request)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -27,14 +27,18 @@ def test_branches_with_fewer_rows_are_filled_with_nulls_like_nvtabular():
 
 
 def test_later_branch_wins_when_two_branches_produce_the_same_column():
-    workflow = fit((["a"] >> nvt.ops.LogOp()) + (["a"] >> nvt.ops.LambdaOp(lambda col: col * 2)), TRAIN)
+    workflow = fit(
+        (["a"] >> nvt.ops.LogOp()) + (["a"] >> nvt.ops.LambdaOp(lambda col: col * 2)), TRAIN
+    )
     request = {"a": np.array([1.0, 3.0])}
     got = compile_workflow(workflow).transform(request)
     np.testing.assert_array_equal(got["a"], [2.0, 6.0])
     assert_wire_equal(got, oracle(workflow, request))
 
 
-def test_steps_after_a_filter_that_keeps_nothing_return_no_rows_where_nvtabular_fails(rich_session_workflow):
+def test_steps_after_a_filter_that_keeps_nothing_return_no_rows_where_nvtabular_fails(
+    rich_session_workflow,
+):
     request = {
         "session_id": np.array([1, 2]),
         "timestamp": np.array([10, 20]),
@@ -51,7 +55,9 @@ def test_steps_after_a_filter_that_keeps_nothing_return_no_rows_where_nvtabular_
     np.testing.assert_array_equal(got["category-list__offsets"], [0])
 
 
-def test_every_operator_running_through_nvtabular_also_returns_no_rows_after_such_a_filter(rich_session_workflow):
+def test_every_operator_running_through_nvtabular_also_returns_no_rows_after_such_a_filter(
+    rich_session_workflow,
+):
     request = {
         "session_id": np.array([1, 2, 2]),
         "timestamp": np.array([10, 20, 30]),
@@ -62,16 +68,24 @@ def test_every_operator_running_through_nvtabular_also_returns_no_rows_after_suc
     unfiltered = compile_workflow(rich_session_workflow, kernels=False).transform(request)
     assert_wire_equal(unfiltered, oracle(rich_session_workflow, request))
     single_clicks = {name: values[:2] for name, values in request.items()}
-    assert compile_workflow(rich_session_workflow, kernels=False).transform(single_clicks)["session_id"].shape == (0,)
+    assert compile_workflow(rich_session_workflow, kernels=False).transform(single_clicks)[
+        "session_id"
+    ].shape == (0,)
 
 
 def test_schema_only_operators_compile_and_pass_data_through():
     from merlin.schema import Tags
 
     tagged = ["a"] >> nvt.ops.AddProperties(properties={"unit": "eur"}) >> nvt.ops.TagAsItemID()
-    renamed = ["b"] >> nvt.ops.Rename(f=lambda name: name + "_renamed") >> nvt.ops.AddTags(tags=[Tags.USER])
+    renamed = (
+        ["b"]
+        >> nvt.ops.Rename(f=lambda name: name + "_renamed")
+        >> nvt.ops.AddTags(tags=[Tags.USER])
+    )
     # subtracting a plain column list fails in NVTabular 23.08 itself; subtract a node instead
-    kept = (["a", "b"] >> nvt.ops.AddMetadata(tags=[Tags.CONTINUOUS])) - (["b"] >> nvt.ops.AddTags([Tags.ID]))
+    kept = (["a", "b"] >> nvt.ops.AddMetadata(tags=[Tags.CONTINUOUS])) - (
+        ["b"] >> nvt.ops.AddTags([Tags.ID])
+    )
     workflow = fit(tagged + renamed + (kept >> nvt.ops.Rename(postfix="_kept")), TRAIN)
     compiled = compile_workflow(workflow)
     assert compiled.fallbacks == []

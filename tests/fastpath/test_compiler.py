@@ -38,7 +38,9 @@ def test_compiled_workflow_exposes_the_workflow_schemas(session_workflow, compil
 
 def test_transform_names_the_missing_input_column(compiled_session):
     request = {name: values for name, values in REQUEST.items() if name != "category"}
-    with pytest.raises(InputError, match=r"input column 'category': expected an array .* missing: \['category'\]"):
+    with pytest.raises(
+        InputError, match=r"input column 'category': expected an array .* missing: \['category'\]"
+    ):
         compiled_session.transform(request)
 
 
@@ -49,7 +51,9 @@ def test_transform_names_the_column_whose_row_count_differs(compiled_session):
 
 
 def test_transform_rejects_two_dimensional_inputs_and_says_how_to_send_lists(compiled_session):
-    with pytest.raises(InputError, match=r"'item_id': expected a 1-D array .* shape \(2, 1\).*'item_id__values'"):
+    with pytest.raises(
+        InputError, match=r"'item_id': expected a 1-D array .* shape \(2, 1\).*'item_id__values'"
+    ):
         compiled_session.transform({**REQUEST, "item_id": np.array([[5], [6]])})
 
 
@@ -57,11 +61,16 @@ def test_transform_rejects_offsets_that_do_not_cover_the_values(tmp_path):
     workflow = fit(["tags"] >> nvt.ops.ListSlice(2), pd.DataFrame({"tags": [[1, 2], [3]]}))
     expected = r"'tags__offsets': expected non-decreasing integer offsets .* got offsets from 0 to 2 for 3 values"
     with pytest.raises(InputError, match=expected):
-        compile_workflow(workflow).transform({"tags" + VALUES: np.array([1, 2, 3]), "tags" + OFFSETS: np.array([0, 2])})
+        compile_workflow(workflow).transform(
+            {"tags" + VALUES: np.array([1, 2, 3]), "tags" + OFFSETS: np.array([0, 2])}
+        )
 
 
 def test_transform_takes_fixed_width_strings_like_object_strings(tmp_path):
-    workflow = fit(["item"] >> nvt.ops.Categorify(out_path=str(tmp_path)), pd.DataFrame({"item": ["a", "b", "b"]}))
+    workflow = fit(
+        ["item"] >> nvt.ops.Categorify(out_path=str(tmp_path)),
+        pd.DataFrame({"item": ["a", "b", "b"]}),
+    )
     compiled = compile_workflow(workflow)
     as_unicode = compiled.transform({"item": np.array(["b", "a", "zz"])})
     as_objects = {"item": np.array(["b", "a", "zz"], dtype=object)}
@@ -76,14 +85,20 @@ def test_transform_does_not_modify_the_request(compiled_session):
         np.testing.assert_array_equal(request[name], values)
 
 
-def test_transform_rejects_list_rows_in_an_object_array_and_says_how_to_send_lists(compiled_session):
+def test_transform_rejects_list_rows_in_an_object_array_and_says_how_to_send_lists(
+    compiled_session,
+):
     rows = np.empty(2, dtype=object)
     rows[0], rows[1] = [5], [6]
-    with pytest.raises(InputError, match=r"'item_id': expected a 1-D array .* got an object array of lists"):
+    with pytest.raises(
+        InputError, match=r"'item_id': expected a 1-D array .* got an object array of lists"
+    ):
         compiled_session.transform({**REQUEST, "item_id": rows})
 
 
-def test_a_saved_and_loaded_workflow_compiles_with_its_copied_vocabularies(session_workflow, tmp_path):
+def test_a_saved_and_loaded_workflow_compiles_with_its_copied_vocabularies(
+    session_workflow, tmp_path
+):
     session_workflow.save(str(tmp_path / "workflow"))
     loaded = nvt.Workflow.load(str(tmp_path / "workflow"))
     compiled = compile_workflow(loaded)

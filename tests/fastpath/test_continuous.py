@@ -40,15 +40,25 @@ def continuous(request):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    x=st.lists(st.one_of(st.floats(-1e3, 1e6), st.just(np.nan), st.just(-1.0), st.just(0.0)), min_size=1, max_size=30),
+    x=st.lists(
+        st.one_of(st.floats(-1e3, 1e6), st.just(np.nan), st.just(-1.0), st.just(0.0)),
+        min_size=1,
+        max_size=30,
+    ),
     data=st.data(),
 )
 def test_continuous_operators_equal_nvtabular(continuous, x, data):
     rows = len(x)
     request = {
         "x": np.array(x),
-        "n": np.array(data.draw(st.lists(st.integers(-10**6, 10**6), min_size=rows, max_size=rows)), dtype=np.int64),
-        "x32": np.array(data.draw(st.lists(st.floats(-1e4, 1e4, width=32), min_size=rows, max_size=rows)), dtype=np.float32),
+        "n": np.array(
+            data.draw(st.lists(st.integers(-(10**6), 10**6), min_size=rows, max_size=rows)),
+            dtype=np.int64,
+        ),
+        "x32": np.array(
+            data.draw(st.lists(st.floats(-1e4, 1e4, width=32), min_size=rows, max_size=rows)),
+            dtype=np.float32,
+        ),
     }
     compiled = compile_workflow(continuous)
     assert compiled.fallbacks == []
@@ -72,7 +82,9 @@ def ragged_log():
 def test_log_op_of_a_ragged_request_column_equals_nvtabular(ragged_log, rows):
     request = {
         "prices" + VALUES: np.array([value for row in rows for value in row], dtype=np.float64),
-        "prices" + OFFSETS: np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int32),
+        "prices" + OFFSETS: np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(
+            np.int32
+        ),
     }
     assert_wire_equal(compile_workflow(ragged_log).transform(request), oracle(ragged_log, request))
 

@@ -16,7 +16,14 @@ from tests.fastpath.helpers import assert_wire_equal, fit, oracle
 # fitting ShiftedLog takes the log of a negative training price
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in log:RuntimeWarning")
 
-TRAIN = pd.DataFrame({"item": [3, 1, 3, 2], "price": [1.5, np.nan, -2.0, 8.0], "session": [1, 1, 2, 2], "t": [1, 2, 3, 4]})
+TRAIN = pd.DataFrame(
+    {
+        "item": [3, 1, 3, 2],
+        "price": [1.5, np.nan, -2.0, 8.0],
+        "session": [1, 1, 2, 2],
+        "t": [1, 2, 3, 4],
+    }
+)
 
 
 class ReverseLists(nvt.ops.Operator):
@@ -36,12 +43,19 @@ class ShiftedLog(nvt.ops.LogOp):
 
 
 def fast_path_messages(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records if record.name == "merlin_torch_serving"]
+    return [
+        record.getMessage() for record in caplog.records if record.name == "merlin_torch_serving"
+    ]
 
 
 def test_operators_without_a_kernel_run_through_nvtabular_and_log_one_line_each(tmp_path, caplog):
     items = ["item"] >> nvt.ops.Categorify(out_path=str(tmp_path))
-    prices = ["price"] >> nvt.ops.FillMissing(fill_val=0.5) >> nvt.ops.Clip(min_value=0.0) >> nvt.ops.Bucketize([1.0])
+    prices = (
+        ["price"]
+        >> nvt.ops.FillMissing(fill_val=0.5)
+        >> nvt.ops.Clip(min_value=0.0)
+        >> nvt.ops.Bucketize([1.0])
+    )
     workflow = fit(items + prices, TRAIN[["item", "price"]])
     with caplog.at_level(logging.WARNING, logger="merlin_torch_serving"):
         compiled = compile_workflow(workflow)
@@ -76,7 +90,11 @@ def test_user_operator_on_session_lists_runs_through_nvtabular_between_compiled_
     workflow = fit(reversed_items + sessions["session"], TRAIN[["item", "session", "t"]])
     compiled = compile_workflow(workflow)
     assert [label for label, _ in compiled.fallbacks] == ["ReverseLists"]
-    request = {"item": np.array([3, 1, 2, 9, 3]), "session": np.array([5, 5, 5, 6, 6]), "t": np.array([1, 2, 3, 1, 2])}
+    request = {
+        "item": np.array([3, 1, 2, 9, 3]),
+        "session": np.array([5, 5, 5, 6, 6]),
+        "t": np.array([1, 2, 3, 1, 2]),
+    }
     got = compiled.transform(request)
     # session 5 in time order is items 3, 1, 2 (labels 3, 4, 5); reversed and cut to two: 5, 4
     np.testing.assert_array_equal(got["item-list__values"][:2], [5, 4])
@@ -84,12 +102,18 @@ def test_user_operator_on_session_lists_runs_through_nvtabular_between_compiled_
 
 
 def test_data_a_kernel_does_not_reproduce_runs_through_nvtabular_for_that_request(tmp_path, caplog):
-    workflow = fit(["item"] >> nvt.ops.Categorify(out_path=str(tmp_path)), TRAIN.assign(item=["a", "b", "a", "c"])[["item"]])
+    workflow = fit(
+        ["item"] >> nvt.ops.Categorify(out_path=str(tmp_path)),
+        TRAIN.assign(item=["a", "b", "a", "c"])[["item"]],
+    )
     compiled = compile_workflow(workflow)
     assert compiled.fallbacks == []
     # numbers cannot be compared with a vocabulary of strings; NVTabular decides what they become
     request = {"item": np.array([1, 2])}
     with caplog.at_level(logging.DEBUG, logger="merlin_torch_serving"):
         got = compiled.transform(request)
-    assert any("Categorify runs through NVTabular for this request" in m for m in fast_path_messages(caplog))
+    assert any(
+        "Categorify runs through NVTabular for this request" in m
+        for m in fast_path_messages(caplog)
+    )
     assert_wire_equal(got, oracle(workflow, request))

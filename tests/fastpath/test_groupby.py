@@ -29,7 +29,11 @@ AGGS = {
 
 
 def groupby_workflow(**options) -> nvt.Workflow:
-    columns = ["k", "k2", "t", "v", "f"] if "k2" in options.get("groupby_cols", []) else ["k", "t", "v", "f"]
+    columns = (
+        ["k", "k2", "t", "v", "f"]
+        if "k2" in options.get("groupby_cols", [])
+        else ["k", "t", "v", "f"]
+    )
     return fit(columns >> nvt.ops.Groupby(**options), TRAIN[columns])
 
 
@@ -40,7 +44,9 @@ def by_k():
 
 @pytest.fixture(scope="module")
 def by_k_descending():
-    return groupby_workflow(groupby_cols=["k"], sort_cols=["t"], aggs=AGGS, name_sep="_", ascending=False)
+    return groupby_workflow(
+        groupby_cols=["k"], sort_cols=["t"], aggs=AGGS, name_sep="_", ascending=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +76,9 @@ def grouped_rows(draw, two_keys: bool = False):
     if two_keys:
         request["k2"] = column(st.integers(0, 2), np.int64)
     if np.isnan(request["k"]).all():
-        request["k"][0] = 1.0  # keep one group: NVTabular fails on an empty frame downstream of list columns
+        request["k"][0] = (
+            1.0  # keep one group: NVTabular fails on an empty frame downstream of list columns
+        )
     return request
 
 
@@ -83,7 +91,9 @@ def test_groupby_equals_nvtabular_on_random_rows(by_k, request):
 @settings(max_examples=60, deadline=None)
 @given(request=grouped_rows())
 def test_descending_groupby_equals_nvtabular_on_random_rows(by_k_descending, request):
-    assert_wire_equal(compile_workflow(by_k_descending).transform(request), oracle(by_k_descending, request))
+    assert_wire_equal(
+        compile_workflow(by_k_descending).transform(request), oracle(by_k_descending, request)
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -102,12 +112,16 @@ def test_groupby_drops_rows_with_a_null_key_and_orders_groups_by_key(by_k):
     }
     got = compile_workflow(by_k).transform(request)
     np.testing.assert_array_equal(got["k"], [1, 3])
-    np.testing.assert_array_equal(got["v-list__values"], [3, 4, 1])  # group 3 sorted by t: 4 (t=1) then 1 (t=2)
+    np.testing.assert_array_equal(
+        got["v-list__values"], [3, 4, 1]
+    )  # group 3 sorted by t: 4 (t=1) then 1 (t=2)
     np.testing.assert_array_equal(got["f-count"], [0, 2])  # count skips NaN
     assert got["f-count"].dtype == np.int32 and got["v-sum"].dtype == np.float32
     np.testing.assert_array_equal(got["f-sum"], [0.0, 1.5])  # a sum of nothing is 0
     np.testing.assert_array_equal(got["f-min"], [np.nan, 0.5])  # a minimum of nothing is NaN
-    np.testing.assert_array_equal(got["f-first"], [np.nan, 1.0])  # first is the first row, NaN or not
+    np.testing.assert_array_equal(
+        got["f-first"], [np.nan, 1.0]
+    )  # first is the first row, NaN or not
     assert_wire_equal(got, oracle(by_k, request))
 
 
@@ -142,10 +156,17 @@ def test_groupby_with_an_aggregation_that_is_not_compiled_runs_through_nvtabular
 @pytest.fixture(scope="module")
 def datetime_first_last():
     """A datetime column aggregated like the end-to-end example's ``event_time_dt``."""
-    train = pd.DataFrame({"k": [1, 1, 2], "t": [3, 1, 2], "when": pd.to_datetime([30, 10, 20], unit="s")})
+    train = pd.DataFrame(
+        {"k": [1, 1, 2], "t": [3, 1, 2], "when": pd.to_datetime([30, 10, 20], unit="s")}
+    )
     return fit(
         ["k", "t", "when"]
-        >> nvt.ops.Groupby(groupby_cols=["k"], sort_cols=["t"], aggs={"when": ["first", "last", "list"]}, name_sep="-"),
+        >> nvt.ops.Groupby(
+            groupby_cols=["k"],
+            sort_cols=["t"],
+            aggs={"when": ["first", "last", "list"]},
+            name_sep="-",
+        ),
         train,
     )
 
@@ -153,12 +174,18 @@ def datetime_first_last():
 @settings(max_examples=40, deadline=None)
 @given(
     rows=st.lists(
-        st.tuples(st.integers(0, 4), st.integers(0, 9), st.integers(-(10**9), 3 * 10**9)), min_size=1, max_size=30
+        st.tuples(st.integers(0, 4), st.integers(0, 9), st.integers(-(10**9), 3 * 10**9)),
+        min_size=1,
+        max_size=30,
     )
 )
 def test_groupby_first_last_and_list_of_datetimes_equal_nvtabular(datetime_first_last, rows):
     keys, times, seconds = map(np.array, zip(*rows))
-    request = {"k": keys, "t": times, "when": seconds.astype("datetime64[s]").astype("datetime64[ns]")}
+    request = {
+        "k": keys,
+        "t": times,
+        "when": seconds.astype("datetime64[s]").astype("datetime64[ns]"),
+    }
     compiled = compile_workflow(datetime_first_last)
     assert compiled.fallbacks == []
     assert_wire_equal(compiled.transform(request), oracle(datetime_first_last, request))

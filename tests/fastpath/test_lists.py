@@ -31,7 +31,11 @@ def sliced_sessions(**slice_options) -> nvt.Workflow:
     return fit(sliced + groupby["k"], pd.DataFrame({"k": [1, 1, 2], "v": [5, 6, 7]}))
 
 
-@pytest.fixture(scope="module", params=SLICES, ids=lambda options: ",".join(f"{k}={v}" for k, v in options.items()))
+@pytest.fixture(
+    scope="module",
+    params=SLICES,
+    ids=lambda options: ",".join(f"{k}={v}" for k, v in options.items()),
+)
 def sliced(request):
     return sliced_sessions(**request.param)
 
@@ -54,7 +58,9 @@ def test_list_slice_keeps_python_slice_semantics_for_a_hand_checked_row():
     workflow = sliced_sessions(start=-5, end=-1)
     request = {"k": np.zeros(7, dtype=np.int64), "v": np.arange(7)}
     # [0..6][-5:-1] == [2, 3, 4, 5]
-    np.testing.assert_array_equal(compile_workflow(workflow).transform(request)["v-list__values"], [2, 3, 4, 5])
+    np.testing.assert_array_equal(
+        compile_workflow(workflow).transform(request)["v-list__values"], [2, 3, 4, 5]
+    )
 
 
 def test_list_slice_pads_short_rows_at_the_end_with_the_pad_value():
@@ -76,17 +82,23 @@ def sliced_ragged_input():
 def test_list_slice_of_a_ragged_request_column_equals_nvtabular(sliced_ragged_input, rows):
     request = {
         "tags" + VALUES: np.array([value for row in rows for value in row], dtype=np.int64),
-        "tags" + OFFSETS: np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int32),
+        "tags" + OFFSETS: np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(
+            np.int32
+        ),
     }
     got = compile_workflow(sliced_ragged_input).transform(request)
     assert_wire_equal(got, oracle(sliced_ragged_input, request))
 
 
 def test_list_slice_pad_leaves_ragged_request_rows_unpadded_like_nvtabular():
-    workflow = fit(["tags"] >> nvt.ops.ListSlice(0, 3, pad=True), pd.DataFrame({"tags": [[1, 2, 3], [4]]}))
+    workflow = fit(
+        ["tags"] >> nvt.ops.ListSlice(0, 3, pad=True), pd.DataFrame({"tags": [[1, 2, 3], [4]]})
+    )
     request = {"tags" + VALUES: np.array([1, 2, 3, 4]), "tags" + OFFSETS: np.array([0, 3, 4])}
     # NVTabular pads only rows held as python lists; a request's rows are numpy arrays
     nvtabular_rows = workflow.transform(request_frame(request, workflow.input_schema))["tags"]
     assert [len(row) for row in nvtabular_rows] == [3, 1]
-    with pytest.raises(ValueError, match=r"'tags' is a list of 3 values per row .* rows hold \[1, 3\] values"):
+    with pytest.raises(
+        ValueError, match=r"'tags' is a list of 3 values per row .* rows hold \[1, 3\] values"
+    ):
         compile_workflow(workflow).transform(request)

@@ -22,7 +22,10 @@ def key_columns(draw, count: int):
     """A few key columns of random kinds; up to 80 rows, so both of numpy's sort paths are used."""
     rows = draw(st.integers(0, 80))
     kinds = draw(st.lists(st.sampled_from(sorted(KEY_VALUES)), min_size=count, max_size=count))
-    return [np.array(draw(st.lists(KEY_VALUES[kind], min_size=rows, max_size=rows)), dtype=DTYPES[kind]) for kind in kinds]
+    return [
+        np.array(draw(st.lists(KEY_VALUES[kind], min_size=rows, max_size=rows)), dtype=DTYPES[kind])
+        for kind in kinds
+    ]
 
 
 @settings(max_examples=150, deadline=None)

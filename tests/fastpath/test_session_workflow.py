@@ -16,7 +16,9 @@ PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 @PROPERTY
 @given(data=st.data())
-def test_session_workflow_equals_nvtabular_on_random_requests(session_workflow, compiled_session, data):
+def test_session_workflow_equals_nvtabular_on_random_requests(
+    session_workflow, compiled_session, data
+):
     request = data.draw(session_requests(known_ids(session_workflow, "item_id")))
     assert_wire_equal(compiled_session.transform(request), oracle(session_workflow, request))
 
@@ -36,7 +38,12 @@ def test_padded_session_workflow_equals_nvtabular_on_random_requests(padded_sess
 def test_rich_session_workflow_equals_nvtabular_on_random_requests(rich_session_workflow, data):
     compiled = compile_workflow(rich_session_workflow)
     request = data.draw(
-        session_requests(known_ids(rich_session_workflow, "item_id"), item_kind="str", min_longest=2, with_price=True)
+        session_requests(
+            known_ids(rich_session_workflow, "item_id"),
+            item_kind="str",
+            min_longest=2,
+            with_price=True,
+        )
     )
     assert_wire_equal(compiled.transform(request), oracle(rich_session_workflow, request))
 
@@ -49,7 +56,9 @@ def test_session_workflow_compiles_every_operator(compiled_session):
     assert compiled_session.fallbacks == []
 
 
-def test_session_workflow_groups_sorts_and_encodes_a_hand_checked_request(session_workflow, compiled_session):
+def test_session_workflow_groups_sorts_and_encodes_a_hand_checked_request(
+    session_workflow, compiled_session
+):
     vocabulary = known_ids(session_workflow, "item_id")
     # the vocabulary is stored most frequent first, from label 3 on
     first, second = vocabulary[0], vocabulary[1]
@@ -69,7 +78,9 @@ def test_session_workflow_groups_sorts_and_encodes_a_hand_checked_request(sessio
     np.testing.assert_array_equal(got["timestamp-first"], [10, 10])
 
 
-def test_session_workflow_keeps_the_last_twenty_items_of_a_long_session(session_workflow, compiled_session):
+def test_session_workflow_keeps_the_last_twenty_items_of_a_long_session(
+    session_workflow, compiled_session
+):
     request = {
         "session_id": np.zeros(25, dtype=np.int64),
         "timestamp": np.arange(25)[::-1].copy(),
@@ -82,8 +93,13 @@ def test_session_workflow_keeps_the_last_twenty_items_of_a_long_session(session_
     assert_wire_equal(got, oracle(session_workflow, request))
 
 
-def test_empty_request_gives_empty_outputs_where_nvtabular_fails(session_workflow, compiled_session):
-    request = {name: np.array([], dtype=np.int64) for name in ["session_id", "timestamp", "item_id", "category"]}
+def test_empty_request_gives_empty_outputs_where_nvtabular_fails(
+    session_workflow, compiled_session
+):
+    request = {
+        name: np.array([], dtype=np.int64)
+        for name in ["session_id", "timestamp", "item_id", "category"]
+    }
     with pytest.raises(RuntimeError, match="Failed to categorical encode"):
         oracle(session_workflow, request)
     got = compiled_session.transform(request)
@@ -93,7 +109,10 @@ def test_empty_request_gives_empty_outputs_where_nvtabular_fails(session_workflo
 
 
 def test_padded_workflow_empty_request_gives_zero_rows_of_the_fixed_width(padded_session_workflow):
-    request = {name: np.array([], dtype=np.int64) for name in ["session_id", "timestamp", "item_id", "category"]}
+    request = {
+        name: np.array([], dtype=np.int64)
+        for name in ["session_id", "timestamp", "item_id", "category"]
+    }
     got = compile_workflow(padded_session_workflow).transform(request)
     assert got["item_id-list"].shape == (0, 20)
 
@@ -105,19 +124,29 @@ def filtered_value_count_workflow(train, categories_path):
 
     from tests.fastpath.helpers import fit
 
-    categorify = ["item_id", "category"] >> nvt.ops.Categorify(out_path=categories_path + "/value_count")
+    categorify = ["item_id", "category"] >> nvt.ops.Categorify(
+        out_path=categories_path + "/value_count"
+    )
     grouped = (["session_id", "timestamp"] + categorify) >> nvt.ops.Groupby(
-        groupby_cols=["session_id"], sort_cols=["timestamp"], aggs={"item_id": ["list", "count"], "category": ["list"]},
+        groupby_cols=["session_id"],
+        sort_cols=["timestamp"],
+        aggs={"item_id": ["list", "count"], "category": ["list"]},
         name_sep="-",
     )
     sessions = grouped >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= 2)
-    lists = sessions["item_id-list", "category-list"] >> nvt.ops.ListSlice(-20) >> nvt.ops.ValueCount()
-    return fit(sessions["session_id"] + lists, train[["session_id", "timestamp", "item_id", "category"]])
+    lists = (
+        sessions["item_id-list", "category-list"] >> nvt.ops.ListSlice(-20) >> nvt.ops.ValueCount()
+    )
+    return fit(
+        sessions["session_id"] + lists, train[["session_id", "timestamp", "item_id", "category"]]
+    )
 
 
 @PROPERTY
 @given(data=st.data())
-def test_value_count_after_a_filter_is_compiled_and_equals_nvtabular(filtered_value_count_workflow, data):
+def test_value_count_after_a_filter_is_compiled_and_equals_nvtabular(
+    filtered_value_count_workflow, data
+):
     workflow = filtered_value_count_workflow
     compiled = compile_workflow(workflow)
     assert compiled.fallbacks == []

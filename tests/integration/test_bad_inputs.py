@@ -22,7 +22,17 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from merlin_torch_serving import Client, Ensemble, InputError, PredictPytorch, TopK, chunks, frames, tables, wire
+from merlin_torch_serving import (
+    Client,
+    Ensemble,
+    InputError,
+    PredictPytorch,
+    TopK,
+    chunks,
+    frames,
+    tables,
+    wire,
+)
 from tests import toy_session
 from tests.served import assert_frames_equal, raw_infer
 
@@ -42,9 +52,13 @@ ROW_LIMIT = 100_000  # ModelOptions' default, which these exports keep
 def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory, pytorch_backend):
     scripted, model_inputs, model_outputs = toy_model
     float_train = toy_session.interactions().astype({"item_id": "float64"})
-    float_workflow = toy_session.fitted_workflow(tmp_path_factory.mktemp("float_ids"), train=float_train)
+    float_workflow = toy_session.fitted_workflow(
+        tmp_path_factory.mktemp("float_ids"), train=float_train
+    )
     built = {
-        "clicks": Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema),
+        "clicks": Ensemble(
+            toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+        ),
         **{
             key: Ensemble(
                 model_inputs.column_names
@@ -55,7 +69,8 @@ def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory, pytorch_
             for key, backend in (("sessions", "python"), ("sessions_libtorch", "pytorch"))
         },
         "float_ids": Ensemble(
-            toy_session.session_graph(float_workflow, toy_session.scripted_model(float_workflow)), float_workflow.input_schema
+            toy_session.session_graph(float_workflow, toy_session.scripted_model(float_workflow)),
+            float_workflow.input_schema,
         ),
     }
     for key, ensemble in built.items():
@@ -69,7 +84,10 @@ def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory, pytorch_
 
 def clicks(n_sessions=3, seed=40, **changes):
     """Raw clicks of the toy interactions as a dict of lists, with columns changed or dropped (None)."""
-    data = {name: values.tolist() for name, values in toy_session.interactions(n_sessions, seed=seed).items()}
+    data = {
+        name: values.tolist()
+        for name, values in toy_session.interactions(n_sessions, seed=seed).items()
+    }
     for name, values in changes.items():
         if values is None:
             del data[name]
@@ -105,7 +123,9 @@ def sessions(values, offsets, categories=None) -> dict:
     return {
         "item_id-list__values": values,
         "item_id-list__offsets": offsets,
-        "category-list__values": np.ones(len(values), dtype=np.int64) if categories is None else categories[0],
+        "category-list__values": np.ones(len(values), dtype=np.int64)
+        if categories is None
+        else categories[0],
         "category-list__offsets": offsets if categories is None else categories[1],
     }
 
@@ -122,38 +142,146 @@ class Case:
 CASES = [
     Case("missing column", "clicks", clicks(timestamp=None), ("timestamp",)),
     Case("extra column", "clicks", clicks(price=lambda d: [1.5] * len(d["item_id"])), ("price",)),
-    Case("int32 ids (a safe cast)", "clicks", clicks(item_id=lambda d: np.asarray(d["item_id"], dtype=np.int32)), ("item_id",)),
-    Case("float ids with fractions", "clicks", clicks(item_id=lambda d: [v + 0.5 for v in d["item_id"]]), ("item_id",)),
-    Case("strings for ints", "clicks", clicks(item_id=lambda d: [str(v) for v in d["item_id"]]), ("item_id",)),
-    Case("garbage strings", "clicks", clicks(item_id=lambda d: ["\x00<script>"] * len(d["item_id"])), ("item_id",)),
-    Case("NaN and None in ids", "clicks", clicks(item_id=lambda d: [None] + d["item_id"][1:]), ("item_id",)),
-    Case("uint64 overflow", "clicks", clicks(session_id=lambda d: np.full(len(d["session_id"]), 2**63 + 5, dtype=np.uint64)), ("session_id",)),
-    Case("bools for ids", "clicks", clicks(item_id=lambda d: [True] * len(d["item_id"])), ("item_id",)),
-    Case("lists where values are expected", "clicks", clicks(session_id=lambda d: [[v, v] for v in d["session_id"]]), ("session_id",)),
-    Case("mismatched column lengths", "clicks", clicks(item_id=lambda d: d["item_id"][:-1]), ("item_id",)),
-    Case("0 rows", "clicks", {name: np.zeros(0, dtype=np.int64) for name in ("timestamp", "item_id", "category", "session_id")}),
-    Case("unseen ids", "clicks", clicks(item_id=lambda d: [10**9 + i for i in range(len(d["item_id"]))])),
+    Case(
+        "int32 ids (a safe cast)",
+        "clicks",
+        clicks(item_id=lambda d: np.asarray(d["item_id"], dtype=np.int32)),
+        ("item_id",),
+    ),
+    Case(
+        "float ids with fractions",
+        "clicks",
+        clicks(item_id=lambda d: [v + 0.5 for v in d["item_id"]]),
+        ("item_id",),
+    ),
+    Case(
+        "strings for ints",
+        "clicks",
+        clicks(item_id=lambda d: [str(v) for v in d["item_id"]]),
+        ("item_id",),
+    ),
+    Case(
+        "garbage strings",
+        "clicks",
+        clicks(item_id=lambda d: ["\x00<script>"] * len(d["item_id"])),
+        ("item_id",),
+    ),
+    Case(
+        "NaN and None in ids",
+        "clicks",
+        clicks(item_id=lambda d: [None] + d["item_id"][1:]),
+        ("item_id",),
+    ),
+    Case(
+        "uint64 overflow",
+        "clicks",
+        clicks(session_id=lambda d: np.full(len(d["session_id"]), 2**63 + 5, dtype=np.uint64)),
+        ("session_id",),
+    ),
+    Case(
+        "bools for ids",
+        "clicks",
+        clicks(item_id=lambda d: [True] * len(d["item_id"])),
+        ("item_id",),
+    ),
+    Case(
+        "lists where values are expected",
+        "clicks",
+        clicks(session_id=lambda d: [[v, v] for v in d["session_id"]]),
+        ("session_id",),
+    ),
+    Case(
+        "mismatched column lengths",
+        "clicks",
+        clicks(item_id=lambda d: d["item_id"][:-1]),
+        ("item_id",),
+    ),
+    Case(
+        "0 rows",
+        "clicks",
+        {
+            name: np.zeros(0, dtype=np.int64)
+            for name in ("timestamp", "item_id", "category", "session_id")
+        },
+    ),
+    Case(
+        "unseen ids",
+        "clicks",
+        clicks(item_id=lambda d: [10**9 + i for i in range(len(d["item_id"]))]),
+    ),
     Case("a session of 100k clicks", "clicks", one_long_session(ROW_LIMIT)),
-    Case("more rows than the server's limit", "clicks", many_sessions(ROW_LIMIT + 1), ("timestamp", "item_id", "category", "session_id")),
-    Case("NaN in a float-typed id", "float_ids", clicks(item_id=lambda d: [np.nan] + [float(v) for v in d["item_id"][1:]]), ("item_id",)),
-    Case("empty sessions", "sessions", {"item_id-list": [[5, 6], []], "category-list": [[1, 2], []]}),
+    Case(
+        "more rows than the server's limit",
+        "clicks",
+        many_sessions(ROW_LIMIT + 1),
+        ("timestamp", "item_id", "category", "session_id"),
+    ),
+    Case(
+        "NaN in a float-typed id",
+        "float_ids",
+        clicks(item_id=lambda d: [np.nan] + [float(v) for v in d["item_id"][1:]]),
+        ("item_id",),
+    ),
+    Case(
+        "empty sessions", "sessions", {"item_id-list": [[5, 6], []], "category-list": [[1, 2], []]}
+    ),
     Case("no sessions", "sessions", {"item_id-list": [], "category-list": []}),
-    Case("offsets going back", "sessions", sessions([5, 6, 7], [0, 2, 1, 3]), ("item_id-list__offsets",), wire=True),
-    Case("offsets not starting at 0", "sessions", sessions([5, 6, 7], [1, 3]), ("item_id-list__offsets",), wire=True),
-    Case("offsets ending before the values", "sessions", sessions([5, 6, 7], [0, 2]), ("item_id-list__offsets",), wire=True),
-    Case("offsets ending past the values", "sessions", sessions([5, 6, 7], [0, 5]), ("item_id-list__offsets",), wire=True),
+    Case(
+        "offsets going back",
+        "sessions",
+        sessions([5, 6, 7], [0, 2, 1, 3]),
+        ("item_id-list__offsets",),
+        wire=True,
+    ),
+    Case(
+        "offsets not starting at 0",
+        "sessions",
+        sessions([5, 6, 7], [1, 3]),
+        ("item_id-list__offsets",),
+        wire=True,
+    ),
+    Case(
+        "offsets ending before the values",
+        "sessions",
+        sessions([5, 6, 7], [0, 2]),
+        ("item_id-list__offsets",),
+        wire=True,
+    ),
+    Case(
+        "offsets ending past the values",
+        "sessions",
+        sessions([5, 6, 7], [0, 5]),
+        ("item_id-list__offsets",),
+        wire=True,
+    ),
     Case(
         "offsets of the wrong length",
         "sessions",
-        sessions([5, 6, 7], [0, 1, 3], categories=(np.ones(3, np.int64), np.array([0, 3], np.int32))),
+        sessions(
+            [5, 6, 7], [0, 1, 3], categories=(np.ones(3, np.int64), np.array([0, 3], np.int32))
+        ),
         ("item_id-list", "category-list"),
         wire=True,
     ),
-    Case("ids outside the catalog", "sessions", {"item_id-list": [[5, 10**6]], "category-list": [[1, 1]]}, ("item_id-list",)),
-    Case("negative ids", "sessions", {"item_id-list": [[-3, 5]], "category-list": [[1, 1]]}, ("item_id-list",)),
+    Case(
+        "ids outside the catalog",
+        "sessions",
+        {"item_id-list": [[5, 10**6]], "category-list": [[1, 1]]},
+        ("item_id-list",),
+    ),
+    Case(
+        "negative ids",
+        "sessions",
+        {"item_id-list": [[-3, 5]], "category-list": [[1, 1]]},
+        ("item_id-list",),
+    ),
 ]
 # the session cases again, on an ensemble whose only step is a libtorch model
-CASES += [dataclasses.replace(case, name=f"{case.name} on libtorch", ensemble="sessions_libtorch") for case in CASES if case.ensemble == "sessions"]
+CASES += [
+    dataclasses.replace(case, name=f"{case.name} on libtorch", ensemble="sessions_libtorch")
+    for case in CASES
+    if case.ensemble == "sessions"
+]
 
 
 # ---- the paths ------------------------------------------------------------------------------------
@@ -165,22 +293,36 @@ def send(path: str, case: Case, ensemble: Ensemble, server) -> tuple[pd.DataFram
     try:
         if path == "in-process":
             if case.wire:
-                return frames.table_to_frame(ensemble.run(wire.from_wire(case.request, ensemble.input_schema))), ""
+                return frames.table_to_frame(
+                    ensemble.run(wire.from_wire(case.request, ensemble.input_schema))
+                ), ""
             return ensemble.transform(case.request), ""
         if path.startswith("client"):
             protocol = path.split("-")[1]
-            with Client(server.grpc_url if protocol == "grpc" else server.http_url, protocol) as client:
+            with Client(
+                server.grpc_url if protocol == "grpc" else server.http_url, protocol
+            ) as client:
                 if case.wire:
-                    return frames.table_to_frame(client.infer_table(model, wire.from_wire(case.request, ensemble.input_schema))), ""
+                    return frames.table_to_frame(
+                        client.infer_table(
+                            model, wire.from_wire(case.request, ensemble.input_schema)
+                        )
+                    ), ""
                 return client.infer(model, case.request), ""
         names = output_names(ensemble)
-        served = raw_infer(grpcclient, server.grpc_url, model, raw_arrays(case, ensemble), list(names))
-        table = wire.from_wire({names[k]: wire.bytes_to_text(v) for k, v in served.items()}, ensemble.output_schema)
+        served = raw_infer(
+            grpcclient, server.grpc_url, model, raw_arrays(case, ensemble), list(names)
+        )
+        table = wire.from_wire(
+            {names[k]: wire.bytes_to_text(v) for k, v in served.items()}, ensemble.output_schema
+        )
         return frames.table_to_frame(table), ""
     except InputError as error:
         return None, str(error)
     except InferenceServerException as error:
-        assert path == "raw-tritonclient", f"tritonclient's error escaped the library on {path}: {error}"
+        assert path == "raw-tritonclient", (
+            f"tritonclient's error escaped the library on {path}: {error}"
+        )
         return None, error.message()
 
 
@@ -213,7 +355,11 @@ def output_names(ensemble: Ensemble) -> dict:
 
 def requests_sent(path: str, case: Case, ensemble: Ensemble) -> list:
     """The request tables ``path`` sent for ``case``: the Client splits what the server would refuse."""
-    table = wire.from_wire(raw_arrays(case, ensemble), ensemble.input_schema) if case.wire else frames.frame_to_table(case.request, ensemble.input_schema)
+    table = (
+        wire.from_wire(raw_arrays(case, ensemble), ensemble.input_schema)
+        if case.wire
+        else frames.frame_to_table(case.request, ensemble.input_schema)
+    )
     if not path.startswith("client"):
         return [table]
     return list(chunks.split(table, ensemble.plan.request_groups(), ROW_LIMIT))
@@ -235,14 +381,18 @@ def assert_server_healthy(server, ensembles):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_a_bad_request_is_answered_as_in_process_or_refused_naming_its_column(triton_server, ensembles, case, path):
+def test_a_bad_request_is_answered_as_in_process_or_refused_naming_its_column(
+    triton_server, ensembles, case, path
+):
     ensemble = ensembles[case.ensemble]
 
     answer, refusal = send(path, case, ensemble, triton_server)
 
     if answer is not None:
         # an answer must be the one in-process computes for the same request(s), to the last bit
-        assert_frames_equal(answer, in_process_answer(ensemble, requests_sent(path, case, ensemble)))
+        assert_frames_equal(
+            answer, in_process_answer(ensemble, requests_sent(path, case, ensemble))
+        )
         if not case.names:
             assert len(answer) == _sessions_in(case, ensemble)
     else:
@@ -252,7 +402,9 @@ def test_a_bad_request_is_answered_as_in_process_or_refused_naming_its_column(tr
             # the check, then its message (the Client keeps only the message)
             refusal = refusal.strip().splitlines()[-1]
             assert refusal.startswith("builtins.ValueError: input column '"), refusal
-        assert any(f"'{name}'" in refusal for name in case.names), f"the refusal names none of {case.names}: {refusal}"
+        assert any(f"'{name}'" in refusal for name in case.names), (
+            f"the refusal names none of {case.names}: {refusal}"
+        )
         assert "Traceback" not in refusal
     if path != "in-process":
         assert_server_healthy(triton_server, ensembles)
@@ -260,6 +412,10 @@ def test_a_bad_request_is_answered_as_in_process_or_refused_naming_its_column(tr
 
 def _sessions_in(case: Case, ensemble: Ensemble) -> int:
     if case.ensemble.startswith("sessions"):
-        table = wire.from_wire(case.request, ensemble.input_schema) if case.wire else frames.frame_to_table(case.request, ensemble.input_schema)
+        table = (
+            wire.from_wire(case.request, ensemble.input_schema)
+            if case.wire
+            else frames.frame_to_table(case.request, ensemble.input_schema)
+        )
         return tables.num_rows(table)
     return len(pd.unique(np.asarray(case.request["session_id"])))

@@ -28,7 +28,10 @@ SERVER_ID = "cli-test-server"
 
 def run_cli(*args, timeout_s=120):
     return subprocess.run(
-        [sys.executable, "-m", "merlin_torch_serving", *args], capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "merlin_torch_serving", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
 
 
@@ -42,7 +45,9 @@ def read_until(process, pattern, timeout_s=180):
         lines.append(line)
         if re.search(pattern, line):
             return lines
-    raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s; got:\n{''.join(lines)}")
+    raise AssertionError(
+        f"no line matching {pattern!r} within {timeout_s} s; got:\n{''.join(lines)}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +60,21 @@ def served_repository(tmp_path_factory, ensemble):
     repository = tmp_path_factory.mktemp("cli") / "repository"
     ensemble.export(repository, "reco")  # ModelOptions' default: at most 100,000 rows per request
     process = subprocess.Popen(
-        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--", f"--id={SERVER_ID}"],
+        [
+            sys.executable,
+            "-m",
+            "merlin_torch_serving",
+            "serve",
+            str(repository),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--",
+            f"--id={SERVER_ID}",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -77,7 +96,9 @@ def test_serve_prints_urls_and_the_loaded_models(served_repository):
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
-def test_infer_sends_a_file_of_rows_and_prints_one_line_per_session(served_repository, tmp_path, suffix):
+def test_infer_sends_a_file_of_rows_and_prints_one_line_per_session(
+    served_repository, tmp_path, suffix
+):
     _, urls, _ = served_repository
     rows = toy_session.interactions(3, seed=31, first_session=4200)
     path = tmp_path / f"rows{suffix}"
@@ -95,7 +116,17 @@ def test_infer_writes_the_answer_to_a_file(served_repository, tmp_path):
     _, urls, _ = served_repository
     rows = toy_session.interactions(2, seed=32)
     rows.to_parquet(tmp_path / "rows.parquet")
-    result = run_cli("infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["HTTP"], "--protocol", "http", "-o", str(tmp_path / "answer.parquet"))
+    result = run_cli(
+        "infer",
+        "reco",
+        str(tmp_path / "rows.parquet"),
+        "--url",
+        urls["HTTP"],
+        "--protocol",
+        "http",
+        "-o",
+        str(tmp_path / "answer.parquet"),
+    )
     assert result.returncode == 0, result.stderr
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     assert answer["session_id"].tolist() == list(pd.unique(rows["session_id"]))
@@ -122,7 +153,9 @@ def test_models_lists_versions_states_and_whether_stubs_answer(served_repository
 
 def first_error_line(result) -> str:
     assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, (
+        result.stderr
+    )
     return result.stderr.strip().splitlines()[0]
 
 
@@ -142,8 +175,12 @@ def test_a_url_with_a_scheme_is_refused_naming_the_address_to_pass(served_reposi
     assert "_closed" not in result.stderr
 
 
-@pytest.mark.parametrize("protocol, port, other", [("http", "gRPC", "grpc"), ("grpc", "HTTP", "http")])
-def test_the_wrong_protocol_for_the_port_names_the_other_protocol(served_repository, protocol, port, other):
+@pytest.mark.parametrize(
+    "protocol, port, other", [("http", "gRPC", "grpc"), ("grpc", "HTTP", "http")]
+)
+def test_the_wrong_protocol_for_the_port_names_the_other_protocol(
+    served_repository, protocol, port, other
+):
     _, urls, _ = served_repository
     result = run_cli("models", "--url", urls[port], "--protocol", protocol)
     assert first_error_line(result) == (
@@ -155,7 +192,11 @@ def test_the_wrong_protocol_for_the_port_names_the_other_protocol(served_reposit
 @pytest.mark.parametrize("command", ["models", "infer"])
 def test_no_server_running_says_to_start_serve_or_pass_the_url(tmp_path, command):
     toy_session.interactions(2).to_parquet(tmp_path / "rows.parquet")
-    arguments = ("infer", "reco", str(tmp_path / "rows.parquet"), "--wait", "1") if command == "infer" else ("models",)
+    arguments = (
+        ("infer", "reco", str(tmp_path / "rows.parquet"), "--wait", "1")
+        if command == "infer"
+        else ("models",)
+    )
     result = run_cli(*arguments, "--url", f"127.0.0.1:{free_port()}")
     assert first_error_line(result).startswith(
         "error: start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) "
@@ -166,7 +207,9 @@ def test_no_server_running_says_to_start_serve_or_pass_the_url(tmp_path, command
 def test_an_unknown_model_lists_the_models_the_server_has(served_repository, tmp_path):
     _, urls, _ = served_repository
     toy_session.interactions(2).to_parquet(tmp_path / "rows.parquet")
-    result = run_cli("infer", "recommendations", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"])
+    result = run_cli(
+        "infer", "recommendations", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"]
+    )
     line = first_error_line(result)
     assert line.startswith("error: use one of the models this server has: 'reco', 'reco-0-")
     assert line.endswith("; it has no model 'recommendations'")
@@ -178,7 +221,17 @@ def test_a_taken_port_is_found_before_any_model_loads_and_port_0_is_advised(serv
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run_cli("serve", served, "--grpc-port", str(port), "--http-port", "0", "--metrics-port", "0", "--verbose")
+        result = run_cli(
+            "serve",
+            served,
+            "--grpc-port",
+            str(port),
+            "--http-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--verbose",
+        )
     assert first_error_line(result) == (
         f"error: pass --grpc-port 0 (the OS picks a free port, printed when ready) or another free port: "
         f"the gRPC port {port} is already in use"
@@ -188,7 +241,9 @@ def test_a_taken_port_is_found_before_any_model_loads_and_port_0_is_advised(serv
 
 def test_serve_given_the_folder_above_a_repository_names_the_repository(served_repository):
     served = Path(re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1))
-    result = run_cli("serve", str(served.parent), "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0")
+    result = run_cli(
+        "serve", str(served.parent), "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"
+    )
     assert first_error_line(result) == (
         f"error: serve the repository itself, {str(served)!r}: {str(served.parent)!r} holds a model "
         f"repository, not model folders"
@@ -198,8 +253,18 @@ def test_serve_given_the_folder_above_a_repository_names_the_repository(served_r
 def test_integer_ids_stored_as_whole_floats_are_accepted(served_repository, ensemble, tmp_path):
     _, urls, _ = served_repository
     rows = toy_session.interactions(3, seed=33)
-    rows.astype({"item_id": "float64", "session_id": "float64"}).to_csv(tmp_path / "rows.csv", index=False)
-    result = run_cli("infer", "reco", str(tmp_path / "rows.csv"), "--url", urls["gRPC"], "-o", str(tmp_path / "answer.parquet"))
+    rows.astype({"item_id": "float64", "session_id": "float64"}).to_csv(
+        tmp_path / "rows.csv", index=False
+    )
+    result = run_cli(
+        "infer",
+        "reco",
+        str(tmp_path / "rows.csv"),
+        "--url",
+        urls["gRPC"],
+        "-o",
+        str(tmp_path / "answer.parquet"),
+    )
     assert result.returncode == 0, result.stderr
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     expected = ensemble.transform(rows)
@@ -207,7 +272,9 @@ def test_integer_ids_stored_as_whole_floats_are_accepted(served_repository, ense
     np.testing.assert_array_equal(np.stack(answer["item_ids"]), np.stack(expected["item_ids"]))
 
 
-def test_renamed_columns_are_all_named_with_the_fix_and_then_mapped(served_repository, ensemble, tmp_path):
+def test_renamed_columns_are_all_named_with_the_fix_and_then_mapped(
+    served_repository, ensemble, tmp_path
+):
     _, urls, _ = served_repository
     rows = toy_session.interactions(3, seed=34)
     renamed = rows.rename(columns={"session_id": "user_session", "item_id": "product_id"})
@@ -218,24 +285,38 @@ def test_renamed_columns_are_all_named_with_the_fix_and_then_mapped(served_repos
         "error: name the request's columns as the model's inputs, or map yours to them: "
         "columns={'<your column>': 'item_id', ...} (--columns YOURS=item_id,...)"
     )
-    assert "missing input columns: 'item_id' (int64 scalar), 'session_id' (int64 scalar)" in refused.stderr
+    assert (
+        "missing input columns: 'item_id' (int64 scalar), 'session_id' (int64 scalar)"
+        in refused.stderr
+    )
 
     mapped = run_cli(
-        "infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"],
-        "--columns", "user_session=session_id,product_id=item_id", "-o", str(tmp_path / "answer.parquet"),
+        "infer",
+        "reco",
+        str(tmp_path / "rows.parquet"),
+        "--url",
+        urls["gRPC"],
+        "--columns",
+        "user_session=session_id,product_id=item_id",
+        "-o",
+        str(tmp_path / "answer.parquet"),
     )
     assert mapped.returncode == 0, mapped.stderr
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     assert list(answer.columns[:1]) == ["user_session"]  # the session id comes back under your name
     expected = ensemble.transform(rows)
-    np.testing.assert_array_equal(np.stack(answer["item_scores"]), np.stack(expected["item_scores"]))
+    np.testing.assert_array_equal(
+        np.stack(answer["item_scores"]), np.stack(expected["item_scores"])
+    )
 
 
 def test_infer_head_prints_the_first_rows_and_how_many_there_are(served_repository, tmp_path):
     _, urls, _ = served_repository
     rows = toy_session.interactions(5, seed=35)
     rows.to_parquet(tmp_path / "rows.parquet")
-    result = run_cli("infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"], "--head", "2")
+    result = run_cli(
+        "infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"], "--head", "2"
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert [int(line.split()[0]) for line in lines[1:3]] == list(pd.unique(rows["session_id"]))[:2]
@@ -246,8 +327,14 @@ def test_commands_and_the_import_print_no_third_party_warning(served_repository)
     _, urls, _ = served_repository
     assert run_cli("models", "--url", urls["gRPC"]).stderr == ""
     imported = subprocess.run(
-        [sys.executable, "-c", "import merlin_torch_serving as m; m.Client, m.Ensemble, m.TransformWorkflow, m.TritonServer"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import merlin_torch_serving as m; m.Client, m.Ensemble, m.TransformWorkflow, m.TritonServer",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert (imported.returncode, imported.stdout, imported.stderr) == (0, "", "")
 
@@ -301,7 +388,9 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
     rows = SESSIONS * CLICKS_PER_SESSION
     clicks = pd.DataFrame(
         {
-            "session_id": rng.permutation(np.repeat(np.arange(SESSIONS, dtype=np.int64), CLICKS_PER_SESSION)),
+            "session_id": rng.permutation(
+                np.repeat(np.arange(SESSIONS, dtype=np.int64), CLICKS_PER_SESSION)
+            ),
             "item_id": rng.integers(500, 540, rows),
             "category": rng.integers(0, 7, rows),
             "timestamp": rng.integers(0, 10**6, rows),
@@ -312,7 +401,16 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
         client.infer("reco", clicks.iloc[:ROW_LIMIT])  # the memory of one full request, once
     with PeakMemory(int(re.search(r"ready \(pid (\d+)\)", output).group(1))) as memory:
         baseline = memory.now_bytes()
-        result = run_cli("infer", "reco", str(tmp_path / "clicks.parquet"), "--url", urls["gRPC"], "-o", str(tmp_path / "answer.parquet"), timeout_s=600)
+        result = run_cli(
+            "infer",
+            "reco",
+            str(tmp_path / "clicks.parquet"),
+            "--url",
+            urls["gRPC"],
+            "-o",
+            str(tmp_path / "answer.parquet"),
+            timeout_s=600,
+        )
 
     assert result.returncode == 0, result.stderr
     progress = re.findall(r"^sent ([\d,]+) of 1,000,000 rows", result.stderr, flags=re.M)
@@ -322,7 +420,9 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
     assert answer["session_id"].tolist() == list(pd.unique(clicks["session_id"]))
     # in-process, the same requests: a batch of other sessions may round scores differently
     request = frames.frame_to_table(clicks, ensemble.input_schema)
-    expected = tables.concat([ensemble.run(part) for part in chunks.split(request, ["session_id"], ROW_LIMIT)])
+    expected = tables.concat(
+        [ensemble.run(part) for part in chunks.split(request, ["session_id"], ROW_LIMIT)]
+    )
     np.testing.assert_array_equal(np.stack(answer["item_ids"]), expected["item_ids"].values)
     np.testing.assert_array_equal(np.stack(answer["item_scores"]), expected["item_scores"].values)
 
@@ -331,8 +431,22 @@ def test_ctrl_c_during_start_up_stops_at_once_without_a_traceback(served_reposit
     served = re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1)
     repository = shutil.copytree(served, tmp_path / "repository")  # its own, to find its server by
     process = subprocess.Popen(
-        [sys.executable, "-m", "merlin_torch_serving", "serve", str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "merlin_torch_serving",
+            "serve",
+            str(repository),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         read_until(process, "starting tritonserver on")
@@ -358,7 +472,10 @@ def servers_of(repository) -> list[int]:
     flag = f"--model-repository={Path(repository).resolve()}"
     pids = []
     for process in psutil.process_iter(["cmdline", "status"]):
-        if flag in (process.info["cmdline"] or []) and process.info["status"] != psutil.STATUS_ZOMBIE:
+        if (
+            flag in (process.info["cmdline"] or [])
+            and process.info["status"] != psutil.STATUS_ZOMBIE
+        ):
             pids.append(process.pid)
     return pids
 
@@ -373,7 +490,10 @@ def test_version_names_the_library_python_and_tritonserver_and_prints_no_warning
     for args in (["--version"], ["serve", "--version"], ["models", "--version"]):
         result = run_cli(*args)
         assert result.returncode == 0, result.stderr
-        assert re.fullmatch(r"merlin-torch-serving \S+ \(Python 3\.11\.\d+; tritonserver 2\.\d+\.\d+ at \S+\)\n", result.stdout)
+        assert re.fullmatch(
+            r"merlin-torch-serving \S+ \(Python 3\.11\.\d+; tritonserver 2\.\d+\.\d+ at \S+\)\n",
+            result.stdout,
+        )
         assert result.stderr == ""
 
 
@@ -393,7 +513,9 @@ def test_arguments_after_a_double_dash_are_refused_by_commands_other_than_serve(
 def test_ctrl_c_stops_the_server_cleanly(served_repository):
     process, _, output = served_repository
     server_pid = int(re.search(r"ready \(pid (\d+)\)", output).group(1))
-    stubs = subprocess.run(["pgrep", "-P", str(server_pid)], capture_output=True, text=True).stdout.split()
+    stubs = subprocess.run(
+        ["pgrep", "-P", str(server_pid)], capture_output=True, text=True
+    ).stdout.split()
     assert stubs, "the server should have python-backend stubs while serving"
 
     process.send_signal(signal.SIGINT)

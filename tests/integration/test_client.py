@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def served(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema
+    )
     ensemble.export(triton_server.repository, "toy-client")
     triton_server.load("toy-client")
     return ensemble
@@ -47,7 +49,9 @@ def test_client_reads_schemas_from_the_server(served, client):
 
 
 def test_client_answers_one_row_per_session_in_request_order(served, client):
-    rows = toy_session.interactions(12, seed=21, first_session=7000).sample(frac=1.0, random_state=3)
+    rows = toy_session.interactions(12, seed=21, first_session=7000).sample(
+        frac=1.0, random_state=3
+    )
     answer = client.infer("toy-client", rows)
     assert answer["session_id"].tolist() == list(pd.unique(rows["session_id"]))
     assert_frames_equal(answer, served.transform(rows))
@@ -67,56 +71,80 @@ def test_triton_executor_runs_the_ensemble_through_the_same_call(served, client)
 
 def test_client_names_a_missing_column(served, client):
     rows = toy_session.interactions(2, seed=24).drop(columns=["timestamp"])
-    with pytest.raises(InputError, match="missing input columns: 'timestamp' \\(int64 scalar\\); the request has"):
+    with pytest.raises(
+        InputError, match="missing input columns: 'timestamp' \\(int64 scalar\\); the request has"
+    ):
         client.infer("toy-client", rows)
 
 
 def test_client_maps_the_callers_column_names_to_the_inputs_and_back(served, client):
     rows = toy_session.interactions(3, seed=26)
-    answer = client.infer("toy-client", rows.rename(columns={"session_id": "visit"}), columns={"visit": "session_id"})
+    answer = client.infer(
+        "toy-client", rows.rename(columns={"session_id": "visit"}), columns={"visit": "session_id"}
+    )
     assert_frames_equal(answer, served.transform(rows).rename(columns={"session_id": "visit"}))
 
 
 def test_client_refuses_a_mapping_of_a_column_the_request_lacks(served, client):
-    with pytest.raises(InputError, match="input column 'visit': expected a column of the request .*fix the mapping visit=session_id"):
+    with pytest.raises(
+        InputError,
+        match="input column 'visit': expected a column of the request .*fix the mapping visit=session_id",
+    ):
         client.infer("toy-client", toy_session.interactions(1), columns={"visit": "session_id"})
 
 
 def test_an_unknown_model_lists_the_models_the_server_has(served, client):
-    with pytest.raises(UnknownModelError, match=r"^use one of the models this server has: .*'toy-client'.*; it has no model 'toy'$"):
+    with pytest.raises(
+        UnknownModelError,
+        match=r"^use one of the models this server has: .*'toy-client'.*; it has no model 'toy'$",
+    ):
         client.infer("toy", toy_session.interactions(1))
     with pytest.raises(UnknownModelError, match="it has no model 'toy'"):
         client.wait_until_ready("toy", timeout_s=30)
 
 
-@pytest.mark.parametrize("url, protocol", [("http://localhost:8000", "http"), ("grpc://localhost:8001/", "grpc")])
+@pytest.mark.parametrize(
+    "url, protocol", [("http://localhost:8000", "http"), ("grpc://localhost:8001/", "grpc")]
+)
 def test_an_address_with_a_scheme_is_refused_before_tritonclient_sees_it(url, protocol):
     address = url.split("://")[1].rstrip("/")
-    with pytest.raises(AddressError, match=f"^drop the scheme: Client\\('{address}', protocol='{protocol}'\\)"):
+    with pytest.raises(
+        AddressError, match=f"^drop the scheme: Client\\('{address}', protocol='{protocol}'\\)"
+    ):
         Client(url, protocol)
 
 
 def test_client_names_a_column_whose_values_do_not_convert(served, client):
     rows = toy_session.interactions(2, seed=25).astype({"item_id": "float64"})
     rows.loc[0, "item_id"] = 3.5
-    with pytest.raises(InputError, match="input column 'item_id': expected int64 scalar, got float64 values"):
+    with pytest.raises(
+        InputError, match="input column 'item_id': expected int64 scalar, got float64 values"
+    ):
         client.infer("toy-client", rows)
 
 
 def test_client_names_a_list_where_a_value_is_expected(served, client):
     with pytest.raises(InputError, match="'session_id': expected int64 scalar, got a list per row"):
-        client.infer("toy-client", {"session_id": [[1, 2]], "item_id": [1], "category": [1], "timestamp": [1]})
+        client.infer(
+            "toy-client",
+            {"session_id": [[1, 2]], "item_id": [1], "category": [1], "timestamp": [1]},
+        )
 
 
 def test_rows_of_unequal_length_are_refused_before_sending(served, client):
     rows = toy_session.interactions(1, seed=26)
     request = {name: rows[name].tolist() for name in rows.columns}
     request["item_id"] = request["item_id"][:-1]
-    with pytest.raises(InputError, match=f"'item_id': expected {len(rows)} rows, like 'timestamp', got {len(rows) - 1}"):
+    with pytest.raises(
+        InputError,
+        match=f"'item_id': expected {len(rows)} rows, like 'timestamp', got {len(rows) - 1}",
+    ):
         client.infer("toy-client", request)
 
 
-def test_a_step_that_refuses_a_request_is_named_with_the_column_in_the_error_the_client_sees(served, client):
+def test_a_step_that_refuses_a_request_is_named_with_the_column_in_the_error_the_client_sees(
+    served, client
+):
     rows = toy_session.interactions(1, seed=26)
     request = frames.frame_to_table(rows[served.input_schema.column_names])
     request["item_id"] = frames.frame_to_table({"item_id": np.zeros(0, dtype=np.int64)})["item_id"]
@@ -149,11 +177,16 @@ def slow_model(triton_server):
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(triton_server, slow_model, protocol):
+def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(
+    triton_server, slow_model, protocol
+):
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
     with Client(url, protocol, timeout_s=0.5) as client:
         client.schemas(slow_model)  # metadata answers at once
-        with pytest.raises(RequestTimeoutError, match=r"inference on 'slow' failed: no answer within timeout_s=0\.5 s"):
+        with pytest.raises(
+            RequestTimeoutError,
+            match=r"inference on 'slow' failed: no answer within timeout_s=0\.5 s",
+        ):
             client.infer(slow_model, {"x": [1, 2]})
 
 
@@ -167,12 +200,16 @@ def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(prot
         probe.bind(("127.0.0.1", 0))
         url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
     with Client(url, protocol, retries=2) as client:
-        with pytest.raises(ServerUnavailableError, match=rf"tritonserver at {url} is not available"):
+        with pytest.raises(
+            ServerUnavailableError, match=rf"tritonserver at {url} is not available"
+        ):
             client.models()
     assert len(waits) == 2
 
 
-def test_wait_until_ready_returns_once_the_model_answers_and_says_why_it_gave_up(triton_server, served):
+def test_wait_until_ready_returns_once_the_model_answers_and_says_why_it_gave_up(
+    triton_server, served
+):
     with Client(triton_server.grpc_url) as client:
         client.wait_until_ready("toy-client", timeout_s=30)
     with socket.socket() as probe:

@@ -17,7 +17,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def served_python_ensemble(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python", k=4), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend="python", k=4),
+        toy_workflow.input_schema,
+    )
     ensemble.export(triton_server.repository, "toy-python")
     triton_server.load("toy-python")
     return ensemble
@@ -25,15 +28,23 @@ def served_python_ensemble(triton_server, toy_workflow, toy_model):
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("n_sessions", [1, 7, 64])
-def test_served_ensemble_equals_in_process_ensemble_exactly(triton_server, served_python_ensemble, toy_workflow, protocol, n_sessions):
+def test_served_ensemble_equals_in_process_ensemble_exactly(
+    triton_server, served_python_ensemble, toy_workflow, protocol, n_sessions
+):
     rows = toy_session.interactions(n_sessions, seed=n_sessions, first_session=5000)
     rows = rows.sample(frac=1.0, random_state=n_sessions).reset_index(drop=True)  # shuffled rows
     request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
     with torch_threads(SERVED_TORCH_THREADS):
         expected = wire.to_wire(served_python_ensemble.run(request))
 
-    module, url = (grpcclient, triton_server.grpc_url) if protocol == "grpc" else (httpclient, triton_server.http_url)
-    names = {wire.response_name(name, toy_workflow.input_schema.column_names): name for name in expected}
+    module, url = (
+        (grpcclient, triton_server.grpc_url)
+        if protocol == "grpc"
+        else (httpclient, triton_server.http_url)
+    )
+    names = {
+        wire.response_name(name, toy_workflow.input_schema.column_names): name for name in expected
+    }
     served = infer(module, url, "toy-python", wire.to_wire(request), list(names))
 
     for served_name, name in names.items():
@@ -42,23 +53,39 @@ def test_served_ensemble_equals_in_process_ensemble_exactly(triton_server, serve
     assert len(expected["session_id"]) == n_sessions
 
 
-def test_served_model_runs_with_the_torch_threads_it_was_exported_with(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python", k=4), toy_workflow.input_schema)
-    ensemble.export(triton_server.repository, "toy-two-threads", options=ModelOptions(torch_threads=2))
+def test_served_model_runs_with_the_torch_threads_it_was_exported_with(
+    triton_server, toy_workflow, toy_model
+):
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend="python", k=4),
+        toy_workflow.input_schema,
+    )
+    ensemble.export(
+        triton_server.repository, "toy-two-threads", options=ModelOptions(torch_threads=2)
+    )
     triton_server.load("toy-two-threads")
     rows = toy_session.interactions(40, seed=12, first_session=9000)
     request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
     with torch_threads(2):
         expected = wire.to_wire(ensemble.run(request))  # what two threads compute
 
-    served = infer(grpcclient, triton_server.grpc_url, "toy-two-threads", wire.to_wire(request), ["item_ids", "item_scores"])
+    served = infer(
+        grpcclient,
+        triton_server.grpc_url,
+        "toy-two-threads",
+        wire.to_wire(request),
+        ["item_ids", "item_scores"],
+    )
 
     np.testing.assert_array_equal(served["item_ids"], expected["item_ids"])
     np.testing.assert_array_equal(served["item_scores"], expected["item_scores"])
 
 
 def test_tritonserver_runs_the_warm_up_of_every_step_model(toy_workflow, toy_model, tmp_path):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend="python"),
+        toy_workflow.input_schema,
+    )
     result = ensemble.export(tmp_path, "warm", options=ModelOptions(warmup_count=2))
     with TritonServer(tmp_path, log_verbose=1) as server:
         log = server.logs()

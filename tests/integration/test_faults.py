@@ -46,8 +46,12 @@ def step_of(result):
     return step
 
 
-def test_a_dead_stub_is_reported_by_health_the_client_and_the_cli_until_reloaded(toy_workflow, toy_model, tmp_path):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+def test_a_dead_stub_is_reported_by_health_the_client_and_the_cli_until_reloaded(
+    toy_workflow, toy_model, tmp_path
+):
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     result = ensemble.export(tmp_path, "faulty")
     rows = toy_session.interactions(4, seed=51)
     # "none" control: every model loaded at start, none loaded later; reload() still works
@@ -57,7 +61,9 @@ def test_a_dead_stub_is_reported_by_health_the_client_and_the_cli_until_reloaded
 
         pid = kill_stub(server, step_of(result))
 
-        step = wait_for_health(server, step_of(result), lambda m: m.stubs_alive is False, DETECTION_BOUND_S)
+        step = wait_for_health(
+            server, step_of(result), lambda m: m.stubs_alive is False, DETECTION_BOUND_S
+        )
         assert (step.state, step.stubs_alive, step.healthy) == ("READY", False, False)
         assert f"(pid {pid}) killed by SIGKILL" in step.last_error
         remote = next(m for m in client.health() if m.name == step.name)
@@ -79,8 +85,12 @@ def test_a_dead_stub_is_reported_by_health_the_client_and_the_cli_until_reloaded
         assert all(model.healthy for model in server.health())
 
 
-def test_a_server_that_restarts_failed_models_answers_again_within_the_bound(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+def test_a_server_that_restarts_failed_models_answers_again_within_the_bound(
+    triton_server, toy_workflow, toy_model
+):
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     result = ensemble.export(triton_server.repository, "self-healing")
     triton_server.load("self-healing")
     rows = toy_session.interactions(4, seed=52)
@@ -90,7 +100,9 @@ def test_a_server_that_restarts_failed_models_answers_again_within_the_bound(tri
     kill_stub(triton_server, step_of(result))
     killed_at = time.monotonic()
 
-    reported = wait_for_health(triton_server, step_of(result), lambda m: m.stubs_alive is False, DETECTION_BOUND_S)
+    reported = wait_for_health(
+        triton_server, step_of(result), lambda m: m.stubs_alive is False, DETECTION_BOUND_S
+    )
     assert reported.stubs_alive is False, "health() did not report the dead stub"
     answer = None
     while answer is None and time.monotonic() - killed_at < RESTART_BOUND_S:

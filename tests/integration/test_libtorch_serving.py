@@ -34,7 +34,12 @@ from merlin_torch_serving import (
     TritonServer,
 )
 from merlin_torch_serving.backends import bundled_backend_directory
-from merlin_torch_serving.backends.bundle import CACHE_ENV_VAR, bundled_tritonserver, libtritonserver, tritonserver_version
+from merlin_torch_serving.backends.bundle import (
+    CACHE_ENV_VAR,
+    bundled_tritonserver,
+    libtritonserver,
+    tritonserver_version,
+)
 from tests import toy_session
 from tests.session_models import (
     RESERVED_IDS,
@@ -86,10 +91,16 @@ def served(request, pytorch_backend, triton_server, session_workflow) -> ServedM
     return ServedMixed(name, ensemble, session_model.eager, decoded)
 
 
-def test_the_model_its_top_k_and_decoding_run_in_one_libtorch_model_behind_the_python_workflow(served, triton_server):
-    manifest = json.loads((Path(triton_server.repository) / served.name / "1" / "manifest.json").read_text())
+def test_the_model_its_top_k_and_decoding_run_in_one_libtorch_model_behind_the_python_workflow(
+    served, triton_server
+):
+    manifest = json.loads(
+        (Path(triton_server.repository) / served.name / "1" / "manifest.json").read_text()
+    )
     steps = [(step["backend"], step["fused_operators"]) for step in manifest["steps"]]
-    libtorch_ops = ["PredictPytorch[pytorch]", f"TopK(k={TOP_K})"] + (["DecodeItemIds('item_id')"] if served.decoded else [])
+    libtorch_ops = ["PredictPytorch[pytorch]", f"TopK(k={TOP_K})"] + (
+        ["DecodeItemIds('item_id')"] if served.decoded else []
+    )
     assert steps == [("python", ["TransformWorkflow"]), ("pytorch", libtorch_ops)]
     libtorch_step = manifest["steps"][1]["model"]
     assert (
@@ -100,7 +111,9 @@ def test_the_model_its_top_k_and_decoding_run_in_one_libtorch_model_behind_the_p
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("n_sessions", SESSION_COUNTS)
-def test_served_mixed_ensemble_equals_in_process_exactly(served, triton_server, session_split, protocol, n_sessions):
+def test_served_mixed_ensemble_equals_in_process_exactly(
+    served, triton_server, session_split, protocol, n_sessions
+):
     _, held_out = session_split
     rows = request_rows(held_out, n_sessions, seed=n_sessions)
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
@@ -118,7 +131,9 @@ def test_served_mixed_ensemble_equals_in_process_exactly(served, triton_server, 
 
 
 @pytest.mark.parametrize("n_sessions", SESSION_COUNTS)
-def test_served_mixed_ensemble_equals_the_eager_model(served, triton_server, session_workflow, session_split, n_sessions):
+def test_served_mixed_ensemble_equals_the_eager_model(
+    served, triton_server, session_workflow, session_split, n_sessions
+):
     _, held_out = session_split
     rows = request_rows(held_out, n_sessions, seed=100 + n_sessions)
 
@@ -137,12 +152,18 @@ class IndexNamedOutputs(torch.nn.Module):
         return items.to(torch.float32) * 0.5, (items != 0).sum(1)
 
 
-def test_outputs_named_with_their_index_are_served_from_that_index(pytorch_backend, triton_server, toy_workflow):
+def test_outputs_named_with_their_index_are_served_from_that_index(
+    pytorch_backend, triton_server, toy_workflow
+):
     # Triton's pytorch backend matches outputs by the index their names end in when all of them do.
     items = toy_workflow.output_schema.select_by_name(["item_id-list"])
-    outputs = Schema([ColumnSchema("scores__0", dtype="float32"), ColumnSchema("lengths__1", dtype="int64")])
+    outputs = Schema(
+        [ColumnSchema("scores__0", dtype="float32"), ColumnSchema("lengths__1", dtype="int64")]
+    )
     session_features = toy_workflow.input_schema.column_names >> TransformWorkflow(toy_workflow)
-    graph = session_features >> PredictPytorch(torch.jit.script(IndexNamedOutputs()), items, outputs, backend="pytorch")
+    graph = session_features >> PredictPytorch(
+        torch.jit.script(IndexNamedOutputs()), items, outputs, backend="pytorch"
+    )
     ensemble = Ensemble(graph, toy_workflow.input_schema)
     ensemble.export(triton_server.repository, "index-named")
     triton_server.load("index-named")
@@ -153,25 +174,32 @@ def test_outputs_named_with_their_index_are_served_from_that_index(pytorch_backe
         in_process = ensemble.transform(rows)
 
     for column in ("scores__0", "lengths__1"):
-        np.testing.assert_array_equal(np.stack(answer[column]), np.stack(in_process[column]), err_msg=column)
+        np.testing.assert_array_equal(
+            np.stack(answer[column]), np.stack(in_process[column]), err_msg=column
+        )
 
 
-def test_bundled_server_lays_out_the_pytorch_backend_beside_the_python_backend(pytorch_backend, triton_server):
+def test_bundled_server_lays_out_the_pytorch_backend_beside_the_python_backend(
+    pytorch_backend, triton_server
+):
     assert triton_server.backends() == ["ensemble", "python", "pytorch"]
     pytorch = bundled_backend_directory() / "pytorch"
     assert (pytorch / "libtriton_pytorch.so").read_bytes() == pytorch_backend.library.read_bytes()
     # the names the library was linked against, found beside it ($ORIGIN)
     assert (pytorch / "libtritonserver.so").resolve() == libtritonserver().resolve()
-    assert (pytorch / "libtorch.so").resolve() == (Path(torch.__file__).parent / "lib" / "libtorch.so").resolve()
+    assert (pytorch / "libtorch.so").resolve() == (
+        Path(torch.__file__).parent / "lib" / "libtorch.so"
+    ).resolve()
     assert "TRITONBACKEND_Initialize: pytorch" in triton_server.logs()
 
 
 def test_a_libtorch_model_names_the_build_command_when_no_backend_is_built_for_this_torch(
     toy_workflow, toy_model, tmp_path, monkeypatch
 ):
-    Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema).export(
-        tmp_path / "repository", "needs-libtorch"
-    )
+    Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"),
+        toy_workflow.input_schema,
+    ).export(tmp_path / "repository", "needs-libtorch")
     monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / "empty-cache"))  # no build in this cache
 
     with pytest.raises(BackendNotAvailableError) as caught:
@@ -187,5 +215,11 @@ def test_a_libtorch_model_names_the_build_command_when_no_backend_is_built_for_t
 def test_builds_are_keyed_by_the_version_the_running_server_reports(pytorch_backend, triton_server):
     import tritonclient.http as httpclient
 
-    reported = httpclient.InferenceServerClient(triton_server.http_url).get_server_metadata()["version"]
-    assert tritonserver_version(bundled_tritonserver()) == reported == pytorch_backend.tritonserver_version
+    reported = httpclient.InferenceServerClient(triton_server.http_url).get_server_metadata()[
+        "version"
+    ]
+    assert (
+        tritonserver_version(bundled_tritonserver())
+        == reported
+        == pytorch_backend.tritonserver_version
+    )

@@ -18,12 +18,16 @@ ANSWERS = 600
 
 @pytest.fixture(scope="module")
 def served(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     result = ensemble.export(triton_server.repository, "under-load")
     triton_server.load("under-load")
     # one session and 32 sessions per request, shuffled clicks, sessions that differ per request
     requests = [
-        toy_session.interactions(n, seed=seed, first_session=10_000 * seed).sample(frac=1.0, random_state=seed)
+        toy_session.interactions(n, seed=seed, first_session=10_000 * seed).sample(
+            frac=1.0, random_state=seed
+        )
         for seed, n in enumerate([1, 32] * 6, start=1)
     ]
     return ensemble, result, requests, [ensemble.transform(request) for request in requests]
@@ -31,16 +35,24 @@ def served(triton_server, toy_workflow, toy_model):
 
 def traffic(server, served) -> Traffic:
     ensemble, result, requests, expected = served
-    return Traffic({"grpc": server.grpc_url, "http": server.http_url}, result.name, requests, expected)
+    return Traffic(
+        {"grpc": server.grpc_url, "http": server.http_url}, result.name, requests, expected
+    )
 
 
 def assert_clean(load: Traffic) -> None:
-    assert load.errors == [], f"{len(load.errors)} of {load.total} requests failed, e.g. {load.errors[:3]}"
-    assert load.mismatches == [], f"{len(load.mismatches)} answers differ from in-process, e.g. {load.mismatches[:3]}"
+    assert load.errors == [], (
+        f"{len(load.errors)} of {load.total} requests failed, e.g. {load.errors[:3]}"
+    )
+    assert load.mismatches == [], (
+        f"{len(load.mismatches)} answers differ from in-process, e.g. {load.mismatches[:3]}"
+    )
     assert set(load.answered) == {"grpc", "http"}
 
 
-def test_concurrent_requests_of_mixed_sizes_over_both_protocols_all_equal_in_process(triton_server, served):
+def test_concurrent_requests_of_mixed_sizes_over_both_protocols_all_equal_in_process(
+    triton_server, served
+):
     with traffic(triton_server, served) as load:
         load.wait_for(ANSWERS)
     assert load.total >= ANSWERS
@@ -57,6 +69,8 @@ def test_a_new_export_is_reloaded_under_load_without_a_failed_request(triton_ser
         ensemble.export(triton_server.repository, result.name, overwrite=True)
         triton_server.reload(step)
         load.wait_for(ANSWERS // 4)
-    assert triton_server.logs().count(f"successfully loaded '{step}'") == loads_before + 1, "the step was not reloaded"
+    assert triton_server.logs().count(f"successfully loaded '{step}'") == loads_before + 1, (
+        "the step was not reloaded"
+    )
     assert_clean(load)
     assert all(model.healthy for model in triton_server.health() if model.name in result.models)

@@ -25,14 +25,23 @@ def counting_workflow(tmp_path_factory):
     from merlin.io import Dataset
 
     train = pd.DataFrame(
-        {"session_id": [1, 1, 2, 2, 3, 3], "item_id": [10, 11, 12, 10, 11, 12], "timestamp": [1, 2, 3, 4, 5, 6]}
+        {
+            "session_id": [1, 1, 2, 2, 3, 3],
+            "item_id": [10, 11, 12, 10, 11, 12],
+            "timestamp": [1, 2, 3, 4, 5, 6],
+        }
     )
     items = ["item_id"] >> nvt.ops.Categorify(out_path=str(tmp_path_factory.mktemp("vocabulary")))
     sessions = (["session_id", "timestamp"] + items) >> nvt.ops.Groupby(
-        groupby_cols=["session_id"], sort_cols=["timestamp"], aggs={"item_id": ["list", "count"]}, name_sep="-"
+        groupby_cols=["session_id"],
+        sort_cols=["timestamp"],
+        aggs={"item_id": ["list", "count"]},
+        name_sep="-",
     )
     kept = sessions >> nvt.ops.Filter(f=lambda frame: frame["session_id"] != 8)
-    clipped = kept["item_id-count"] >> nvt.ops.Clip(max_value=50) >> nvt.ops.Rename(postfix="-clipped")
+    clipped = (
+        kept["item_id-count"] >> nvt.ops.Clip(max_value=50) >> nvt.ops.Rename(postfix="-clipped")
+    )
     workflow = nvt.Workflow(kept["session_id", "item_id-list"] + clipped)
     workflow.fit(Dataset(train, cpu=True))
     return workflow
@@ -41,7 +50,11 @@ def counting_workflow(tmp_path_factory):
 def request_rows():
     # session 7: three known items; 8: blocked (filtered out); 9: two clicks, one item never seen
     return pd.DataFrame(
-        {"session_id": [7, 7, 7, 8, 9, 9], "item_id": [10, 11, 12, 10, 11, 999], "timestamp": [1, 2, 3, 4, 5, 6]}
+        {
+            "session_id": [7, 7, 7, 8, 9, 9],
+            "item_id": [10, 11, 12, 10, 11, 999],
+            "timestamp": [1, 2, 3, 4, 5, 6],
+        }
     )
 
 
@@ -55,7 +68,10 @@ def scrape_when_published(metrics_url, model, requests, timeout_s=15.0):
     deadline = time.monotonic() + timeout_s
     while True:
         text = scrape(metrics_url)
-        if value(text, "mts_requests_total", model=model) == requests or time.monotonic() > deadline:
+        if (
+            value(text, "mts_requests_total", model=model) == requests
+            or time.monotonic() > deadline
+        ):
             return text
         time.sleep(0.2)
 
@@ -71,7 +87,9 @@ def value(text, name, **labels):
     return None
 
 
-def test_scraped_counters_count_sessions_filtered_sessions_oov_ids_and_fallbacks(triton_server, counting_workflow):
+def test_scraped_counters_count_sessions_filtered_sessions_oov_ids_and_fallbacks(
+    triton_server, counting_workflow
+):
     ensemble = Ensemble(
         counting_workflow.input_schema.column_names >> TransformWorkflow(counting_workflow),
         counting_workflow.input_schema,
@@ -100,5 +118,7 @@ def test_scraped_counters_count_sessions_filtered_sessions_oov_ids_and_fallbacks
     # Triton's own counter counts the warm-up runs too
     assert value(text, "nv_inference_count", model=STEP) == 2 + 3
     # metrics=False: the step publishes nothing of its own
-    assert f'model="{QUIET_STEP}"' not in "\n".join(line for line in text.splitlines() if line.startswith("mts_"))
+    assert f'model="{QUIET_STEP}"' not in "\n".join(
+        line for line in text.splitlines() if line.startswith("mts_")
+    )
     assert value(text, "nv_inference_count", model=QUIET_STEP) == 2 + 3

@@ -14,7 +14,16 @@ import torch
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import Client, Ensemble, PredictPytorch, ServingOperator, TopK, TransformWorkflow, frames, wire
+from merlin_torch_serving import (
+    Client,
+    Ensemble,
+    PredictPytorch,
+    ServingOperator,
+    TopK,
+    TransformWorkflow,
+    frames,
+    wire,
+)
 from tests import toy_session
 from tests.repository_runner import response_arrays, run_repository
 
@@ -89,15 +98,24 @@ def tempered_graph(workflow, model, temperature: Temperature, k: int = 5):
 def test_a_test_only_operator_compiles_into_the_libtorch_step_and_serves_like_in_process(
     pytorch_backend, triton_server, toy_workflow, toy_model
 ):
-    ensemble = Ensemble(tempered_graph(toy_workflow, toy_model, Temperature(0.25)), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        tempered_graph(toy_workflow, toy_model, Temperature(0.25)), toy_workflow.input_schema
+    )
     result = ensemble.export(triton_server.repository, "tempered")
     assert result.fused == {
         "tempered-0-transformworkflow": ["TransformWorkflow"],
-        "tempered-1-predictpytorch_temperature_topk": ["PredictPytorch[pytorch]", "Temperature(0.25)", "TopK(k=5)"],
+        "tempered-1-predictpytorch_temperature_topk": [
+            "PredictPytorch[pytorch]",
+            "Temperature(0.25)",
+            "TopK(k=5)",
+        ],
     }
     manifest = json.loads((Path(result.path) / "tempered" / "1" / "manifest.json").read_text())
     assert [step["backend"] for step in manifest["steps"]] == ["python", "pytorch"]
-    assert manifest["steps"][1]["operators"][1]["parameters"] == {"temperature": 0.25, "column": "next-item"}
+    assert manifest["steps"][1]["operators"][1]["parameters"] == {
+        "temperature": 0.25,
+        "column": "next-item",
+    }
     triton_server.load("tempered")
 
     rows = toy_session.interactions(9, seed=41, first_session=7300).sample(frac=1.0, random_state=5)
@@ -105,28 +123,42 @@ def test_a_test_only_operator_compiles_into_the_libtorch_step_and_serves_like_in
     for protocol, url in (("grpc", triton_server.grpc_url), ("http", triton_server.http_url)):
         with Client(url, protocol) as client:
             answer = client.infer("tempered", rows)
-        assert list(answer.columns) == list(expected.columns) == ["session_id", "item_ids", "item_scores"]
+        assert (
+            list(answer.columns)
+            == list(expected.columns)
+            == ["session_id", "item_ids", "item_scores"]
+        )
         assert answer["session_id"].tolist() == expected["session_id"].tolist()
         for column in ("item_ids", "item_scores"):
             served, local = np.stack(answer[column]), np.stack(expected[column])
             assert served.dtype == local.dtype, column
             np.testing.assert_array_equal(served, local, err_msg=f"{protocol}: {column}")
     # the temperature really applies: scores are the untempered ones divided by it
-    plain = Ensemble(toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema).transform(rows)
-    np.testing.assert_allclose(np.stack(expected["item_scores"]), np.stack(plain["item_scores"]) / 0.25, rtol=1e-6)
+    plain = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema
+    ).transform(rows)
+    np.testing.assert_allclose(
+        np.stack(expected["item_scores"]), np.stack(plain["item_scores"]) / 0.25, rtol=1e-6
+    )
 
 
 def test_without_a_torchscript_form_the_operator_runs_in_a_python_step_rebuilt_from_its_config(
     toy_workflow, toy_model, tmp_path
 ):
-    ensemble = Ensemble(tempered_graph(toy_workflow, toy_model, PythonTemperature(2.0)), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        tempered_graph(toy_workflow, toy_model, PythonTemperature(2.0)), toy_workflow.input_schema
+    )
     result = ensemble.export(tmp_path, "tempered")
     assert result.fused == {
         "tempered-0-transformworkflow": ["TransformWorkflow"],
         "tempered-1-predictpytorch": ["PredictPytorch[pytorch]"],
         "tempered-2-pythontemperature_topk": ["Temperature(2)", "TopK(k=5)"],
     }
-    request = frames.frame_to_table(toy_session.interactions(7, seed=43, first_session=7400)[toy_workflow.input_schema.column_names])
+    request = frames.frame_to_table(
+        toy_session.interactions(7, seed=43, first_session=7400)[
+            toy_workflow.input_schema.column_names
+        ]
+    )
     served = run_repository(tmp_path, "tempered", wire.to_wire(request))
     expected = response_arrays(ensemble.run(request), ensemble.input_schema.column_names)
     assert sorted(served) == sorted(expected)

@@ -37,21 +37,32 @@ def log_time(server, needle: str) -> datetime.datetime | None:
 @pytest.fixture(scope="module")
 def polled(toy_workflow, toy_model, tmp_path_factory):
     repository = tmp_path_factory.mktemp("polled")
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     ensemble.export(repository, "served-first")
     # stop_timeout_s: tritonserver 2.51 never finishes unloading the instance whose stub the last
     # test kills, so stop() waits out the exit timeout (0.75 of it) before it kills the server
-    with TritonServer(repository, model_control="poll", poll_interval_s=POLL_INTERVAL_S, stop_timeout_s=6) as server:
+    with TritonServer(
+        repository, model_control="poll", poll_interval_s=POLL_INTERVAL_S, stop_timeout_s=6
+    ) as server:
         yield server, ensemble
 
 
-def test_an_ensemble_exported_into_a_polled_repository_answers_while_the_others_keep_answering(polled, toy_workflow, toy_model):
+def test_an_ensemble_exported_into_a_polled_repository_answers_while_the_others_keep_answering(
+    polled, toy_workflow, toy_model
+):
     server, first = polled
     requests = [toy_session.interactions(n, seed=60 + n) for n in (1, 16)]
-    newcomer = Ensemble(toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema)
+    newcomer = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema
+    )
     rows = toy_session.interactions(6, seed=61)
     traffic = Traffic(
-        {"grpc": server.grpc_url, "http": server.http_url}, "served-first", requests, [first.transform(r) for r in requests]
+        {"grpc": server.grpc_url, "http": server.http_url},
+        "served-first",
+        requests,
+        [first.transform(r) for r in requests],
     )
     with traffic as load, Client(server.grpc_url, retries=0) as client:
         load.wait_for(50)
@@ -66,12 +77,19 @@ def test_an_ensemble_exported_into_a_polled_repository_answers_while_the_others_
         answered_after_s = time.monotonic() - exported_at
         load.wait_for(50)
 
-    assert answer is not None, f"'dropped-in' did not answer {PICK_UP_TIMEOUT_S:g} s after its export"
+    assert answer is not None, (
+        f"'dropped-in' did not answer {PICK_UP_TIMEOUT_S:g} s after its export"
+    )
     assert_frames_equal(answer, newcomer.transform(rows))
     step = next(model for model in result.models if model != "dropped-in")
-    load_s = (log_time(server, "successfully loaded 'dropped-in'") - log_time(server, f"loading: {step}:1")).total_seconds()
+    load_s = (
+        log_time(server, "successfully loaded 'dropped-in'")
+        - log_time(server, f"loading: {step}:1")
+    ).total_seconds()
     assert answered_after_s <= POLL_INTERVAL_S + load_s + ANSWER_SLACK_S, (answered_after_s, load_s)
-    assert load.errors == [], f"{len(load.errors)} of {load.total} requests to 'served-first' failed: {load.errors[:3]}"
+    assert load.errors == [], (
+        f"{len(load.errors)} of {load.total} requests to 'served-first' failed: {load.errors[:3]}"
+    )
     assert load.mismatches == []
 
 
@@ -85,7 +103,9 @@ def test_a_polled_server_reloads_a_model_whose_stub_died(polled):
     while len(stubs := stubs_of(server, step)) != 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     os.kill(stubs[0], signal.SIGKILL)
-    deadline = time.monotonic() + 90.0  # as in test_faults: a look per second plus the step's load time
+    deadline = (
+        time.monotonic() + 90.0
+    )  # as in test_faults: a look per second plus the step's load time
     answer = None
     with Client(server.grpc_url, retries=0) as client:
         while answer is None and time.monotonic() < deadline:

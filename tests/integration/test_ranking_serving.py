@@ -26,8 +26,13 @@ def request_rows(ranking, n: int):
 @pytest.mark.parametrize("backend", ["python", "pytorch"], ids=["all python", "mixed"])
 def test_served_scores_equal_in_process_and_eager_scores(request, triton_server, ranking, backend):
     if backend == "pytorch":
-        request.getfixturevalue("pytorch_backend")  # fails, naming how to build it, when it is missing
-    ensemble = Ensemble(scoring_graph(ranking.workflow, ranking.model, backend=backend), ranking.workflow.input_schema)
+        request.getfixturevalue(
+            "pytorch_backend"
+        )  # fails, naming how to build it, when it is missing
+    ensemble = Ensemble(
+        scoring_graph(ranking.workflow, ranking.model, backend=backend),
+        ranking.workflow.input_schema,
+    )
     name = f"ctr-{backend}"
     ensemble.export(triton_server.repository, name)
     triton_server.load(name)
@@ -36,8 +41,12 @@ def test_served_scores_equal_in_process_and_eager_scores(request, triton_server,
     for n in (1, 37, 500):
         rows = request_rows(ranking, n)
         served = client.infer(name, rows)[model.OUTPUT_COLUMN].to_numpy()
-        in_process = ensemble.transform(rows)[model.OUTPUT_COLUMN].to_numpy()  # with the served thread count
-        with torch_threads(SERVED_TORCH_THREADS):  # float sums in the order the served model sums them
+        in_process = ensemble.transform(rows)[
+            model.OUTPUT_COLUMN
+        ].to_numpy()  # with the served thread count
+        with torch_threads(
+            SERVED_TORCH_THREADS
+        ):  # float sums in the order the served model sums them
             eager = model.predict(ranking.model, features.transform(ranking.workflow, rows))
         np.testing.assert_array_equal(served, in_process)
         np.testing.assert_array_equal(served, eager)

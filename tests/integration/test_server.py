@@ -37,6 +37,7 @@ pytestmark = pytest.mark.integration
 
 PROCESS_EXIT_TIMEOUT_S = 15.0
 
+
 def status_of(server: TritonServer, name: str) -> ModelStatus:
     return next(model for model in server.models() if model.name == name)
 
@@ -64,7 +65,9 @@ def live_pids() -> list[int]:
 
 def command_line(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -74,13 +77,16 @@ def stub_pids(server_pid: int) -> list[int]:
     return [
         pid
         for pid in live_pids()
-        if (_stat_fields(pid) or ["", "0"])[1] == str(server_pid) and "triton_python_backend_stub" in command_line(pid)
+        if (_stat_fields(pid) or ["", "0"])[1] == str(server_pid)
+        and "triton_python_backend_stub" in command_line(pid)
     ]
 
 
 def processes_using(repository: Path) -> list[int]:
     """Every live process whose command line names ``repository``: the server and its stubs."""
-    return [pid for pid in live_pids() if str(repository) in command_line(pid) and pid != os.getpid()]
+    return [
+        pid for pid in live_pids() if str(repository) in command_line(pid) and pid != os.getpid()
+    ]
 
 
 def wait_until_gone(pids, timeout_s: float = PROCESS_EXIT_TIMEOUT_S) -> list[int]:
@@ -92,7 +98,9 @@ def wait_until_gone(pids, timeout_s: float = PROCESS_EXIT_TIMEOUT_S) -> list[int
     return survivors
 
 
-def wait_until_nothing_uses(repository: Path, timeout_s: float = PROCESS_EXIT_TIMEOUT_S) -> list[int]:
+def wait_until_nothing_uses(
+    repository: Path, timeout_s: float = PROCESS_EXIT_TIMEOUT_S
+) -> list[int]:
     deadline = time.monotonic() + timeout_s
     survivors = processes_using(repository)
     while survivors and time.monotonic() < deadline:
@@ -108,7 +116,10 @@ def test_loaded_python_model_answers_over_http_and_grpc(triton_server):
     write_doubler(triton_server.repository, "doubler")
     triton_server.load("doubler")
     x = np.array([-3, 0, 7, 2**40], dtype=np.int64)
-    for client_module, url in ((httpclient, triton_server.http_url), (grpcclient, triton_server.grpc_url)):
+    for client_module, url in (
+        (httpclient, triton_server.http_url),
+        (grpcclient, triton_server.grpc_url),
+    ):
         client = client_module.InferenceServerClient(url)
         try:
             request = client_module.InferInput("x", list(x.shape), "INT64")
@@ -129,14 +140,20 @@ def test_models_reports_version_and_state_through_load_and_unload(triton_server)
     assert status_of(triton_server, "versioned") == ModelStatus("versioned", 2, "READY", "")
 
     triton_server.unload("versioned")
-    assert status_of(triton_server, "versioned") == ModelStatus("versioned", 2, "UNAVAILABLE", "unloaded")
+    assert status_of(triton_server, "versioned") == ModelStatus(
+        "versioned", 2, "UNAVAILABLE", "unloaded"
+    )
 
 
 def test_load_raises_model_load_error_with_the_reason_when_initialize_raises(triton_server):
     write_doubler(
-        triton_server.repository, "fails_in_initialize", initialize="raise ValueError('no weights here')"
+        triton_server.repository,
+        "fails_in_initialize",
+        initialize="raise ValueError('no weights here')",
     )
-    with pytest.raises(ModelLoadError, match=r"'fails_in_initialize': .*ValueError: no weights here") as caught:
+    with pytest.raises(
+        ModelLoadError, match=r"'fails_in_initialize': .*ValueError: no weights here"
+    ) as caught:
         triton_server.load("fails_in_initialize")
     assert not isinstance(caught.value, BackendNotAvailableError)
     assert list(caught.value.failures) == ["fails_in_initialize"]
@@ -195,7 +212,9 @@ def test_none_mode_loads_every_model_at_start_and_stop_leaves_no_process(tmp_pat
         stubs = stub_pids(server.pid)
         stub_models = sorted(Path(command_line(pid).split()[1]).parent.parent.name for pid in stubs)
         assert stub_models == ["first", "second"]
-        with pytest.raises(ServerError, match=r"load\(\) needs a server started with model_control='explicit'"):
+        with pytest.raises(
+            ServerError, match=r"load\(\) needs a server started with model_control='explicit'"
+        ):
             server.load("first")
     assert not server.is_running
     assert wait_until_gone([server.pid, *stubs]) == []
@@ -222,7 +241,9 @@ def test_no_process_outlives_a_parent_killed_with_sigkill(tmp_path):
         ready, _, _ = select.select([parent.stdout], [], [], 90)
         assert ready, "the parent process printed no server pid within 90 s"
         line = parent.stdout.readline().decode().strip()
-        assert line.isdigit(), f"the parent did not start a server: {line!r} {parent.stderr.read1().decode()!r}"
+        assert line.isdigit(), (
+            f"the parent did not start a server: {line!r} {parent.stderr.read1().decode()!r}"
+        )
         server_pid = int(line)
         stubs = stub_pids(server_pid)
         assert stubs, "the served model should run in a python-backend stub"
@@ -251,9 +272,14 @@ def test_calls_raise_server_exited_when_the_server_dies_after_start(tmp_path):
     write_doubler(tmp_path, "left_alone")
     server = TritonServer(tmp_path, model_control="explicit", load_models=["preloaded"])
     with server:
-        assert {model.name: model.state for model in server.models()} == {"preloaded": "READY", "left_alone": None}
+        assert {model.name: model.state for model in server.models()} == {
+            "preloaded": "READY",
+            "left_alone": None,
+        }
         prefix = shared_memory_prefix(server.pid)
-        assert list(Path("/dev/shm").glob(f"{prefix}*")), "the loaded model's stub should share memory with the server"
+        assert list(Path("/dev/shm").glob(f"{prefix}*")), (
+            "the loaded model's stub should share memory with the server"
+        )
         os.kill(server.pid, signal.SIGKILL)
         deadline = time.monotonic() + PROCESS_EXIT_TIMEOUT_S
         while server.is_running and time.monotonic() < deadline:
@@ -274,12 +300,15 @@ def test_start_raises_one_error_naming_every_failing_model_and_the_missing_backe
     """How each failure is read from the log is tested on recorded logs (tests/unit/launcher); this
     start shows the whole path, and that a failed start leaves no process."""
     write_doubler(tmp_path, "good")
-    write_doubler(tmp_path, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')")
+    write_doubler(
+        tmp_path, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')"
+    )
     write_invalid_config(tmp_path, "invalid_config")
     write_onnx_model(tmp_path, "needs_onnx")
     server = TritonServer(tmp_path)
     with pytest.raises(
-        BackendNotAvailableError, match=r"model 'needs_onnx' needs backend 'onnxruntime'.*\(it has: ensemble, python.*NGC image"
+        BackendNotAvailableError,
+        match=r"model 'needs_onnx' needs backend 'onnxruntime'.*\(it has: ensemble, python.*NGC image",
     ) as caught:
         server.start()
     error = caught.value
@@ -287,7 +316,9 @@ def test_start_raises_one_error_naming_every_failing_model_and_the_missing_backe
     assert sorted(error.failures) == ["fails_in_initialize", "invalid_config", "needs_onnx"]
     assert "RuntimeError: checkpoint missing" in error.failures["fails_in_initialize"]
     assert 'no field named "no_such_field"' in error.failures["invalid_config"]
-    assert "unable to find backend library for backend 'onnxruntime'" in error.failures["needs_onnx"]
+    assert (
+        "unable to find backend library for backend 'onnxruntime'" in error.failures["needs_onnx"]
+    )
     assert "Models that failed:\n  'fails_in_initialize': " in str(error)
     assert not server.is_running
     assert wait_until_nothing_uses(tmp_path) == []
@@ -297,7 +328,8 @@ def test_start_raises_timeout_and_stops_the_server_when_a_model_loads_too_slowly
     write_doubler(tmp_path, "slow", initialize="time.sleep(120)")
     server = TritonServer(tmp_path, start_timeout_s=4.0)
     with pytest.raises(
-        ServerStartTimeoutError, match=r"not ready after 4 s \(still waiting for model\(s\) 'slow' to finish loading"
+        ServerStartTimeoutError,
+        match=r"not ready after 4 s \(still waiting for model\(s\) 'slow' to finish loading",
     ):
         server.start()
     assert not server.is_running
@@ -311,7 +343,9 @@ def test_start_raises_port_in_use_naming_the_port_when_a_requested_port_is_taken
         taken.listen()
         port = taken.getsockname()[1]
         server = TritonServer(tmp_path, model_control="explicit", grpc_port=port)
-        with pytest.raises(PortInUseError, match=rf"the gRPC port {port} is already in use") as caught:
+        with pytest.raises(
+            PortInUseError, match=rf"the gRPC port {port} is already in use"
+        ) as caught:
             server.start()
     assert caught.value.port == port
     assert server.pid is None  # found before tritonserver was started
@@ -319,25 +353,33 @@ def test_start_raises_port_in_use_naming_the_port_when_a_requested_port_is_taken
 
 def test_start_raises_server_exited_with_the_log_when_tritonserver_rejects_an_argument(tmp_path):
     server = TritonServer(tmp_path, extra_args=["--no-such-option"])
-    with pytest.raises(ServerExitedError, match=r"(?s)exited with code 1\b.*unrecognized option '--no-such-option'"):
+    with pytest.raises(
+        ServerExitedError, match=r"(?s)exited with code 1\b.*unrecognized option '--no-such-option'"
+    ):
         server.start()
 
 
 def test_start_raises_server_not_found_when_the_binary_does_not_exist(tmp_path):
     missing = tmp_path / "bin" / "tritonserver"
-    with pytest.raises(ServerNotFoundError, match=re.escape(f"binary={str(missing)!r} (does not exist)")):
+    with pytest.raises(
+        ServerNotFoundError, match=re.escape(f"binary={str(missing)!r} (does not exist)")
+    ):
         TritonServer(tmp_path, binary=missing).start()
 
 
 def test_start_raises_server_not_found_when_the_binary_is_not_executable(tmp_path):
     not_executable = tmp_path / "tritonserver"
     not_executable.write_text("#!/bin/sh\n")
-    with pytest.raises(ServerNotFoundError, match=re.escape(f"binary={str(not_executable)!r} (not executable)")):
+    with pytest.raises(
+        ServerNotFoundError, match=re.escape(f"binary={str(not_executable)!r} (not executable)")
+    ):
         TritonServer(tmp_path, binary=not_executable).start()
 
 
 def test_start_raises_server_not_found_when_the_env_var_points_nowhere(tmp_path, monkeypatch):
     missing = tmp_path / "nowhere" / "tritonserver"
     monkeypatch.setenv("MTS_TRITONSERVER", str(missing))
-    with pytest.raises(ServerNotFoundError, match=re.escape(f"MTS_TRITONSERVER={str(missing)!r} (does not exist)")):
+    with pytest.raises(
+        ServerNotFoundError, match=re.escape(f"MTS_TRITONSERVER={str(missing)!r} (does not exist)")
+    ):
         TritonServer(tmp_path).start()

@@ -28,7 +28,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def ensemble(triton_server, session_workflow, xlnet):
-    ensemble = Ensemble(recommendation_graph(session_workflow, xlnet.served, backend="python"), session_workflow.input_schema)
+    ensemble = Ensemble(
+        recommendation_graph(session_workflow, xlnet.served, backend="python"),
+        session_workflow.input_schema,
+    )
     ensemble.export(triton_server.repository, MODEL_NAME)
     triton_server.load(MODEL_NAME)
     return ensemble
@@ -40,7 +43,9 @@ def client(triton_server, ensemble):
 
 
 @pytest.mark.parametrize("n_sessions", [1, 7, 64])
-def test_served_top_k_equals_eager_model_top_k(client, ensemble, session_workflow, xlnet, session_split, n_sessions):
+def test_served_top_k_equals_eager_model_top_k(
+    client, ensemble, session_workflow, xlnet, session_split, n_sessions
+):
     _, held_out = session_split
     rows = request_rows(held_out, n_sessions, seed=n_sessions)
 
@@ -60,13 +65,19 @@ def test_recommendations_leave_out_clicked_items_and_reserved_ids(client, ensemb
     for session_id, ids in zip(answer["session_id"], answer["item_ids"]):
         repeated = set(ids) & clicked[session_id]
         # only clicks older than the model's window may come back
-        recent = set(rows[rows.session_id == session_id].sort_values("timestamp")["item_id"].tail(MAX_SEQUENCE_LENGTH))
+        recent = set(
+            rows[rows.session_id == session_id]
+            .sort_values("timestamp")["item_id"]
+            .tail(MAX_SEQUENCE_LENGTH)
+        )
         assert not (repeated & recent)
         assert -1 not in set(ids)  # reserved ids decode to -1
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_served_answer_equals_in_process_answer_exactly(triton_server, ensemble, session_split, protocol):
+def test_served_answer_equals_in_process_answer_exactly(
+    triton_server, ensemble, session_split, protocol
+):
     _, held_out = session_split
     rows = request_rows(held_out, 32, seed=2)
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
@@ -78,10 +89,14 @@ def test_served_answer_equals_in_process_answer_exactly(triton_server, ensemble,
 
     assert served["session_id"].tolist() == in_process["session_id"].tolist()
     for name in ("item_ids", "item_scores"):
-        np.testing.assert_array_equal(np.stack(served[name]), np.stack(in_process[name]), err_msg=name)
+        np.testing.assert_array_equal(
+            np.stack(served[name]), np.stack(in_process[name]), err_msg=name
+        )
 
 
-def test_merlin_systems_client_helper_gets_the_same_answer(triton_server, client, ensemble, session_workflow, session_split):
+def test_merlin_systems_client_helper_gets_the_same_answer(
+    triton_server, client, ensemble, session_workflow, session_split
+):
     from merlin.systems.triton.utils import send_triton_request
 
     _, held_out = session_split
@@ -99,4 +114,6 @@ def test_merlin_systems_client_helper_gets_the_same_answer(triton_server, client
 
     assert merlin_answer[outputs["session_id"]].tolist() == ours["session_id"].tolist()
     np.testing.assert_array_equal(merlin_answer[outputs["item_ids"]], np.stack(ours["item_ids"]))
-    np.testing.assert_array_equal(merlin_answer[outputs["item_scores"]], np.stack(ours["item_scores"]))
+    np.testing.assert_array_equal(
+        merlin_answer[outputs["item_scores"]], np.stack(ours["item_scores"])
+    )

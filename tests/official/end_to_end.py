@@ -26,11 +26,18 @@ from merlin.schema import Schema, Tags
 SESSIONS_MAX_LENGTH = 20
 MINIMUM_SESSION_LENGTH = 2
 TOP_K = 10
-MODEL_COLUMNS = ["item_id-list", "category-list", "product_recency_days_log_norm-list", "et_dayofweek_sin-list"]
+MODEL_COLUMNS = [
+    "item_id-list",
+    "category-list",
+    "product_recency_days_log_norm-list",
+    "et_dayofweek_sin-list",
+]
 RAW_COLUMNS = ["session_id", "timestamp", "item_id", "category", "itemid_ts_first"]
 
 
-def interactions(days: int = 2, rows_per_day: int = 1500, sessions: int = 750, seed: int = 0) -> pd.DataFrame:
+def interactions(
+    days: int = 2, rows_per_day: int = 1500, sessions: int = 750, seed: int = 0
+) -> pd.DataFrame:
     """The notebook's synthetic clicks, cleaned as it cleans them: long-tailed items, one session
     start per session within ``days`` days of 2014-04-01, clicks within an hour of it; consecutive
     repeats of an item in a session removed; ``itemid_ts_first`` the item's first timestamp."""
@@ -42,7 +49,9 @@ def interactions(days: int = 2, rows_per_day: int = 1500, sessions: int = 750, s
             "item_id": np.clip(rng.lognormal(3.0, 1.0, total).astype(np.int64), 1, 50_000),
         }
     )
-    frame["category"] = pd.cut(frame["item_id"], bins=334, labels=np.arange(1, 335)).astype(np.int64)
+    frame["category"] = pd.cut(frame["item_id"], bins=334, labels=np.arange(1, 335)).astype(
+        np.int64
+    )
     start_date = datetime.date(2014, 4, 1)
     starts = {
         session: calendar.timegm(
@@ -57,10 +66,14 @@ def interactions(days: int = 2, rows_per_day: int = 1500, sessions: int = 750, s
     offsets = np.clip(rng.lognormal(3.0, 1.0, total).astype(np.int64), 0, 3600)
     frame["timestamp"] = frame["session_id"].map(starts).to_numpy() + offsets
     frame = frame.sort_values(["session_id", "timestamp"], kind="stable")
-    repeated = (frame["session_id"] == frame["session_id"].shift(1)) & (frame["item_id"] == frame["item_id"].shift(1))
+    repeated = (frame["session_id"] == frame["session_id"].shift(1)) & (
+        frame["item_id"] == frame["item_id"].shift(1)
+    )
     frame = frame[~repeated]
     first_seen = frame.groupby("item_id")["timestamp"].min().rename("itemid_ts_first")
-    return frame.merge(first_seen, left_on="item_id", right_index=True, how="left").reset_index(drop=True)[RAW_COLUMNS]
+    return frame.merge(first_seen, left_on="item_id", right_index=True, how="left").reset_index(
+        drop=True
+    )[RAW_COLUMNS]
 
 
 class ItemRecency(nvt.ops.Operator):
@@ -72,7 +85,9 @@ class ItemRecency(nvt.ops.Operator):
             df[column + "_age_days"] = days * (days >= 0)
         return df
 
-    def compute_selector(self, input_schema: Schema, selector, parents_selector, dependencies_selector):
+    def compute_selector(
+        self, input_schema: Schema, selector, parents_selector, dependencies_selector
+    ):
         self._validate_matching_cols(input_schema, parents_selector, "computing input selector")
         return parents_selector
 
@@ -94,13 +109,23 @@ def cycled_sin(col, max_value):
 
 def workflow(categories_path: str) -> nvt.Workflow:
     """The notebook's workflow, unfitted, with ``pd.to_datetime`` where it calls ``cudf.to_datetime``."""
-    categories = ColumnSelector(["category", "item_id"]) >> nvt.ops.Categorify(out_path=categories_path)
+    categories = ColumnSelector(["category", "item_id"]) >> nvt.ops.Categorify(
+        out_path=categories_path
+    )
     timestamp = ColumnSelector(["timestamp"])
     event_time = (
-        timestamp >> nvt.ops.LambdaOp(lambda col: pd.to_datetime(col, unit="s")) >> nvt.ops.Rename(name="event_time_dt")
+        timestamp
+        >> nvt.ops.LambdaOp(lambda col: pd.to_datetime(col, unit="s"))
+        >> nvt.ops.Rename(name="event_time_dt")
     )
-    weekday = event_time >> nvt.ops.LambdaOp(lambda col: col.dt.weekday) >> nvt.ops.Rename(name="et_dayofweek")
-    weekday_sin = weekday >> (lambda col: cycled_sin(col + 1, 7)) >> nvt.ops.Rename(name="et_dayofweek_sin")
+    weekday = (
+        event_time
+        >> nvt.ops.LambdaOp(lambda col: col.dt.weekday)
+        >> nvt.ops.Rename(name="et_dayofweek")
+    )
+    weekday_sin = (
+        weekday >> (lambda col: cycled_sin(col + 1, 7)) >> nvt.ops.Rename(name="et_dayofweek_sin")
+    )
     recency = (
         timestamp
         >> ItemRecency()
@@ -108,7 +133,14 @@ def workflow(categories_path: str) -> nvt.Workflow:
         >> nvt.ops.Normalize(out_dtype=np.float32)
         >> nvt.ops.Rename(name="product_recency_days_log_norm")
     )
-    features = ColumnSelector(["session_id", "timestamp"]) + categories + event_time + weekday + weekday_sin + recency
+    features = (
+        ColumnSelector(["session_id", "timestamp"])
+        + categories
+        + event_time
+        + weekday
+        + weekday_sin
+        + recency
+    )
     grouped = features >> nvt.ops.Groupby(
         groupby_cols=["session_id"],
         sort_cols=["timestamp"],
@@ -123,10 +155,12 @@ def workflow(categories_path: str) -> nvt.Workflow:
         name_sep="-",
     )
     item_list = grouped["item_id-list"] >> nvt.ops.TagAsItemID()
-    continuous_lists = grouped["et_dayofweek_sin-list", "product_recency_days_log_norm-list"] >> nvt.ops.AddMetadata(
-        tags=[Tags.CONTINUOUS]
+    continuous_lists = grouped[
+        "et_dayofweek_sin-list", "product_recency_days_log_norm-list"
+    ] >> nvt.ops.AddMetadata(tags=[Tags.CONTINUOUS])
+    lists = (item_list + continuous_lists + grouped["category-list"]) >> nvt.ops.ListSlice(
+        -SESSIONS_MAX_LENGTH
     )
-    lists = (item_list + continuous_lists + grouped["category-list"]) >> nvt.ops.ListSlice(-SESSIONS_MAX_LENGTH)
     day_index = (
         grouped["event_time_dt-first"]
         >> nvt.ops.LambdaOp(lambda col: (col - col.min()).dt.days + 1)
@@ -135,7 +169,9 @@ def workflow(categories_path: str) -> nvt.Workflow:
     )
     session_id = grouped["session_id"] >> nvt.ops.AddMetadata(tags=[Tags.CATEGORICAL])
     selected = session_id + grouped["item_id-count"] + lists + day_index
-    return nvt.Workflow(selected >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= MINIMUM_SESSION_LENGTH))
+    return nvt.Workflow(
+        selected >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= MINIMUM_SESSION_LENGTH)
+    )
 
 
 def model(schema, *, d_model: int = 32, seed: int = 0) -> tr.Model:
@@ -151,5 +187,7 @@ def model(schema, *, d_model: int = 32, seed: int = 0) -> tr.Model:
             d_output=d_model,
             masking="mlm",
         )
-        config = tr.XLNetConfig.build(d_model=d_model, n_head=2, n_layer=1, total_seq_length=SESSIONS_MAX_LENGTH)
+        config = tr.XLNetConfig.build(
+            d_model=d_model, n_head=2, n_layer=1, total_seq_length=SESSIONS_MAX_LENGTH
+        )
         return config.to_torch_model(inputs, tr.NextItemPredictionTask(weight_tying=True))

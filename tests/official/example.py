@@ -59,7 +59,9 @@ class Example:
 def prepare(module: ModuleType, categories_path: str) -> Example:
     train = module.interactions(seed=0)
     workflow = module.workflow(categories_path)
-    processed = workflow.fit_transform(Dataset(train, cpu=True)).to_ddf().compute().reset_index(drop=True)
+    processed = (
+        workflow.fit_transform(Dataset(train, cpu=True)).to_ddf().compute().reset_index(drop=True)
+    )
     model = module.model(workflow.output_schema)
     training.train(model, processed, module.MODEL_COLUMNS, module.SESSIONS_MAX_LENGTH)
     if module.__name__.endswith("end_to_end"):
@@ -81,7 +83,10 @@ def request_rows(example: Example, n_sessions: int, seed: int) -> pd.DataFrame:
     if n_sessions >= 2:
         sessions[1] = _lengthened(sessions[1], rows["item_id"].to_numpy(), rng)
     request = pd.concat(
-        [session.assign(session_id=900_000 + seed * 1000 + number) for number, session in enumerate(sessions)]
+        [
+            session.assign(session_id=900_000 + seed * 1000 + number)
+            for number, session in enumerate(sessions)
+        ]
     )
     unseen = rng.random(len(request)) < 0.2
     request.loc[unseen, "item_id"] = UNSEEN_ITEM_ID + np.arange(unseen.sum())

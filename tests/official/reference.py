@@ -23,7 +23,9 @@ def eager_answer(example: Example, rows: pd.DataFrame) -> pd.DataFrame:
     sessions = _nvtabular_sessions(example, rows)
     if sessions.empty:
         return pd.DataFrame(columns=["item_ids", "item_scores", "all_scores"])
-    inputs = training.padded(sessions, example.module.MODEL_COLUMNS, example.module.SESSIONS_MAX_LENGTH)
+    inputs = training.padded(
+        sessions, example.module.MODEL_COLUMNS, example.module.SESSIONS_MAX_LENGTH
+    )
     with torch.no_grad():
         output = example.model(inputs)
     if example.has_top_k:

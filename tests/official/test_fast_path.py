@@ -22,7 +22,9 @@ def test_official_workflows_run_without_nvtabular_but_for_custom_operators(examp
         compiled = compile_workflow(example.workflow)
         for seed in range(5):
             rows = request_rows(example, 12, seed=300 + seed)
-            compiled.transform(wire.to_wire(frames.frame_to_table(rows, example.workflow.input_schema)))
+            compiled.transform(
+                wire.to_wire(frames.frame_to_table(rows, example.workflow.input_schema))
+            )
 
     assert [label for label, _ in compiled.fallbacks] == CUSTOM_OPERATORS[example.name]
     messages = [record.getMessage() for record in caplog.records]
@@ -32,9 +34,13 @@ def test_official_workflows_run_without_nvtabular_but_for_custom_operators(examp
     ]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seed=st.integers(0, 10_000), n_sessions=st.integers(2, 24))
 def test_official_workflows_on_the_fast_path_equal_nvtabular(example, seed, n_sessions):
     rows = request_rows(example, n_sessions, seed=seed)
     request = wire.to_wire(frames.frame_to_table(rows, example.workflow.input_schema))
-    assert_wire_equal(compile_workflow(example.workflow).transform(request), oracle(example.workflow, request))
+    assert_wire_equal(
+        compile_workflow(example.workflow).transform(request), oracle(example.workflow, request)
+    )

@@ -19,24 +19,41 @@ SCORE_TOLERANCE = 1e-4
 
 @pytest.fixture(scope="session")  # not rebuilt when the session-wide `example` switches
 def ensembles(getting_started_example, end_to_end_example):
-    return {example.name: example.ensemble() for example in (getting_started_example, end_to_end_example)}
+    return {
+        example.name: example.ensemble()
+        for example in (getting_started_example, end_to_end_example)
+    }
 
 
 def assert_like_eager(answer: pd.DataFrame, expected: pd.DataFrame, scores_column: str) -> None:
     """Same ids in the same order, except where two eager scores are closer than the tolerance
     (a near tie may swap); scores within the tolerance."""
-    for session_id, ids, scores in zip(answer["session_id"], answer["item_ids"], answer[scores_column]):
+    for session_id, ids, scores in zip(
+        answer["session_id"], answer["item_ids"], answer[scores_column]
+    ):
         want = expected.loc[session_id]
-        np.testing.assert_allclose(scores, want["item_scores"], rtol=0, atol=SCORE_TOLERANCE, err_msg=f"session {session_id}")
+        np.testing.assert_allclose(
+            scores,
+            want["item_scores"],
+            rtol=0,
+            atol=SCORE_TOLERANCE,
+            err_msg=f"session {session_id}",
+        )
         for rank, (got, wanted) in enumerate(zip(ids, want["item_ids"])):
             if got != wanted:
                 assert abs(scores[rank] - want["item_scores"][rank]) <= SCORE_TOLERANCE
-                if want["all_scores"] is not None:  # our item scores like the eager one at this rank
-                    assert np.isclose(np.sort(want["all_scores"]), scores[rank], atol=SCORE_TOLERANCE).any()
+                if (
+                    want["all_scores"] is not None
+                ):  # our item scores like the eager one at this rank
+                    assert np.isclose(
+                        np.sort(want["all_scores"]), scores[rank], atol=SCORE_TOLERANCE
+                    ).any()
 
 
 @pytest.mark.parametrize("n_sessions", [1, 2, 7, 32])
-def test_in_process_answers_every_session_like_the_eager_model(example: Example, ensembles, n_sessions):
+def test_in_process_answers_every_session_like_the_eager_model(
+    example: Example, ensembles, n_sessions
+):
     rows = request_rows(example, n_sessions, seed=n_sessions)
     answer = ensembles[example.name].transform(rows)
 
@@ -44,7 +61,9 @@ def test_in_process_answers_every_session_like_the_eager_model(example: Example,
     clicks = rows.groupby("session_id").size()
     filtered = (clicks[answer["session_id"]] < example.module.MINIMUM_SESSION_LENGTH).to_numpy()
     assert answer["filtered_out"].tolist() == filtered.tolist()
-    assert filtered.sum() == 1  # the one-click session: the Filter drops it, the answer keeps its row
+    assert (
+        filtered.sum() == 1
+    )  # the one-click session: the Filter drops it, the answer keeps its row
     for ids, scores in zip(answer["item_ids"][filtered], answer[example.scores_column][filtered]):
         assert (ids == -1).all() and np.isnan(scores).all()
 
@@ -61,13 +80,20 @@ def test_over_long_sessions_reach_the_model_at_its_own_length(getting_started_ex
     answer = ensembles["getting_started"].transform(rows)
     assert sorted(answer["filtered_out"]) == [False, True]
     kept = answer[~answer["filtered_out"]]
-    assert_like_eager(kept, eager_answer(getting_started_example, rows), getting_started_example.scores_column)
+    assert_like_eager(
+        kept, eager_answer(getting_started_example, rows), getting_started_example.scores_column
+    )
 
 
 def test_the_session_id_can_be_left_out(getting_started_example):
     from merlin_torch_serving import Ensemble, PredictPytorch, TransformWorkflow
 
     workflow = getting_started_example.workflow
-    features = workflow.input_schema.column_names >> TransformWorkflow(workflow, return_session_id=False)
-    ensemble = Ensemble(features >> PredictPytorch(getting_started_example.model, backend="python"), workflow.input_schema)
+    features = workflow.input_schema.column_names >> TransformWorkflow(
+        workflow, return_session_id=False
+    )
+    ensemble = Ensemble(
+        features >> PredictPytorch(getting_started_example.model, backend="python"),
+        workflow.input_schema,
+    )
     assert ensemble.output_schema.column_names == ["filtered_out", "next-item"]

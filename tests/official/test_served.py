@@ -48,7 +48,9 @@ def assert_same_answer(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("n_sessions", [1, 7, 32])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_served_answer_equals_in_process_answer_exactly(triton_server, served, example, backend, protocol, n_sessions):
+def test_served_answer_equals_in_process_answer_exactly(
+    triton_server, served, example, backend, protocol, n_sessions
+):
     ensemble, name = served[example.name, backend]
     rows = request_rows(example, n_sessions, seed=100 + n_sessions)
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
@@ -61,7 +63,9 @@ def test_served_answer_equals_in_process_answer_exactly(triton_server, served, e
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_one_click_session_alone_is_answered_and_marked(triton_server, served, getting_started_example, backend):
+def test_a_one_click_session_alone_is_answered_and_marked(
+    triton_server, served, getting_started_example, backend
+):
     ensemble, name = served["getting_started", backend]
     rows = request_rows(getting_started_example, 1, seed=7)
     answer = Client(triton_server.grpc_url).infer(name, rows)

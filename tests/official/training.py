@@ -26,7 +26,15 @@ def padded(sessions: pd.DataFrame, columns: list[str], length: int) -> dict[str,
     return inputs
 
 
-def train(model, sessions: pd.DataFrame, columns: list[str], length: int, *, epochs: int = 2, seed: int = 0) -> None:
+def train(
+    model,
+    sessions: pd.DataFrame,
+    columns: list[str],
+    length: int,
+    *,
+    epochs: int = 2,
+    seed: int = 0,
+) -> None:
     """A few epochs of Adam with masked language modeling, batches of 64; leaves the model in eval mode."""
     inputs = padded(sessions, columns, length)
     count = len(sessions)
@@ -39,7 +47,9 @@ def train(model, sessions: pd.DataFrame, columns: list[str], length: int, *, epo
             order = torch.randperm(count, generator=generator)
             for start in range(0, count, 64):
                 rows = order[start : start + 64]
-                loss = model({name: values[rows] for name, values in inputs.items()}, training=True)["loss"]
+                loss = model(
+                    {name: values[rows] for name, values in inputs.items()}, training=True
+                )["loss"]
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

@@ -9,7 +9,9 @@ from merlin_torch_serving import chunks, tables
 
 def clicks(sessions):
     """A click table whose session_id column is ``sessions`` and whose position says the row."""
-    return TensorTable({"session_id": np.asarray(sessions), "position": np.arange(len(sessions))}, _unsafe=True)
+    return TensorTable(
+        {"session_id": np.asarray(sessions), "position": np.arange(len(sessions))}, _unsafe=True
+    )
 
 
 def rows_of(parts):
@@ -24,7 +26,11 @@ def test_sessions_stay_whole_in_first_appearance_order_with_their_rows_in_order(
 
 
 def test_a_session_bigger_than_the_limit_travels_alone():
-    assert rows_of(chunks.split(clicks([1, 2, 2, 2, 3]), ["session_id"], max_rows=2)) == [[0], [1, 2, 3], [4]]
+    assert rows_of(chunks.split(clicks([1, 2, 2, 2, 3]), ["session_id"], max_rows=2)) == [
+        [0],
+        [1, 2, 3],
+        [4],
+    ]
 
 
 def test_a_request_within_the_limit_or_that_must_not_be_split_is_one_request():
@@ -39,7 +45,9 @@ def test_independent_rows_are_split_anywhere():
 
 
 def test_list_values_count_as_rows():
-    sessions = TensorTable({"items": (np.arange(6), np.array([0, 1, 4, 6], dtype=np.int32))}, _unsafe=True)
+    sessions = TensorTable(
+        {"items": (np.arange(6), np.array([0, 1, 4, 6], dtype=np.int32))}, _unsafe=True
+    )
     parts = list(chunks.split(sessions, [], max_rows=3))
     assert [part["items"].offsets.tolist() for part in parts] == [[0, 1], [0, 3], [0, 2]]
 
@@ -51,5 +59,9 @@ def test_concatenated_answers_of_the_parts_are_the_whole_table_regrouped(max_row
     joined = tables.concat(parts)
     assert sorted(joined["position"].values.tolist()) == list(range(40))
     sessions = joined["session_id"].values.tolist()
-    changes = [sessions[i] for i in range(len(sessions)) if i == 0 or sessions[i] != sessions[i - 1]]
-    assert changes == list(dict.fromkeys(table["session_id"].values.tolist()))  # each session contiguous, in order
+    changes = [
+        sessions[i] for i in range(len(sessions)) if i == 0 or sessions[i] != sessions[i - 1]
+    ]
+    assert changes == list(
+        dict.fromkeys(table["session_id"].values.tolist())
+    )  # each session contiguous, in order

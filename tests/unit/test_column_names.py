@@ -30,5 +30,8 @@ def test_renaming_maps_a_frame_or_a_dict_and_the_answer_gets_the_callers_names_b
 
 def test_a_rename_onto_a_column_the_data_has_is_refused():
     frame = pd.DataFrame({"visit": [1], "session_id": [2]})
-    with pytest.raises(InputError, match="input column 'session_id': expected one column of that name, after renaming 'visit'"):
+    with pytest.raises(
+        InputError,
+        match="input column 'session_id': expected one column of that name, after renaming 'visit'",
+    ):
         column_names.rename(frame, {"visit": "session_id"})

@@ -26,7 +26,14 @@ def requirement_closure(name: str, extras: frozenset = frozenset()) -> set[str]:
 
 def test_an_install_without_extras_pulls_neither_cuda_python_nor_the_bundled_server():
     closure = requirement_closure("merlin-torch-serving")
-    assert {"tritonclient", "grpcio", "geventhttpclient", "merlin-core", "nvtabular", "torch"} <= closure
+    assert {
+        "tritonclient",
+        "grpcio",
+        "geventhttpclient",
+        "merlin-core",
+        "nvtabular",
+        "torch",
+    } <= closure
     assert not closure & {"cuda-python", "nvidia-pytriton", "perf-analyzer", "tensorflow"}
 
 

@@ -28,12 +28,18 @@ def documents(text):
 def test_the_repositorys_deploy_folder_is_what_the_defaults_render():
     rendered = deployment.render()
     on_disk = {path.relative_to(DEPLOY).as_posix() for path in DEPLOY.rglob("*") if path.is_file()}
-    assert on_disk == set(rendered), "deploy/ differs from deployment.render(): run `merlin-torch-serving deploy-files deploy`"
+    assert on_disk == set(rendered), (
+        "deploy/ differs from deployment.render(): run `merlin-torch-serving deploy-files deploy`"
+    )
     for relative, text in rendered.items():
-        assert (DEPLOY / relative).read_text() == text, f"deploy/{relative} is stale: run `merlin-torch-serving deploy-files deploy`"
+        assert (DEPLOY / relative).read_text() == text, (
+            f"deploy/{relative} is stale: run `merlin-torch-serving deploy-files deploy`"
+        )
 
 
-@pytest.mark.parametrize("relative", sorted(path for path in deployment.render() if path.startswith("k8s/")))
+@pytest.mark.parametrize(
+    "relative", sorted(path for path in deployment.render() if path.startswith("k8s/"))
+)
 def test_kubernetes_manifests_validate_offline(relative):
     for document in documents(deployment.render()[relative]):
         kubernetes_validate.validate(document, KUBERNETES, strict=True)
@@ -67,23 +73,45 @@ def test_the_manifests_agree_on_ports_probes_shared_memory_and_scaling():
 
 def test_the_inference_services_pod_and_container_parts_validate_against_kubernetes_schemas():
     (service,) = documents(deployment.render()["kserve/inferenceservice.yaml"])
-    assert (service["apiVersion"], service["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
-    kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": service["metadata"]}, KUBERNETES)
+    assert (service["apiVersion"], service["kind"]) == (
+        "serving.kserve.io/v1beta1",
+        "InferenceService",
+    )
+    kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": service["metadata"]}, KUBERNETES
+    )
     predictor = dict(service["spec"]["predictor"])
     model = dict(predictor.pop("model"))
     # KServe's own fields (v1beta1 ModelSpec and ComponentExtensionSpec); the rest is Kubernetes'
-    kserve_model_fields = {"modelFormat", "runtime", "protocolVersion", "runtimeVersion", "storageUri"}
-    kserve_component_fields = {"minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "containerConcurrency"}
+    kserve_model_fields = {
+        "modelFormat",
+        "runtime",
+        "protocolVersion",
+        "runtimeVersion",
+        "storageUri",
+    }
+    kserve_component_fields = {
+        "minReplicas",
+        "maxReplicas",
+        "scaleTarget",
+        "scaleMetric",
+        "containerConcurrency",
+    }
     assert model["modelFormat"] == {"name": "triton"} and model["protocolVersion"] == "v2"
     assert model["storageUri"].startswith("s3://")
     container = {key: value for key, value in model.items() if key not in kserve_model_fields}
     pod = {key: value for key, value in predictor.items() if key not in kserve_component_fields}
     _validate_definition("io.k8s.api.core.v1.Container", {"name": "kserve-container", **container})
-    _validate_definition("io.k8s.api.core.v1.PodSpec", {**pod, "containers": [{"name": "kserve-container", **container}]})
+    _validate_definition(
+        "io.k8s.api.core.v1.PodSpec",
+        {**pod, "containers": [{"name": "kserve-container", **container}]},
+    )
 
 
 def _validate_definition(definition, data):
-    schemas = schema_contents(f"kubernetes-json-schema/v{KUBERNETES}-local-strict/_definitions.json", KUBERNETES)
+    schemas = schema_contents(
+        f"kubernetes-json-schema/v{KUBERNETES}-local-strict/_definitions.json", KUBERNETES
+    )
     registry = Resource.from_contents(schemas) @ Registry()
     schema = {"$ref": f"{schemas['$id']}#/$defs/{definition}"}
     jsonschema.validators.Draft202012Validator(schema, registry=registry).validate(data)
@@ -91,7 +119,9 @@ def _validate_definition(definition, data):
 
 def test_a_broken_manifest_is_refused():
     (deploy,) = documents(deployment.render()["k8s/deployment.yaml"])
-    deploy["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"] = {"named": "http"}
+    deploy["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"] = {
+        "named": "http"
+    }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deploy, KUBERNETES, strict=True)
 
@@ -106,13 +136,29 @@ def test_the_dockerfile_copies_only_files_of_the_repository():
         sources += [word for word in words if not word.startswith("--")][:-1]
     assert sources, "the Dockerfile copies nothing from the repository"
     for source in sources:
-        assert (ROOT / source).exists(), f"deploy/Dockerfile copies {source!r}, which the repository does not have"
+        assert (ROOT / source).exists(), (
+            f"deploy/Dockerfile copies {source!r}, which the repository does not have"
+        )
     assert re.search(r"^FROM python:3\.11", text, flags=re.MULTILINE)
     assert '".[server,s3]"' in text and "build-backend pytorch" in text
 
 
 def test_deploy_files_renders_the_settings_given(tmp_path, capsys):
-    assert main(["deploy-files", str(tmp_path), "--image", "registry.example/reco:7", "--repository", "s3://b/m", "--replicas", "3"]) == 0
+    assert (
+        main(
+            [
+                "deploy-files",
+                str(tmp_path),
+                "--image",
+                "registry.example/reco:7",
+                "--repository",
+                "s3://b/m",
+                "--replicas",
+                "3",
+            ]
+        )
+        == 0
+    )
     (deploy,) = documents((tmp_path / "k8s" / "deployment.yaml").read_text())
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example/reco:7" and deploy["spec"]["replicas"] == 3

@@ -4,12 +4,21 @@ import pytest
 import torch
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import Ensemble, LocalExecutor, PredictPytorch, SchemaError, TopK, TransformWorkflow
+from merlin_torch_serving import (
+    Ensemble,
+    LocalExecutor,
+    PredictPytorch,
+    SchemaError,
+    TopK,
+    TransformWorkflow,
+)
 from tests import toy_session
 
 
 def test_schemas_propagate_edge_by_edge(toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     assert ensemble.output_schema.column_names == ["session_id", "item_ids", "item_scores"]
     assert [call.op.label for call in ensemble.plan.calls] == [
         "TransformWorkflow",
@@ -18,12 +27,19 @@ def test_schemas_propagate_edge_by_edge(toy_workflow, toy_model):
     ]
     predict = ensemble.plan.calls[1]
     assert list(predict.inputs) == ["item_id-list", "category-list"]
-    assert predict.output_schema["next-item"].shape.as_tuple[1] == toy_model[2]["next-item"].shape.as_tuple[1]
+    assert (
+        predict.output_schema["next-item"].shape.as_tuple[1]
+        == toy_model[2]["next-item"].shape.as_tuple[1]
+    )
 
 
 def test_operators_chain_directly_with_rshift(toy_workflow, toy_model):
     scripted, input_schema, output_schema = toy_model
-    chain = TransformWorkflow(toy_workflow) >> PredictPytorch(scripted, input_schema, output_schema) >> TopK(4)
+    chain = (
+        TransformWorkflow(toy_workflow)
+        >> PredictPytorch(scripted, input_schema, output_schema)
+        >> TopK(4)
+    )
     ensemble = Ensemble(chain, toy_workflow.input_schema)
     result = ensemble.transform(toy_session.interactions(3, seed=1))
     assert len(result) == 3
@@ -33,7 +49,9 @@ def test_operators_chain_directly_with_rshift(toy_workflow, toy_model):
 def test_a_missing_column_names_the_operator_the_column_and_what_came(toy_workflow, toy_model):
     scripted, input_schema, output_schema = toy_model
     wrong = toy_workflow.input_schema.column_names >> TransformWorkflow(toy_workflow)
-    graph = wrong[["session_id", "item_id-list"]] >> PredictPytorch(scripted, input_schema, output_schema)
+    graph = wrong[["session_id", "item_id-list"]] >> PredictPytorch(
+        scripted, input_schema, output_schema
+    )
     with pytest.raises(
         SchemaError,
         match=r"column 'category-list' at the input of PredictPytorch\[pytorch\]: expected int64 ragged "
@@ -45,15 +63,25 @@ def test_a_missing_column_names_the_operator_the_column_and_what_came(toy_workfl
 def test_a_dtype_mismatch_names_both_dtypes(toy_model):
     scripted, input_schema, output_schema = toy_model
     floats = Schema([c.with_dtype("float32") for c in input_schema])
-    with pytest.raises(SchemaError, match=r"'item_id-list'.*expected int64 ragged list, got float32 ragged list"):
-        Ensemble(input_schema.column_names >> PredictPytorch(scripted, input_schema, output_schema), floats)
+    with pytest.raises(
+        SchemaError, match=r"'item_id-list'.*expected int64 ragged list, got float32 ragged list"
+    ):
+        Ensemble(
+            input_schema.column_names >> PredictPytorch(scripted, input_schema, output_schema),
+            floats,
+        )
 
 
 def test_a_shape_mismatch_names_both_shapes(toy_model):
     scripted, input_schema, output_schema = toy_model
     scalars = Schema([ColumnSchema(c.name, dtype="int64") for c in input_schema])
-    with pytest.raises(SchemaError, match=r"'item_id-list'.*expected int64 ragged list, got int64 scalar"):
-        Ensemble(input_schema.column_names >> PredictPytorch(scripted, input_schema, output_schema), scalars)
+    with pytest.raises(
+        SchemaError, match=r"'item_id-list'.*expected int64 ragged list, got int64 scalar"
+    ):
+        Ensemble(
+            input_schema.column_names >> PredictPytorch(scripted, input_schema, output_schema),
+            scalars,
+        )
 
 
 def test_a_request_column_missing_from_the_input_schema_is_a_schema_error(toy_workflow):
@@ -70,7 +98,9 @@ def test_non_serving_operators_are_rejected_with_a_hint(toy_workflow):
 
 
 def test_transform_and_explicit_local_executor_agree(toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     rows = toy_session.interactions(7, seed=2)
     implicit = ensemble.transform(rows)
     explicit = ensemble.transform(rows, executor=LocalExecutor())
@@ -78,7 +108,9 @@ def test_transform_and_explicit_local_executor_agree(toy_workflow, toy_model):
 
 
 def test_recommendations_leave_out_seen_and_reserved_items(toy_workflow, toy_model):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     rows = toy_session.interactions(10, seed=8)
     result = ensemble.transform(rows)
     features = toy_workflow.transform(rows).set_index("session_id")
@@ -89,7 +121,10 @@ def test_recommendations_leave_out_seen_and_reserved_items(toy_workflow, toy_mod
 
 
 def test_exporting_never_changes_the_ensemble(toy_workflow, toy_model, tmp_path):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"),
+        toy_workflow.input_schema,
+    )
     rows = toy_session.interactions(6, seed=9)
     before = ensemble.transform(rows)
     ensemble.export(tmp_path / "first")

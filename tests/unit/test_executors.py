@@ -18,7 +18,9 @@ class RecordThreads(ServingOperator):
 
     def transform(self, col_selector, transformable):
         rows = len(transformable["x"].values)
-        return TensorTable({"threads": np.full(rows, torch.get_num_threads(), dtype=np.int64)}, _unsafe=True)
+        return TensorTable(
+            {"threads": np.full(rows, torch.get_num_threads(), dtype=np.int64)}, _unsafe=True
+        )
 
 
 @pytest.fixture()
@@ -35,7 +37,9 @@ def two_threads():
     torch.set_num_threads(previous)
 
 
-def test_local_executor_runs_with_one_torch_thread_and_restores_the_process_setting(ensemble, two_threads):
+def test_local_executor_runs_with_one_torch_thread_and_restores_the_process_setting(
+    ensemble, two_threads
+):
     result = ensemble.transform({"x": [1, 2]})
     assert result["threads"].tolist() == [1, 1]
     assert torch.get_num_threads() == 2

@@ -41,7 +41,10 @@ def test_safe_casts_are_applied_silently():
 
 
 def test_extra_columns_are_refused_and_missing_ones_named():
-    with pytest.raises(InputError, match="input column 'extra': expected no such column \\(the inputs are 'session_id', 'items'"):
+    with pytest.raises(
+        InputError,
+        match="input column 'extra': expected no such column \\(the inputs are 'session_id', 'items'",
+    ):
         frames.frame_to_table(request(extra=[0, 0]), SCHEMA)
     data = request()
     del data["items"], data["embedding"]
@@ -57,7 +60,9 @@ def test_extra_columns_are_refused_and_missing_ones_named():
 
 
 def test_whole_floats_are_taken_as_integer_ids():
-    table = frames.frame_to_table(request(session_id=np.array([8382491.0, 2.0]), items=[[3.0, 4.0, 5.0], [6.0]]), SCHEMA)
+    table = frames.frame_to_table(
+        request(session_id=np.array([8382491.0, 2.0]), items=[[3.0, 4.0, 5.0], [6.0]]), SCHEMA
+    )
     assert table["session_id"].values.tolist() == [8382491, 2]
     assert table["session_id"].values.dtype == np.int64
     assert table["items"].values.dtype == np.int64
@@ -80,12 +85,17 @@ def test_missing_values_are_named_as_such():
 
 
 def test_fixed_length_lists_must_have_that_length():
-    with pytest.raises(InputError, match="'embedding': expected float32 fixed list \\[-1, 2\\], got lists of length 1, 2"):
+    with pytest.raises(
+        InputError,
+        match="'embedding': expected float32 fixed list \\[-1, 2\\], got lists of length 1, 2",
+    ):
         frames.frame_to_table(request(embedding=[[1.0], [1.0, 2.0]]), SCHEMA)
 
 
 def test_a_scalar_where_a_list_is_expected_is_named():
-    with pytest.raises(InputError, match="'items': expected int64 ragged list, got one int64 value per row"):
+    with pytest.raises(
+        InputError, match="'items': expected int64 ragged list, got one int64 value per row"
+    ):
         frames.frame_to_table(request(items=[1, 2]), SCHEMA)
 
 
@@ -106,5 +116,7 @@ def test_a_request_without_rows_gives_empty_columns_of_every_shape():
 
 
 def test_bools_are_not_taken_for_ids():
-    with pytest.raises(InputError, match="'session_id': expected int64 scalar, got bool values; send int64 values"):
+    with pytest.raises(
+        InputError, match="'session_id': expected int64 scalar, got bool values; send int64 values"
+    ):
         frames.frame_to_table(request(session_id=[True, False]), SCHEMA)

@@ -13,7 +13,12 @@ HTTP_INDEX = [
     {"name": "never_loaded"},
     {"name": "broken", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded\n"},
 ]
-GRPC_INDEX = {"models": [{"name": "reco", "version": "1", "state": "READY", "reason": ""}, {"name": "never_loaded"}]}
+GRPC_INDEX = {
+    "models": [
+        {"name": "reco", "version": "1", "state": "READY", "reason": ""},
+        {"name": "never_loaded"},
+    ]
+}
 
 
 def test_the_repository_index_reads_the_same_over_http_and_grpc():
@@ -29,12 +34,20 @@ def test_the_repository_index_reads_the_same_over_http_and_grpc():
 def test_failed_requests_are_counted_per_model_version_and_zero_when_grpc_leaves_the_count_out():
     statistics = {
         "model_stats": [
-            {"name": "reco", "version": "1", "inference_stats": {"fail": {"count": "3", "ns": "10"}}},
+            {
+                "name": "reco",
+                "version": "1",
+                "inference_stats": {"fail": {"count": "3", "ns": "10"}},
+            },
             {"name": "reco-0-step", "version": "1", "inference_stats": {"success": {"count": "9"}}},
             {"name": "never_loaded", "version": "", "inference_stats": {}},
         ]
     }
-    assert failed_requests(statistics) == {("reco", 1): 3, ("reco-0-step", 1): 0, ("never_loaded", 0): 0}
+    assert failed_requests(statistics) == {
+        ("reco", 1): 3,
+        ("reco-0-step", 1): 0,
+        ("never_loaded", 0): 0,
+    }
     assert failed_requests({}) == {}
 
 
@@ -57,5 +70,7 @@ def test_the_probe_of_a_python_step_is_a_request_without_rows():
         "raw": (np.dtype(object), (0,)),
     }
     assert probe["items__offsets"].tolist() == [0]
-    assert probe_request({**config, "max_batch_size": 8}) is None  # Triton refuses a batch of 0 itself
+    assert (
+        probe_request({**config, "max_batch_size": 8}) is None
+    )  # Triton refuses a batch of 0 itself
     assert probe_request({"platform": "ensemble"}) is None

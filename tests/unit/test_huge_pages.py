@@ -30,7 +30,9 @@ def test_views_of_one_storage_are_moved_once():
     table = torch.zeros(48 * MB // 4)
     collapse_onto_huge_pages([table], min_bytes=32 * MB)
     alone = collapse_onto_huge_pages([table], min_bytes=32 * MB)
-    assert collapse_onto_huge_pages([table, table[10:], table.view(-1, 4)], min_bytes=32 * MB) == alone
+    assert (
+        collapse_onto_huge_pages([table, table[10:], table.view(-1, 4)], min_bytes=32 * MB) == alone
+    )
 
 
 def test_elsewhere_than_linux_nothing_is_moved(monkeypatch):

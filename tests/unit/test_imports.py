@@ -40,11 +40,16 @@ def imported_modules(module: str, path: Path, modules: dict[str, Path]) -> set[s
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            ]
         else:
             continue
         for name in names:
-            while name and name not in modules:  # `import a.b.c` of a module a.b.c, or of a name in a.b
+            while (
+                name and name not in modules
+            ):  # `import a.b.c` of a module a.b.c, or of a name in a.b
                 name = name.rpartition(".")[0]
             if name.split(".")[0] == ROOT and name != module:
                 found.add(name)
@@ -66,7 +71,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(module)
         for target in sorted(graph[module]):
             if state.get(target) == "open":
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state:
                 cycle = visit(target)
                 if cycle:
@@ -110,4 +115,9 @@ def test_the_checker_resolves_relative_and_type_checking_imports(tmp_path):
         "    import merlin_torch_serving.export.config\n"
     )
     found = imported_modules(f"{ROOT}.module", source, package_modules())
-    assert found == {f"{ROOT}.wire", f"{ROOT}.export.manifest", f"{ROOT}.plan", f"{ROOT}.export.config"}
+    assert found == {
+        f"{ROOT}.wire",
+        f"{ROOT}.export.manifest",
+        f"{ROOT}.plan",
+        f"{ROOT}.export.config",
+    }

@@ -17,7 +17,10 @@ def test_the_folder_above_a_repository_is_told_apart_from_a_repository(tmp_path)
     (tmp_path / "output" / "workflow").mkdir()
     assert nested_repository(tmp_path / "output") == tmp_path / "output" / "repository"
     assert nested_repository(tmp_path / "output" / "repository") is None
-    with pytest.raises(ServerError, match=r"^serve the repository itself, '.*/output/repository': '.*/output' holds a model repository"):
+    with pytest.raises(
+        ServerError,
+        match=r"^serve the repository itself, '.*/output/repository': '.*/output' holds a model repository",
+    ):
         check(tmp_path / "output", {})
 
 

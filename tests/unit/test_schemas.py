@@ -9,7 +9,12 @@ from merlin_torch_serving.schemas import schema_from_json, schema_to_json
 
 @pytest.mark.parametrize("dtype", [str, "object"])
 def test_string_columns_keep_a_string_dtype_through_json(dtype):
-    schema = Schema([ColumnSchema("device", dtype=dtype, dims=(None,)), ColumnSchema("n", dtype=np.int32, dims=(None,))])
+    schema = Schema(
+        [
+            ColumnSchema("device", dtype=dtype, dims=(None,)),
+            ColumnSchema("n", dtype=np.int32, dims=(None,)),
+        ]
+    )
     back = schema_from_json(schema_to_json(schema))
     assert back["device"].dtype.name == "str" and back["device"].shape.as_tuple == ((0, None),)
     assert back["n"].dtype.name == "int32"
@@ -17,7 +22,11 @@ def test_string_columns_keep_a_string_dtype_through_json(dtype):
 
 def test_tags_properties_and_ragged_dims_survive_json():
     column = ColumnSchema(
-        "items", dtype=np.int64, dims=(None, (0, 20)), tags=[Tags.ITEM, Tags.ID], properties={"domain": {"min": 0, "max": 99}}
+        "items",
+        dtype=np.int64,
+        dims=(None, (0, 20)),
+        tags=[Tags.ITEM, Tags.ID],
+        properties={"domain": {"min": 0, "max": 99}},
     )
     back = schema_from_json(schema_to_json(Schema([column])))["items"]
     assert back.shape.as_tuple == ((0, None), (0, 20))

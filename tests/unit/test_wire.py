@@ -8,7 +8,12 @@ from merlin_torch_serving import wire
 
 def test_scalar_column_travels_as_one_tensor_with_batch_dim():
     (spec,) = wire.column_specs(ColumnSchema("session_id", dtype="int64"))
-    assert (spec.name, spec.dtype, spec.dims, spec.triton_dtype) == ("session_id", np.dtype("int64"), (-1,), "INT64")
+    assert (spec.name, spec.dtype, spec.dims, spec.triton_dtype) == (
+        "session_id",
+        np.dtype("int64"),
+        (-1,),
+        "INT64",
+    )
 
 
 def test_fixed_list_column_travels_with_its_length():
@@ -19,8 +24,16 @@ def test_fixed_list_column_travels_with_its_length():
 def test_ragged_list_column_travels_as_values_and_int32_offsets():
     column = ColumnSchema("item_id-list", dtype="int64", dims=(None, (0, 20)))
     values, offsets = wire.column_specs(column)
-    assert (values.name, values.dtype, values.dims) == ("item_id-list__values", np.dtype("int64"), (-1,))
-    assert (offsets.name, offsets.dtype, offsets.dims) == ("item_id-list__offsets", np.dtype("int32"), (-1,))
+    assert (values.name, values.dtype, values.dims) == (
+        "item_id-list__values",
+        np.dtype("int64"),
+        (-1,),
+    )
+    assert (offsets.name, offsets.dtype, offsets.dims) == (
+        "item_id-list__offsets",
+        np.dtype("int32"),
+        (-1,),
+    )
 
 
 def test_string_column_travels_as_bytes():

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from merlin_torch_serving.backends import bundle, bundled_backend_directory, python_backend_directory
+from merlin_torch_serving.backends import (
+    bundle,
+    bundled_backend_directory,
+    python_backend_directory,
+)
 from merlin_torch_serving.backends.pytorch_build import TorchInstall, build_folder
 from merlin_torch_serving.exceptions import ServerError
 
@@ -38,13 +42,16 @@ def test_python_backend_directory_lays_out_the_backend_once_and_reuses_it(tmp_pa
     ]
     assert os.access(first / "python" / "triton_python_backend_stub", os.X_OK)
     assert python_backend_directory(cache_dir=tmp_path) == first
-    assert [path.name for path in tmp_path.iterdir()] == [first.name], "no staging folder may be left behind"
+    assert [path.name for path in tmp_path.iterdir()] == [first.name], (
+        "no staging folder may be left behind"
+    )
 
 
 def test_python_backend_directory_names_the_available_stubs_when_none_fits_the_python(tmp_path):
     # nvidia-pytriton ships stubs for Python 3.8 to 3.13; 3.7 has none.
     with pytest.raises(
-        ServerError, match=r"no python-backend stub for Python '3\.7' \(it has stubs for Python 3\.8, .*3\.11"
+        ServerError,
+        match=r"no python-backend stub for Python '3\.7' \(it has stubs for Python 3\.8, .*3\.11",
     ):
         python_backend_directory(python_version="3.7", cache_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -73,4 +80,6 @@ def test_with_a_build_the_pytorch_backend_is_laid_out_beside_the_python_backend(
             assert (pytorch / entry.name).resolve() == entry.resolve(), entry.name
     assert (folder / "python" / "triton_python_backend_stub").is_file()
     assert bundled_backend_directory() == folder
-    assert [path.name for path in folder.parent.iterdir() if path.name.startswith(".")] == [], "no staging folder left"
+    assert [path.name for path in folder.parent.iterdir() if path.name.startswith(".")] == [], (
+        "no staging folder left"
+    )

@@ -54,13 +54,17 @@ def server_version() -> str:
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["folder", "tarball"])
-def test_build_runs_cmake_offline_on_the_sources_reports_progress_and_caches_the_library(tmp_path, packed):
+def test_build_runs_cmake_offline_on_the_sources_reports_progress_and_caches_the_library(
+    tmp_path, packed
+):
     sources = write_sources(tmp_path / "sources", RECORDING_CMAKELISTS)
     if packed:
         sources = as_tarball(sources, tmp_path / "sources.tar.gz")
     lines: list[str] = []
 
-    built = build_pytorch_backend(sources=sources, cache_dir=tmp_path / "cache", progress=lines.append)
+    built = build_pytorch_backend(
+        sources=sources, cache_dir=tmp_path / "cache", progress=lines.append
+    )
 
     torch = TorchInstall.running()
     assert built.built_now
@@ -70,18 +74,30 @@ def test_build_runs_cmake_offline_on_the_sources_reports_progress_and_caches_the
     assert recorded["torch_lib"] == str(torch.lib)
     assert recorded["core"].endswith("/core")
     record = json.loads((built.folder / "build.json").read_text())
-    assert record["torch_version"] == torch.version and record["tritonserver_version"] == server_version()
+    assert (
+        record["torch_version"] == torch.version
+        and record["tritonserver_version"] == server_version()
+    )
     assert record["sources"] == str(sources.resolve())
     assert any(line.startswith("configuring with cmake") for line in lines)
     assert any(line.strip().startswith("[1/") for line in lines), lines  # one line per build step
-    assert [path.name for path in (tmp_path / "cache").iterdir()] == [built.folder.name], "no staging folder left"
+    assert [path.name for path in (tmp_path / "cache").iterdir()] == [built.folder.name], (
+        "no staging folder left"
+    )
 
 
-def test_a_second_build_for_the_same_torch_returns_the_cached_library_without_tools_or_sources(tmp_path, monkeypatch):
-    built = build_pytorch_backend(sources=write_sources(tmp_path / "sources", RECORDING_CMAKELISTS), cache_dir=tmp_path / "cache")
+def test_a_second_build_for_the_same_torch_returns_the_cached_library_without_tools_or_sources(
+    tmp_path, monkeypatch
+):
+    built = build_pytorch_backend(
+        sources=write_sources(tmp_path / "sources", RECORDING_CMAKELISTS),
+        cache_dir=tmp_path / "cache",
+    )
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
 
-    again = build_pytorch_backend(sources=tmp_path / "gone", cache_dir=tmp_path / "cache", progress=pytest.fail)
+    again = build_pytorch_backend(
+        sources=tmp_path / "gone", cache_dir=tmp_path / "cache", progress=pytest.fail
+    )
 
     assert not again.built_now
     assert again.library == built.library
@@ -102,14 +118,18 @@ def test_missing_build_tools_are_named_with_how_to_install_them(tmp_path, monkey
 
 
 def test_sources_that_do_not_exist_are_named(tmp_path):
-    with pytest.raises(BackendBuildError, match=r"sources '.*nowhere\.tar\.gz' do not exist; pass a \.tar\.gz or a folder"):
+    with pytest.raises(
+        BackendBuildError,
+        match=r"sources '.*nowhere\.tar\.gz' do not exist; pass a \.tar\.gz or a folder",
+    ):
         build_pytorch_backend(sources=tmp_path / "nowhere.tar.gz", cache_dir=tmp_path / "cache")
 
 
 def test_sources_without_the_five_folders_name_the_missing_ones(tmp_path):
     (tmp_path / "sources" / "pytorch_backend").mkdir(parents=True)
     with pytest.raises(
-        BackendBuildError, match=r"lack the folder\(s\) backend, core, common, rapidjson: expected .* found pytorch_backend"
+        BackendBuildError,
+        match=r"lack the folder\(s\) backend, core, common, rapidjson: expected .* found pytorch_backend",
     ):
         build_pytorch_backend(sources=tmp_path / "sources", cache_dir=tmp_path / "cache")
 
@@ -117,13 +137,17 @@ def test_sources_without_the_five_folders_name_the_missing_ones(tmp_path):
 def test_a_failing_cmake_step_raises_with_the_end_of_its_output_and_keeps_the_log(tmp_path):
     sources = write_sources(tmp_path / "sources", BROKEN_CMAKELISTS)
     with pytest.raises(BackendBuildError) as caught:
-        build_pytorch_backend(sources=sources, cache_dir=tmp_path / "cache", progress=lambda line: None)
+        build_pytorch_backend(
+            sources=sources, cache_dir=tmp_path / "cache", progress=lambda line: None
+        )
     message = str(caught.value)
     assert "cmake configure failed (exit code 1); the last lines of its output:" in message
     assert "broken on purpose" in message
     kept = Path(message.rsplit("full build log: ", 1)[1])
     assert kept.is_file() and "broken on purpose" in kept.read_text()
-    assert sorted(path.name for path in (tmp_path / "cache").iterdir()) == [kept.name], "nothing but the log is left"
+    assert sorted(path.name for path in (tmp_path / "cache").iterdir()) == [kept.name], (
+        "nothing but the log is left"
+    )
 
 
 def test_the_command_builds_then_reports_the_cached_build(tmp_path, monkeypatch, capsys):
@@ -138,7 +162,9 @@ def test_the_command_builds_then_reports_the_cached_build(tmp_path, monkeypatch,
     cached = capsys.readouterr().out
     assert cli.main(["build-backend", "pytorch", "--check"]) == 0
 
-    library = build_folder(server_version(), TorchInstall.running().version, tmp_path / "cache" / "builds")
+    library = build_folder(
+        server_version(), TorchInstall.running().version, tmp_path / "cache" / "builds"
+    )
     assert f"(built now): {library / 'libtriton_pytorch.so'}" in built
     assert cached.strip() == (
         f"pytorch backend for torch {TorchInstall.running().version} and tritonserver {server_version()} "

@@ -46,8 +46,12 @@ def one_column(dtype: str = "int64") -> Schema:
     return Schema([ColumnSchema("x", dtype=dtype, properties={"domain": {"min": 0, "max": 9}})])
 
 
-def export_libtorch(module, input_schema: Schema, output_schema: Schema, path, then=None, name: str = "reco"):
-    node = PredictPytorch(torch.jit.script(module), input_schema, output_schema, backend="pytorch").as_node()
+def export_libtorch(
+    module, input_schema: Schema, output_schema: Schema, path, then=None, name: str = "reco"
+):
+    node = PredictPytorch(
+        torch.jit.script(module), input_schema, output_schema, backend="pytorch"
+    ).as_node()
     if then is not None:
         node = node >> then
     return Ensemble(node, input_schema).export(path, name)
@@ -56,7 +60,9 @@ def export_libtorch(module, input_schema: Schema, output_schema: Schema, path, t
 @pytest.mark.parametrize("then", [None, TopK(2)], ids=["alone", "with TopK compiled in"])
 def test_a_model_returning_a_list_of_tensors_reaches_libtorch_as_a_tensor(tmp_path, then):
     # PredictPytorch calls such a model through an adapter that returns its one result as a tensor
-    result = export_libtorch(ListOfScores(), one_column(), Schema([ColumnSchema("scores")]), tmp_path / "repo", then)
+    result = export_libtorch(
+        ListOfScores(), one_column(), Schema([ColumnSchema("scores")]), tmp_path / "repo", then
+    )
     step = [model for model in result.models if model != "reco"][0]
     module = torch.jit.load(str(tmp_path / "repo" / step / "1" / "model.pt"))
     returned = module.forward.schema.returns[0].type
@@ -82,12 +88,18 @@ def test_an_unsigned_input_wider_than_a_byte_is_rejected_naming_the_column(tmp_p
         rf"pytorch backend accepts \(BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64\), got "
         rf"{dtype.upper()} \({dtype}\); cast the column to a signed integer or float type",
     ):
-        export_libtorch(ScoresAsFloat(), one_column(dtype), Schema([ColumnSchema("scores")]), tmp_path / "repo")
+        export_libtorch(
+            ScoresAsFloat(), one_column(dtype), Schema([ColumnSchema("scores")]), tmp_path / "repo"
+        )
 
 
 def test_an_unsigned_output_is_rejected_naming_the_column(tmp_path):
-    with pytest.raises(ModelCheckError, match=r"output column 'ids' expected a dtype .* got UINT64 \(uint64\)"):
-        export_libtorch(IdsAsUint64(), one_column(), Schema([ColumnSchema("ids")]), tmp_path / "repo")
+    with pytest.raises(
+        ModelCheckError, match=r"output column 'ids' expected a dtype .* got UINT64 \(uint64\)"
+    ):
+        export_libtorch(
+            IdsAsUint64(), one_column(), Schema([ColumnSchema("ids")]), tmp_path / "repo"
+        )
 
 
 def test_text_columns_cannot_cross_a_libtorch_step():
@@ -124,19 +136,27 @@ def test_only_outputs_that_all_end_in_an_index_are_matched_by_it(tmp_path):
     export_libtorch(ScoresAndCounts(), one_column(), mixed, tmp_path / "repo")
 
 
-def test_libtorch_models_asking_for_different_thread_counts_in_one_repository_warn(toy_workflow, toy_model, tmp_path):
+def test_libtorch_models_asking_for_different_thread_counts_in_one_repository_warn(
+    toy_workflow, toy_model, tmp_path
+):
     graph = toy_session.session_graph(toy_workflow, toy_model, backend="pytorch")
-    Ensemble(graph, toy_workflow.input_schema).export(tmp_path, "one-thread", options=ModelOptions(torch_threads=1))
+    Ensemble(graph, toy_workflow.input_schema).export(
+        tmp_path, "one-thread", options=ModelOptions(torch_threads=1)
+    )
     with pytest.warns(
         UserWarning,
         match=r"the repository's libtorch models ask for different INTRA_OP_THREAD_COUNTs \("
         r"'one-thread-1-predictpytorch_topk': 1, 'two-threads-1-predictpytorch_topk': 2\); Triton's pytorch "
         r"backend sets torch's threads for the whole server process",
     ):
-        Ensemble(graph, toy_workflow.input_schema).export(tmp_path, "two-threads", options=ModelOptions(torch_threads=2))
+        Ensemble(graph, toy_workflow.input_schema).export(
+            tmp_path, "two-threads", options=ModelOptions(torch_threads=2)
+        )
 
 
-def test_libtorch_models_asking_for_the_same_thread_count_do_not_warn(toy_workflow, toy_model, tmp_path):
+def test_libtorch_models_asking_for_the_same_thread_count_do_not_warn(
+    toy_workflow, toy_model, tmp_path
+):
     graph = toy_session.session_graph(toy_workflow, toy_model, backend="pytorch")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

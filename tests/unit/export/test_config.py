@@ -15,8 +15,14 @@ GOLDEN = Path(__file__).parent / "golden"
 @pytest.fixture(scope="module")
 def exported(toy_workflow, toy_model, tmp_path_factory):
     repository = tmp_path_factory.mktemp("golden") / "repository"
-    mixed = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"), toy_workflow.input_schema)
-    fused = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend="python"), toy_workflow.input_schema)
+    mixed = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"),
+        toy_workflow.input_schema,
+    )
+    fused = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend="python"),
+        toy_workflow.input_schema,
+    )
     mixed.export(repository, "mixed")
     fused.export(repository, "fused")
     return repository
@@ -56,26 +62,44 @@ def test_model_options_reject_nonsense():
 
 
 def test_warmup_can_be_turned_off(toy_workflow, toy_model, tmp_path):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema)
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
+    )
     ensemble.export(tmp_path, "cold", options=ModelOptions(warmup_count=0))
     text = (tmp_path / "cold-0-transformworkflow_predictpytorch_topk" / "config.pbtxt").read_text()
     assert "model_warmup" not in text
 
 
-@pytest.mark.parametrize("backend, model, parameter", [
-    ("python", "threads-0-transformworkflow_predictpytorch_topk", configs.TORCH_THREADS_PARAMETER),
-    ("pytorch", "threads-1-predictpytorch_topk", "INTRA_OP_THREAD_COUNT"),
-])
-def test_torch_threads_reach_the_model_config(toy_workflow, toy_model, tmp_path, backend, model, parameter):
-    ensemble = Ensemble(toy_session.session_graph(toy_workflow, toy_model, backend=backend), toy_workflow.input_schema)
+@pytest.mark.parametrize(
+    "backend, model, parameter",
+    [
+        (
+            "python",
+            "threads-0-transformworkflow_predictpytorch_topk",
+            configs.TORCH_THREADS_PARAMETER,
+        ),
+        ("pytorch", "threads-1-predictpytorch_topk", "INTRA_OP_THREAD_COUNT"),
+    ],
+)
+def test_torch_threads_reach_the_model_config(
+    toy_workflow, toy_model, tmp_path, backend, model, parameter
+):
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, backend=backend),
+        toy_workflow.input_schema,
+    )
     ensemble.export(tmp_path / "default", "threads")
     ensemble.export(tmp_path / "two", "threads", options=ModelOptions(torch_threads=2))
     ensemble.export(tmp_path / "torch", "threads", options=ModelOptions(torch_threads=None))
 
     def parameters(folder):
-        return configs.from_pbtxt((tmp_path / folder / model / "config.pbtxt").read_text()).parameters
+        return configs.from_pbtxt(
+            (tmp_path / folder / model / "config.pbtxt").read_text()
+        ).parameters
 
-    assert parameters("default")[parameter].string_value == "1"  # one thread per instance unless asked
+    assert (
+        parameters("default")[parameter].string_value == "1"
+    )  # one thread per instance unless asked
     assert parameters("two")[parameter].string_value == "2"
     assert parameter not in parameters("torch")  # torch's own default
 
@@ -93,8 +117,12 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
     )
     graph = toy_session.session_graph(toy_workflow, toy_model, backend="pytorch")
     Ensemble(graph, toy_workflow.input_schema).export(tmp_path, "opts", options=options)
-    python_step = configs.from_pbtxt((tmp_path / "opts-0-transformworkflow" / "config.pbtxt").read_text())
-    libtorch_step = configs.from_pbtxt((tmp_path / "opts-1-predictpytorch_topk" / "config.pbtxt").read_text())
+    python_step = configs.from_pbtxt(
+        (tmp_path / "opts-0-transformworkflow" / "config.pbtxt").read_text()
+    )
+    libtorch_step = configs.from_pbtxt(
+        (tmp_path / "opts-1-predictpytorch_topk" / "config.pbtxt").read_text()
+    )
     ensemble = configs.from_pbtxt((tmp_path / "opts" / "config.pbtxt").read_text())
     for step in (python_step, libtorch_step):
         (group,) = step.instance_group
@@ -103,7 +131,10 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
         assert group.rate_limiter.priority == 2
         assert step.parameters["shm-default-byte-size"].string_value == "1048576"
         assert list(step.version_policy.specific.versions) == [1, 2]
-    assert python_step.parameters["EXECUTION_ENV_PATH"].string_value == "$$TRITON_MODEL_DIRECTORY/python-env"
+    assert (
+        python_step.parameters["EXECUTION_ENV_PATH"].string_value
+        == "$$TRITON_MODEL_DIRECTORY/python-env"
+    )
     assert "EXECUTION_ENV_PATH" not in libtorch_step.parameters  # a python-backend setting
     assert python_step.parameters[configs.METRICS_PARAMETER].string_value == "false"
     assert ensemble.response_cache.enable and not python_step.response_cache.enable
@@ -115,7 +146,9 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
     [("all", "all", None), (3, "latest", 3), (None, None, None)],
 )
 def test_version_policy_forms(policy, field, value):
-    config = configs.ensemble_config("e", *_tiny_schemas(), [], ["session_id"], ModelOptions(version_policy=policy))
+    config = configs.ensemble_config(
+        "e", *_tiny_schemas(), [], ["session_id"], ModelOptions(version_policy=policy)
+    )
     assert config.version_policy.WhichOneof("policy_choice") == field
     if field == "latest":
         assert config.version_policy.latest.num_versions == value
@@ -134,9 +167,18 @@ def _tiny_schemas():
         ({"instance_kind": "gpu"}, r"instance_kind must be one of \('KIND_CPU'"),
         ({"version_policy": 0}, "version_policy must be None, 'all', a number of newest versions"),
         ({"version_policy": []}, "version_policy must be None"),
-        ({"rate_limiter": {"slots": 1}}, r"rate_limiter is not valid in a Triton model config: .*no field named \"slots\""),
-        ({"parameters": {"INTRA_OP_THREAD_COUNT": "2"}}, r"parameters \['INTRA_OP_THREAD_COUNT'\] are set through ModelOptions' own fields"),
-        ({"parameters": {"merlin_torch_serving.metrics": "no"}}, r"are set through ModelOptions' own fields .*metrics\)"),
+        (
+            {"rate_limiter": {"slots": 1}},
+            r"rate_limiter is not valid in a Triton model config: .*no field named \"slots\"",
+        ),
+        (
+            {"parameters": {"INTRA_OP_THREAD_COUNT": "2"}},
+            r"parameters \['INTRA_OP_THREAD_COUNT'\] are set through ModelOptions' own fields",
+        ),
+        (
+            {"parameters": {"merlin_torch_serving.metrics": "no"}},
+            r"are set through ModelOptions' own fields .*metrics\)",
+        ),
     ],
 )
 def test_model_options_reject_nonsense_passthrough(options, message):

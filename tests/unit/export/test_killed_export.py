@@ -66,7 +66,12 @@ def test_a_killed_export_leaves_a_whole_repository(tmp_path, mode, k_after_kill)
     target = tmp_path / "repo"
     Ensemble(["scores"] >> TopK(2), SCHEMA).export(target, "ranker")
 
-    child = subprocess.run([sys.executable, "-c", CHILD, str(target), mode, "3"], capture_output=True, text=True, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(target), mode, "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
     assert child.returncode == -9, child.stderr
     if k_after_kill is None:
@@ -77,4 +82,6 @@ def test_a_killed_export_leaves_a_whole_repository(tmp_path, mode, k_after_kill)
         assert exported_k(target) == k_after_kill
     Ensemble(["scores"] >> TopK(4), SCHEMA).export(target, "ranker", overwrite=True)
     assert exported_k(target) == 4
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"], "the next export cleans up after the killed one"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repo"], (
+        "the next export cleans up after the killed one"
+    )

@@ -10,7 +10,9 @@ from tests import toy_session
 
 @pytest.fixture
 def ensemble(toy_workflow, toy_model):
-    return Ensemble(toy_session.session_graph(toy_workflow, toy_model, k=3), toy_workflow.input_schema)
+    return Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, k=3), toy_workflow.input_schema
+    )
 
 
 @pytest.fixture
@@ -34,7 +36,9 @@ def test_the_ensemble_config_is_uploaded_after_every_other_file(ensemble, memory
     assert uploaded[-1].endswith("reco/config.pbtxt")
     step = result.models[0]
     step_files = [i for i, path in enumerate(uploaded) if f"/{step}/" in path]
-    assert uploaded[step_files[-1]].endswith(f"{step}/config.pbtxt"), "a model's config goes up after its files"
+    assert uploaded[step_files[-1]].endswith(f"{step}/config.pbtxt"), (
+        "a model's config goes up after its files"
+    )
 
 
 def test_a_failed_upload_publishes_no_ensemble(ensemble, memory_fs, monkeypatch):
@@ -46,7 +50,10 @@ def test_a_failed_upload_publishes_no_ensemble(ensemble, memory_fs, monkeypatch)
         return original(self, local, remote, *args, **kwargs)
 
     monkeypatch.setattr(MemoryFileSystem, "put_file", failing_put)
-    with pytest.raises(ExportError, match=r"uploading the repository to 'memory://exports/failed' failed: connection reset.*not published"):
+    with pytest.raises(
+        ExportError,
+        match=r"uploading the repository to 'memory://exports/failed' failed: connection reset.*not published",
+    ):
         ensemble.export("memory://exports/failed", "reco")
     assert not memory_fs.exists("/exports/failed/reco/config.pbtxt")
 

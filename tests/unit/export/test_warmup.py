@@ -16,11 +16,16 @@ from tests import toy_session
 def filtered_sessions(vocabulary_dir, minimum_clicks: int) -> nvt.Workflow:
     items = ["item_id"] >> nvt.ops.Categorify(out_path=str(vocabulary_dir))
     grouped = (["session_id", "timestamp"] + items) >> nvt.ops.Groupby(
-        groupby_cols=["session_id"], sort_cols=["timestamp"], aggs={"item_id": ["list", "count"]}, name_sep="-"
+        groupby_cols=["session_id"],
+        sort_cols=["timestamp"],
+        aggs={"item_id": ["list", "count"]},
+        name_sep="-",
     )
     kept = grouped >> nvt.ops.Filter(f=lambda df: df["item_id-count"] >= minimum_clicks)
     workflow = nvt.Workflow(kept)
-    workflow.fit(Dataset(toy_session.interactions()[["session_id", "timestamp", "item_id"]], cpu=True))
+    workflow.fit(
+        Dataset(toy_session.interactions()[["session_id", "timestamp", "item_id"]], cpu=True)
+    )
     return workflow
 
 
@@ -33,7 +38,9 @@ def warmup_session(repository, step: str) -> np.ndarray:
 
 def test_warm_up_request_is_a_session_long_enough_for_a_count_filter(tmp_path):
     workflow = filtered_sessions(tmp_path / "vocabulary", minimum_clicks=3)
-    result = Ensemble(TransformWorkflow(workflow), workflow.input_schema).export(tmp_path / "repo", "reco")
+    result = Ensemble(TransformWorkflow(workflow), workflow.input_schema).export(
+        tmp_path / "repo", "reco"
+    )
 
     session = warmup_session(tmp_path / "repo", "reco-0-transformworkflow")
     assert len(session) >= 3 and len(set(session)) == 1
@@ -43,10 +50,15 @@ def test_warm_up_request_is_a_session_long_enough_for_a_count_filter(tmp_path):
 def test_export_names_the_filter_no_warm_up_request_passes(tmp_path, caplog):
     workflow = filtered_sessions(tmp_path / "vocabulary", minimum_clicks=1000)
     with caplog.at_level("WARNING", logger="merlin_torch_serving"):
-        result = Ensemble(TransformWorkflow(workflow), workflow.input_schema).export(tmp_path / "repo", "reco")
+        result = Ensemble(TransformWorkflow(workflow), workflow.input_schema).export(
+            tmp_path / "repo", "reco"
+        )
 
     assert len(result.warnings) == 1
-    assert 'no warm-up request passed Filter(lambda df: df["item_id-count"] >= minimum_clicks)' in result.warnings[0]
+    assert (
+        'no warm-up request passed Filter(lambda df: df["item_id-count"] >= minimum_clicks)'
+        in result.warnings[0]
+    )
     manifest = json.loads((tmp_path / "repo" / "reco" / "1" / "manifest.json").read_text())
     assert manifest["warmup"] == {"passes_filters": False, "problem": result.warnings[0]}
     assert any("no warm-up request passed" in record.getMessage() for record in caplog.records)

@@ -48,7 +48,9 @@ class Recorder:
     def __init__(self, root: Path):
         self._root = root
 
-    def situation(self, name: str, run: Callable[[Path, Path], None], *, keep_log: bool = True) -> None:
+    def situation(
+        self, name: str, run: Callable[[Path, Path], None], *, keep_log: bool = True
+    ) -> None:
         repository = self._root / name / "models"
         repository.mkdir(parents=True)
         log = self._root / name / "server.log"
@@ -61,7 +63,9 @@ class Recorder:
         print(f"recorded {name}", flush=True)
 
     def write(self, file_name: str, text: str, repository: Path) -> None:
-        text = text.replace(str(repository.resolve()), REPOSITORY).replace(str(repository), REPOSITORY)
+        text = text.replace(str(repository.resolve()), REPOSITORY).replace(
+            str(repository), REPOSITORY
+        )
         (LOGS / file_name).write_text(text.replace(sys.prefix, PREFIX))
 
 
@@ -95,7 +99,9 @@ def record(root: Path) -> None:
 
     def start_with_failing_models(repository: Path, log: Path) -> None:
         write_doubler(repository, "good")
-        write_doubler(repository, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')")
+        write_doubler(
+            repository, "fails_in_initialize", initialize="raise RuntimeError('checkpoint missing')"
+        )
         write_invalid_config(repository, "invalid_config")
         write_onnx_model(repository, "needs_onnx")
         TritonServer(repository, log_path=log).start()
@@ -125,7 +131,9 @@ def record(root: Path) -> None:
 
     def poll_reloads(repository: Path, log: Path) -> None:
         write_doubler(repository, "doubler")
-        with TritonServer(repository, model_control="poll", poll_interval_s=1, log_path=log) as server:
+        with TritonServer(
+            repository, model_control="poll", poll_interval_s=1, log_path=log
+        ) as server:
             server.reload("doubler")
             write_doubler(repository, "doubler", initialize="raise ImportError('gone')")
             server.reload("doubler")

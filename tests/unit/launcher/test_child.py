@@ -44,7 +44,9 @@ def test_the_log_holds_stdout_and_stderr_and_reads_from_an_offset(tmp_path):
 def test_an_exit_is_seen_without_reaping_so_the_pid_stays_taken_until_stop(tmp_path):
     process = start("exit 0", ServerLog(tmp_path / "server.log"))
     wait_for(lambda: process.exit_code() is not None)
-    assert process_info(process.pid, with_argv=False).state == "Z"  # still ours: nobody else gets the pid
+    assert (
+        process_info(process.pid, with_argv=False).state == "Z"
+    )  # still ours: nobody else gets the pid
     process.stop(graceful=True, timeout_s=1.0)
     assert process_info(process.pid, with_argv=False) is None
 
@@ -58,7 +60,9 @@ def test_a_signal_that_ended_the_process_is_its_negative_exit_code(tmp_path):
 
 def test_a_graceful_stop_sends_sigint_first(tmp_path):
     log = ServerLog(tmp_path / "server.log")
-    process = start("trap 'echo interrupted; exit 0' INT; echo ready; while :; do sleep 0.05; done", log)
+    process = start(
+        "trap 'echo interrupted; exit 0' INT; echo ready; while :; do sleep 0.05; done", log
+    )
     wait_for(lambda: "ready" in log.text())
     process.stop(graceful=True, timeout_s=10.0)
     assert log.text() == "ready\ninterrupted\n"
@@ -93,12 +97,18 @@ def test_stop_removes_the_shared_memory_under_the_servers_prefix_only(tmp_path):
 
 
 def test_a_binary_that_cannot_run_is_a_server_error_naming_it(tmp_path):
-    with pytest.raises(ServerError, match=r"could not run '/nonexistent/tritonserver': .*No such file"):
-        ServerProcess(["/nonexistent/tritonserver"], ServerLog(tmp_path / "server.log"), dict(os.environ))
+    with pytest.raises(
+        ServerError, match=r"could not run '/nonexistent/tritonserver': .*No such file"
+    ):
+        ServerProcess(
+            ["/nonexistent/tritonserver"], ServerLog(tmp_path / "server.log"), dict(os.environ)
+        )
 
 
 def test_a_log_path_that_cannot_be_written_asks_for_a_writable_one(tmp_path):
-    with pytest.raises(ServerError, match=r"could not open the server log .*; pass a writable log_path"):
+    with pytest.raises(
+        ServerError, match=r"could not open the server log .*; pass a writable log_path"
+    ):
         ServerLog(tmp_path / "missing" / "server.log").open_for_writing()
 
 

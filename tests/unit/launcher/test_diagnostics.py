@@ -55,10 +55,19 @@ def test_a_server_that_exited_over_a_taken_port_is_a_port_in_use_error(recording
 
 def test_the_log_tail_leaves_out_what_every_start_on_a_cpu_machine_prints():
     tail = diagnostics.log_tail(recorded("port_in_use_grpc.log"))
-    for noise in ("NVML", "DCGM", "CudaDriverHelper", "CUDA driver version is insufficient", "CUDA memory pool"):
+    for noise in (
+        "NVML",
+        "DCGM",
+        "CudaDriverHelper",
+        "CUDA driver version is insufficient",
+        "CUDA memory pool",
+    ):
         assert noise not in tail
-    assert tail.splitlines()[-1].endswith("already in use \"")
-    assert len(diagnostics.log_tail(recorded("start_with_failing_models.log"), lines=3).splitlines()) == 3
+    assert tail.splitlines()[-1].endswith('already in use "')
+    assert (
+        len(diagnostics.log_tail(recorded("start_with_failing_models.log"), lines=3).splitlines())
+        == 3
+    )
 
 
 # -- a rejected argument ----------------------------------------------------------------------------
@@ -80,20 +89,27 @@ def test_a_rejected_argument_keeps_its_line_and_drops_the_usage_text():
 def test_each_failing_model_is_explained_by_its_own_error_lines():
     log = recorded("start_with_failing_models.log")
     assert diagnostics.model_errors(log, "invalid_config") == (
-        "Error parsing text-format inference.ModelConfig: 2:14: Message type \"inference.ModelConfig\" has no field "
+        'Error parsing text-format inference.ModelConfig: 2:14: Message type "inference.ModelConfig" has no field '
         "named \"no_such_field\".; Poll failed for model directory 'invalid_config': failed to read text proto from "
         "/srv/models/invalid_config/config.pbtxt"
     )
-    assert "unable to find backend library for backend 'onnxruntime'" in diagnostics.model_errors(log, "needs_onnx")
+    assert "unable to find backend library for backend 'onnxruntime'" in diagnostics.model_errors(
+        log, "needs_onnx"
+    )
     assert diagnostics.model_errors(log, "fails_in_initialize").startswith(
         "failed to load 'fails_in_initialize' version 1: Internal: RuntimeError: checkpoint missing"
     )
-    assert diagnostics.model_errors(log, "good") == "not loaded; tritonserver logged no reason (see the log below)"
+    assert (
+        diagnostics.model_errors(log, "good")
+        == "not loaded; tritonserver logged no reason (see the log below)"
+    )
 
 
 def test_models_that_need_a_backend_the_server_lacks_make_a_backend_not_available_error():
     log = recorded("start_with_failing_models.log")
-    failures = {name: diagnostics.model_errors(log, name) for name in ("needs_onnx", "fails_in_initialize")}
+    failures = {
+        name: diagnostics.model_errors(log, name) for name in ("needs_onnx", "fails_in_initialize")
+    }
     assert diagnostics.missing_backends(failures) == {"needs_onnx": "onnxruntime"}
 
     error = diagnostics.load_error(failures, ["ensemble", "python"], log)
@@ -103,14 +119,21 @@ def test_models_that_need_a_backend_the_server_lacks_make_a_backend_not_availabl
         ["ensemble", "python"],
         ["needs_onnx", "fails_in_initialize"],
     )
-    assert "model 'needs_onnx' needs backend 'onnxruntime', which this tritonserver does not have (it has: ensemble, python)" in str(error)
+    assert (
+        "model 'needs_onnx' needs backend 'onnxruntime', which this tritonserver does not have (it has: ensemble, python)"
+        in str(error)
+    )
 
 
 def test_models_that_fail_for_other_reasons_make_a_model_load_error():
     log = recorded("start_with_failing_models.log")
-    error = diagnostics.load_error({"invalid_config": diagnostics.model_errors(log, "invalid_config")}, ["python"], log)
+    error = diagnostics.load_error(
+        {"invalid_config": diagnostics.model_errors(log, "invalid_config")}, ["python"], log
+    )
     assert type(error) is ModelLoadError
-    assert str(error).startswith("1 model(s) failed to load:\n  'invalid_config': Error parsing text-format")
+    assert str(error).startswith(
+        "1 model(s) failed to load:\n  'invalid_config': Error parsing text-format"
+    )
 
 
 # -- explicit loads -----------------------------------------------------------------------------------
@@ -121,12 +144,14 @@ def test_a_load_refused_as_failed_to_poll_is_explained_by_the_log_written_since(
     answer = recorded("load_answer_invalid_config.txt")
     assert answer == "failed to load 'invalid_config', failed to poll from model repository"
     assert diagnostics.load_refusal(answer, log, "invalid_config") == (
-        f"{answer}: Error parsing text-format inference.ModelConfig: 2:14: Message type \"inference.ModelConfig\" has "
+        f'{answer}: Error parsing text-format inference.ModelConfig: 2:14: Message type "inference.ModelConfig" has '
         "no field named \"no_such_field\".; Poll failed for model directory 'invalid_config': failed to read text "
         "proto from /srv/models/invalid_config/config.pbtxt"
     )
     missing = diagnostics.load_refusal(recorded("load_answer_not_written.txt"), log, "not_written")
-    assert missing.endswith("failed to poll model 'not_written': model not found in any model repository.")
+    assert missing.endswith(
+        "failed to poll model 'not_written': model not found in any model repository."
+    )
 
 
 def test_a_load_refused_for_another_reason_keeps_the_servers_answer():
@@ -137,9 +162,15 @@ def test_a_load_refused_for_another_reason_keeps_the_servers_answer():
 def test_an_ensemble_over_a_step_without_its_backend_names_the_step_as_the_one_missing_it():
     failures = diagnostics.with_dependency_failures({"reco": recorded("load_answer_reco.txt")})
     assert list(failures) == ["reco", "needs_onnx"]
-    assert failures["needs_onnx"].startswith("version 1 is at UNAVAILABLE state: Invalid argument: unable to find")
-    error = diagnostics.load_error({"reco": recorded("load_answer_reco.txt")}, ["ensemble", "python"], "")
-    assert isinstance(error, BackendNotAvailableError) and error.missing == {"needs_onnx": "onnxruntime"}
+    assert failures["needs_onnx"].startswith(
+        "version 1 is at UNAVAILABLE state: Invalid argument: unable to find"
+    )
+    error = diagnostics.load_error(
+        {"reco": recorded("load_answer_reco.txt")}, ["ensemble", "python"], ""
+    )
+    assert isinstance(error, BackendNotAvailableError) and error.missing == {
+        "needs_onnx": "onnxruntime"
+    }
 
 
 def test_an_ensemble_whose_step_failed_names_the_step_with_its_whole_traceback():
@@ -150,10 +181,15 @@ def test_an_ensemble_whose_step_failed_names_the_step_with_its_whole_traceback()
         "version 1 is at UNAVAILABLE state: Internal: ValueError: no weights here\n\n"
         "At:\n  /srv/models/broken_step/1/model.py(16): initialize"
     )
-    error = diagnostics.load_error({"reco_over_broken_step": answer}, ["ensemble", "python"], recorded("explicit_loads.log"))
+    error = diagnostics.load_error(
+        {"reco_over_broken_step": answer}, ["ensemble", "python"], recorded("explicit_loads.log")
+    )
     assert type(error) is ModelLoadError
     assert "2 model(s) failed to load" in str(error)
-    assert "failed to load 'broken_step' version 1: Internal: ValueError: no weights here" in error.log_tail
+    assert (
+        "failed to load 'broken_step' version 1: Internal: ValueError: no weights here"
+        in error.log_tail
+    )
 
 
 def test_two_failed_steps_of_an_ensemble_are_told_apart():
@@ -182,8 +218,14 @@ def test_a_start_that_timed_out_names_the_model_still_loading():
 def test_a_start_that_timed_out_with_every_model_loaded_names_the_silent_ports_or_the_health_check():
     log = recorded("start_with_failing_models.log")
     assert diagnostics.still_loading(log) == []
-    assert diagnostics.start_awaits(log, [8001, 8002], "127.0.0.1:8000") == "tritonserver to listen on port(s) 8001, 8002"
-    assert diagnostics.start_awaits(log, [], "127.0.0.1:8000") == "GET /v2/health/live on 127.0.0.1:8000 to answer 200"
+    assert (
+        diagnostics.start_awaits(log, [8001, 8002], "127.0.0.1:8000")
+        == "tritonserver to listen on port(s) 8001, 8002"
+    )
+    assert (
+        diagnostics.start_awaits(log, [], "127.0.0.1:8000")
+        == "GET /v2/health/live on 127.0.0.1:8000 to answer 200"
+    )
 
 
 # -- reloads in poll mode -------------------------------------------------------------------------------
@@ -215,6 +257,9 @@ def test_a_dead_stubs_answer_says_the_stub_did_not_answer_and_is_worth_retrying(
     assert not stub_answered(answer)
     assert stub_answered(None) and stub_answered("model 'doubler': input column 'x' is missing")
     error, retryable = transport.mapped(
-        InferenceServerException(answer, status="400"), url="127.0.0.1:8000", model="doubler", timeout_s=1.0
+        InferenceServerException(answer, status="400"),
+        url="127.0.0.1:8000",
+        model="doubler",
+        timeout_s=1.0,
     )
     assert isinstance(error, InferenceError) and retryable

@@ -26,16 +26,25 @@ def test_a_class_defined_in_a_function_is_named_in_the_export_error(tmp_path):
         def forward(self, inputs):
             return inputs["x"]
 
-    with pytest.raises(ModelNotImportableError, match=r"model class '.*test_a_class_defined_in_a_function_is_named_in_the_export_error\.<locals>\.Local' cannot be imported"):
+    with pytest.raises(
+        ModelNotImportableError,
+        match=r"model class '.*test_a_class_defined_in_a_function_is_named_in_the_export_error\.<locals>\.Local' cannot be imported",
+    ):
         save_eager_model(Local(), tmp_path)
 
 
 def test_a_class_only_this_process_can_import_is_named_in_the_export_error(tmp_path, monkeypatch):
     # a module that exists only in this interpreter, as one made in a notebook would
     module = types.ModuleType("made_in_a_notebook")
-    exec("import torch\nclass Scorer(torch.nn.Module):\n    def forward(self, inputs):\n        return inputs['x']\n", module.__dict__)
+    exec(
+        "import torch\nclass Scorer(torch.nn.Module):\n    def forward(self, inputs):\n        return inputs['x']\n",
+        module.__dict__,
+    )
     monkeypatch.setitem(sys.modules, "made_in_a_notebook", module)
 
-    with pytest.raises(ModelNotImportableError, match=r"model class 'made_in_a_notebook.Scorer' cannot be imported by the server's Python \(ModuleNotFoundError: No module named 'made_in_a_notebook'\)") as error:
+    with pytest.raises(
+        ModelNotImportableError,
+        match=r"model class 'made_in_a_notebook.Scorer' cannot be imported by the server's Python \(ModuleNotFoundError: No module named 'made_in_a_notebook'\)",
+    ) as error:
         save_eager_model(module.Scorer(), tmp_path)
     assert error.value.class_path == "made_in_a_notebook.Scorer"

@@ -17,9 +17,14 @@ def prepare(model, schema=X, names=("out",), **options):
 
 def test_a_scriptable_eager_model_is_scripted_and_keeps_its_branches(caplog):
     with caplog.at_level(logging.INFO, logger="merlin_torch_serving"):
-        prepared = prepare(any_models.PositionalScorer(), any_models.POSITIONAL_INPUTS, ["score", "weighted"])
+        prepared = prepare(
+            any_models.PositionalScorer(), any_models.POSITIONAL_INPUTS, ["score", "weighted"]
+        )
     assert prepared.execution == "torchscript"
-    assert "model PositionalScorer runs as TorchScript (scripted; equal to the eager module on 8 probe inputs)" in caplog.text
+    assert (
+        "model PositionalScorer runs as TorchScript (scripted; equal to the eager module on 8 probe inputs)"
+        in caplog.text
+    )
     price = torch.tensor([[-4.0, 1.0, 0.0]])
     score, _ = prepared.module({"price": price, "clicks": torch.tensor([0])})
     assert score.tolist() == [3.0]  # |-2 - 1| : the branch ran, not a recorded path
@@ -49,7 +54,10 @@ def test_the_row_by_row_branch_runs_eagerly_and_answers_like_the_eager_model(cap
 
 
 def test_a_mismatching_trace_is_an_error_when_torchscript_is_required():
-    with pytest.raises(ModelPreparationError, match=r"model 'BatchSignBranch': cannot become TorchScript .*the trace differs from the eager module on probe '[^']+' \(output 'out': \d+ value\(s\) differ; at \[\d+\] the eager module gives"):
+    with pytest.raises(
+        ModelPreparationError,
+        match=r"model 'BatchSignBranch': cannot become TorchScript .*the trace differs from the eager module on probe '[^']+' \(output 'out': \d+ value\(s\) differ; at \[\d+\] the eager module gives",
+    ):
         prepare(any_models.BatchSignBranch(), require_torchscript=True)
 
 
@@ -59,8 +67,13 @@ def test_a_trace_that_warned_but_answers_right_is_kept_and_the_warning_logged(ca
     assert prepared.execution == "torchscript"
     (record,) = [r for r in caplog.records if "CheckedInput" in r.getMessage()]
     assert record.levelno == logging.WARNING
-    assert "traced; equal to the eager module on 8 probe inputs; torch warned while tracing: Converting a tensor" in record.getMessage()
-    assert prepared.module({"x": torch.tensor([[-1.0, 0.0, 2.0, 5.0]])}).tolist() == [[-3.0, 0.0, 6.0, 15.0]]
+    assert (
+        "traced; equal to the eager module on 8 probe inputs; torch warned while tracing: Converting a tensor"
+        in record.getMessage()
+    )
+    assert prepared.module({"x": torch.tensor([[-1.0, 0.0, 2.0, 5.0]])}).tolist() == [
+        [-3.0, 0.0, 6.0, 15.0]
+    ]
 
 
 def test_tracer_warnings_do_not_leak_to_the_caller():
@@ -74,7 +87,12 @@ def test_tracer_warnings_do_not_leak_to_the_caller():
 
 def test_execution_eager_skips_compiling(caplog):
     with caplog.at_level(logging.INFO, logger="merlin_torch_serving"):
-        prepared = prepare(any_models.PositionalScorer(), any_models.POSITIONAL_INPUTS, ["score", "weighted"], execution="eager")
+        prepared = prepare(
+            any_models.PositionalScorer(),
+            any_models.POSITIONAL_INPUTS,
+            ["score", "weighted"],
+            execution="eager",
+        )
     assert prepared.execution == "eager"
     assert "runs eagerly on the python backend (as asked: execution='eager')" in caplog.text
 
@@ -83,7 +101,9 @@ def test_a_given_torchscript_with_positional_arguments_keeps_its_control_flow_be
     scripted = torch.jit.script(any_models.PositionalScorer())
     prepared = prepare(scripted, any_models.POSITIONAL_INPUTS, ["score", "weighted"])
     assert isinstance(prepared.module, torch.jit.ScriptModule)
-    score, weighted = prepared.module({"price": torch.tensor([[-4.0, 1.0, 0.0]]), "clicks": torch.tensor([0])})
+    score, weighted = prepared.module(
+        {"price": torch.tensor([[-4.0, 1.0, 0.0]]), "clicks": torch.tensor([0])}
+    )
     assert score.tolist() == [3.0] and weighted.tolist() == [[-2.0, -1.0, 0.0]]
 
 
@@ -94,14 +114,19 @@ def test_a_given_torchscript_returning_a_dict_returns_a_tuple_in_output_order():
 
 
 def test_a_model_that_fails_on_inputs_built_from_its_schema_says_so():
-    narrow = Schema([ColumnSchema("x", dtype="float32", dims=(None, 3))])  # the model wants 4 values
+    narrow = Schema(
+        [ColumnSchema("x", dtype="float32", dims=(None, 3))]
+    )  # the model wants 4 values
     from merlin_torch_serving import SchemaError
 
     class NeedsFour(torch.nn.Module):
         def forward(self, inputs):
             return inputs["x"].view(-1, 4).sum(1)
 
-    with pytest.raises(SchemaError, match="a model that runs on inputs built from its input schema, got a model that fails on them"):
+    with pytest.raises(
+        SchemaError,
+        match="a model that runs on inputs built from its input schema, got a model that fails on them",
+    ):
         prepare(NeedsFour(), narrow)
 
 

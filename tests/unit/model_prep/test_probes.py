@@ -3,7 +3,9 @@ from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving.model_prep.probes import probe_inputs
 
-SESSION = ColumnSchema("items", dtype="int64", dims=(None, (0, 4)), properties={"domain": {"min": 0, "max": 30}})
+SESSION = ColumnSchema(
+    "items", dtype="int64", dims=(None, (0, 4)), properties={"domain": {"min": 0, "max": 30}}
+)
 PRICE = ColumnSchema("price", dtype="float32", dims=(None,))
 COUNT = ColumnSchema("count", dtype="int64", dims=(None, 2))
 SCHEMA = Schema([SESSION, PRICE, COUNT])
@@ -24,13 +26,22 @@ def test_probes_hold_sessions_from_one_item_to_the_full_length_padded_as_the_mod
 
 
 def test_left_padding_puts_the_padding_first():
-    (probe,) = [p for p in probe_inputs(SCHEMA, pad_value=-1, pad_left=True) if p.name.startswith("4 rows of zeros")]
+    (probe,) = [
+        p
+        for p in probe_inputs(SCHEMA, pad_value=-1, pad_left=True)
+        if p.name.startswith("4 rows of zeros")
+    ]
     assert probe.inputs["items"][:, :3].eq(-1).all() and probe.inputs["items"][:, 3].ne(-1).all()
 
 
 def test_probes_cover_negative_positive_zero_and_large_floats():
     prices = torch.cat([probe.inputs["price"] for probe in probe_inputs(SCHEMA)])
-    assert (prices < 0).any() and (prices > 0).any() and (prices == 0).any() and prices.abs().max() > 1e3
+    assert (
+        (prices < 0).any()
+        and (prices > 0).any()
+        and (prices == 0).any()
+        and prices.abs().max() > 1e3
+    )
     assert any(bool((p.inputs["price"] < 0).all()) for p in probe_inputs(SCHEMA))
     alternating = [p for p in probe_inputs(SCHEMA) if "alternating" in p.name][0].inputs["price"]
     assert (alternating[0::2] > 0).all() and (alternating[1::2] < 0).all()
@@ -47,7 +58,11 @@ def test_integers_without_a_domain_include_negative_values():
 
 
 def test_a_sample_comes_first_and_bounds_integers_without_a_domain():
-    sample = {"items": torch.ones(2, 4, dtype=torch.int64), "price": torch.ones(2), "count": torch.tensor([[5, 7], [6, 5]])}
+    sample = {
+        "items": torch.ones(2, 4, dtype=torch.int64),
+        "price": torch.ones(2),
+        "count": torch.tensor([[5, 7], [6, 5]]),
+    }
     probes = probe_inputs(SCHEMA, sample=sample)
     assert probes[0].name == "the sample" and probes[0].inputs["count"] is sample["count"]
     values = torch.cat([probe.inputs["count"].flatten() for probe in probes])
@@ -56,4 +71,8 @@ def test_a_sample_comes_first_and_bounds_integers_without_a_domain():
 
 def test_probes_are_the_same_every_time():
     first, second = probe_inputs(SCHEMA), probe_inputs(SCHEMA)
-    assert all(torch.equal(a.inputs[n], b.inputs[n]) for a, b in zip(first, second) for n in SCHEMA.column_names)
+    assert all(
+        torch.equal(a.inputs[n], b.inputs[n])
+        for a, b in zip(first, second)
+        for n in SCHEMA.column_names
+    )

@@ -5,7 +5,12 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import SchemaError
-from merlin_torch_serving.model_prep.signature import DictCall, bind_arguments, needs_adapter, read_signature
+from merlin_torch_serving.model_prep.signature import (
+    DictCall,
+    bind_arguments,
+    needs_adapter,
+    read_signature,
+)
 from tests import any_models
 
 
@@ -39,21 +44,33 @@ def test_an_optional_argument_is_bound_when_a_column_has_its_name():
 
 def test_positional_arguments_follow_tritons_name_index_convention_when_names_differ():
     signature = read_signature(torch.jit.script(Positional()))
-    assert bind_arguments(signature, columns("INPUT__1", "INPUT__0"), "op") == {"a": "INPUT__0", "b": "INPUT__1"}
+    assert bind_arguments(signature, columns("INPUT__1", "INPUT__0"), "op") == {
+        "a": "INPUT__0",
+        "b": "INPUT__1",
+    }
 
 
-@pytest.mark.parametrize("model", [any_models.DictScores(), LikeTransformers4Rec(), torch.jit.script(any_models.DictScores())])
+@pytest.mark.parametrize(
+    "model",
+    [any_models.DictScores(), LikeTransformers4Rec(), torch.jit.script(any_models.DictScores())],
+)
 def test_a_forward_taking_one_dict_gets_the_whole_dict(model):
     assert bind_arguments(read_signature(model), columns("a", "x"), "op") is None
 
 
 def test_an_unbound_required_argument_is_named_with_the_columns_there_are():
-    with pytest.raises(SchemaError, match=r"column 'b' at the input of op: expected an input column named like the argument 'b' of forward\(a, b, scale=...\).*got input columns 'a', 'c'"):
+    with pytest.raises(
+        SchemaError,
+        match=r"column 'b' at the input of op: expected an input column named like the argument 'b' of forward\(a, b, scale=...\).*got input columns 'a', 'c'",
+    ):
         bind_arguments(read_signature(Positional()), columns("a", "c"), "op")
 
 
 def test_a_column_no_argument_takes_is_named():
-    with pytest.raises(SchemaError, match=r"column 'extra'.*an argument of forward\(a, b, scale=...\) named like the column, got no such argument"):
+    with pytest.raises(
+        SchemaError,
+        match=r"column 'extra'.*an argument of forward\(a, b, scale=...\) named like the column, got no such argument",
+    ):
         bind_arguments(read_signature(Positional()), columns("a", "b", "extra"), "op")
 
 
@@ -66,13 +83,17 @@ def test_dict_call_returns_dict_outputs_as_a_tuple_in_output_schema_order():
 
 def test_dict_call_names_an_output_the_model_does_not_return():
     call = DictCall(any_models.DictScores(), None, ["total", "score"])
-    with pytest.raises(KeyError, match="without the output 'score' \\(it has 'total', 'largest'\\)"):
+    with pytest.raises(
+        KeyError, match="without the output 'score' \\(it has 'total', 'largest'\\)"
+    ):
         call({"x": torch.ones(2, 2)})
 
 
 def test_dict_call_passes_inputs_by_argument_name():
     call = DictCall(Positional(), {"a": "INPUT__0", "b": "INPUT__1"}, ["OUTPUT__0"])
-    assert call({"INPUT__0": torch.tensor([1.0]), "INPUT__1": torch.tensor([2.0])}).tolist() == [3.0]
+    assert call({"INPUT__0": torch.tensor([1.0]), "INPUT__1": torch.tensor([2.0])}).tolist() == [
+        3.0
+    ]
 
 
 def test_scripted_signature_reads_argument_kinds_and_the_result_kind():
@@ -88,7 +109,9 @@ def test_scripted_signature_reads_argument_kinds_and_the_result_kind():
 def test_eager_signature_reads_annotations():
     signature = read_signature(any_models.DictScores())
     assert [(a.name, a.kind) for a in signature.arguments] == [("inputs", "dict")]
-    assert [(a.name, a.required, a.kind) for a in read_signature(LikeTransformers4Rec()).arguments] == [
+    assert [
+        (a.name, a.required, a.kind) for a in read_signature(LikeTransformers4Rec()).arguments
+    ] == [
         ("inputs", True, "unknown"),
         ("targets", False, "unknown"),
         ("training", False, "unknown"),

@@ -90,11 +90,15 @@ def test_every_built_in_operator_is_rebuilt_from_its_saved_form_through_init(bui
     assert topk.seen_column == "item_id-list" and topk.exclude_ids == [0, 2]
 
 
-def test_a_new_pytorch_operator_starts_a_libtorch_step_that_later_torchscript_operators_join(tmp_path):
+def test_a_new_pytorch_operator_starts_a_libtorch_step_that_later_torchscript_operators_join(
+    tmp_path,
+):
     ensemble = Ensemble(["scores"] >> Negate() >> TopK(2), SCORES)
     result = ensemble.export(tmp_path, "negated")
     assert result.fused == {"negated-0-negate_topk": ["Negate", "TopK(k=2)"]}
-    request = {"scores": np.array([[0.5, 0.1, 0.9, 0.3, 0.2, 0.7], [1, 2, 3, 4, 5, 6]], dtype=np.float32)}
+    request = {
+        "scores": np.array([[0.5, 0.1, 0.9, 0.3, 0.2, 0.7], [1, 2, 3, 4, 5, 6]], dtype=np.float32)
+    }
     served = run_repository(tmp_path, "negated", request)
     expected = ensemble.run(TensorTable(request, _unsafe=True))
     np.testing.assert_array_equal(served["item_ids"], expected["item_ids"].values)
@@ -138,9 +142,18 @@ class Untyped(torch.nn.Module):
 @pytest.mark.parametrize(
     "op, message",
     [
-        (Unknown(), r"operator Unknown declares backend 'tensorflow'; an operator runs on one of python, pytorch"),
-        (NoTorchScript(), r"operator NoTorchScript declares backend 'pytorch' but has no TorchScript form"),
-        (Uncompilable(), r"the TorchScript form of operator Uncompilable \(Untyped\) does not compile"),
+        (
+            Unknown(),
+            r"operator Unknown declares backend 'tensorflow'; an operator runs on one of python, pytorch",
+        ),
+        (
+            NoTorchScript(),
+            r"operator NoTorchScript declares backend 'pytorch' but has no TorchScript form",
+        ),
+        (
+            Uncompilable(),
+            r"the TorchScript form of operator Uncompilable \(Untyped\) does not compile",
+        ),
     ],
     ids=["unknown backend", "pytorch without torchscript", "torchscript that does not compile"],
 )
@@ -170,7 +183,13 @@ def operator_classes() -> set[str]:
 
 def test_the_exporter_names_no_operator_class():
     classes = operator_classes()
-    assert {"TransformWorkflow", "PredictPytorch", "TopK", "DecodeItemIds", "BlankFilteredRows"} <= classes
+    assert {
+        "TransformWorkflow",
+        "PredictPytorch",
+        "TopK",
+        "DecodeItemIds",
+        "BlankFilteredRows",
+    } <= classes
     export = Path(inspect.getfile(partition)).parent
     pattern = re.compile(r"\b(" + "|".join(sorted(classes)) + r")\b")
     named = [

@@ -23,7 +23,9 @@ def test_vocabulary_from_workflow_knows_reserved_ids_and_raw_values(toy_workflow
 
 
 def test_vocabulary_of_an_unknown_column_names_the_known_ones(toy_workflow):
-    with pytest.raises(ValueError, match="no fitted Categorify vocabulary for 'price'.*'category', 'item_id'"):
+    with pytest.raises(
+        ValueError, match="no fitted Categorify vocabulary for 'price'.*'category', 'item_id'"
+    ):
         CategoryVocabulary.from_workflow(toy_workflow, "price")
 
 
@@ -33,7 +35,9 @@ def test_decode_maps_ids_to_raw_values_and_reserved_ids_to_missing():
 
 def test_decode_item_ids_decodes_its_columns_and_passes_the_others():
     op = DecodeItemIds(vocabulary())
-    table = TensorTable({"item_ids": np.array([[4, 3]]), "item_scores": np.array([[0.5, 0.25]], dtype=np.float32)})
+    table = TensorTable(
+        {"item_ids": np.array([[4, 3]]), "item_scores": np.array([[0.5, 0.25]], dtype=np.float32)}
+    )
     result = op.transform(ColumnSelector(["item_ids", "item_scores"]), table)
     assert result["item_ids"].values.tolist() == [[731, 500]]
     assert result["item_scores"].values.tolist() == [[0.5, 0.25]]
@@ -41,13 +45,19 @@ def test_decode_item_ids_decodes_its_columns_and_passes_the_others():
 
 def test_decode_item_ids_after_topk_keeps_scores_and_raw_dtype():
     schema = Schema([ColumnSchema("scores", dtype="float32", dims=(None, 6))])
-    ensemble = Ensemble(["scores"] >> TopK(2, exclude_ids=[0, 1, 2]) >> DecodeItemIds(vocabulary()), schema)
-    result = ensemble.run(TensorTable({"scores": np.array([[9, 9, 9, 0.1, 0.3, 0.2]], dtype=np.float32)}))
+    ensemble = Ensemble(
+        ["scores"] >> TopK(2, exclude_ids=[0, 1, 2]) >> DecodeItemIds(vocabulary()), schema
+    )
+    result = ensemble.run(
+        TensorTable({"scores": np.array([[9, 9, 9, 0.1, 0.3, 0.2]], dtype=np.float32)})
+    )
     assert result["item_ids"].values.tolist() == [[731, 512]]
     assert ensemble.output_schema.column_names == ["item_ids", "item_scores"]
 
 
 def test_decode_item_ids_names_a_missing_column():
     schema = Schema([ColumnSchema("scores", dtype="float32", dims=(None, 6))])
-    with pytest.raises(SchemaError, match="'item_ids' at the input of DecodeItemIds\\('item_id'\\).*no such column"):
+    with pytest.raises(
+        SchemaError, match="'item_ids' at the input of DecodeItemIds\\('item_id'\\).*no such column"
+    ):
         Ensemble(["scores"] >> DecodeItemIds(vocabulary()), schema)

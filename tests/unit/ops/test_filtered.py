@@ -46,8 +46,12 @@ def test_blanking_gives_minus_one_nan_false_empty_strings_and_empty_lists():
     data=st.data(),
 )
 def test_torchscript_blanking_equals_the_python_operator(values, data):
-    filtered = np.array(data.draw(st.lists(st.booleans(), min_size=len(values), max_size=len(values))))
+    filtered = np.array(
+        data.draw(st.lists(st.booleans(), min_size=len(values), max_size=len(values)))
+    )
     expected = blank({"column": values}, filtered)["column"].values
-    got = torch.jit.script(blank_rows)(torch.from_numpy(values.copy()), torch.from_numpy(filtered)).numpy()
+    got = torch.jit.script(blank_rows)(
+        torch.from_numpy(values.copy()), torch.from_numpy(filtered)
+    ).numpy()
     np.testing.assert_array_equal(got, expected)
     assert got.dtype == expected.dtype

@@ -9,7 +9,9 @@ from merlin.table import TensorTable
 from merlin_torch_serving import Ensemble, InputError, PredictPytorch, SchemaError, frames
 from tests import toy_session
 
-ITEMS = ColumnSchema("item_id-list", dtype="int64", dims=(None, (0, 4)), properties={"domain": {"min": 0, "max": 9}})
+ITEMS = ColumnSchema(
+    "item_id-list", dtype="int64", dims=(None, (0, 4)), properties={"domain": {"min": 0, "max": 9}}
+)
 
 
 class LastItemTopK(torch.nn.Module):
@@ -29,7 +31,9 @@ def test_predict_pytorch_reports_the_true_dims_of_top_k_outputs():
             ColumnSchema("item_ids", dtype="int64", dims=(None, 10)),
         ]
     )
-    op = PredictPytorch(torch.jit.script(LastItemTopK()), Schema([ITEMS]), declared, backend="python")
+    op = PredictPytorch(
+        torch.jit.script(LastItemTopK()), Schema([ITEMS]), declared, backend="python"
+    )
     ensemble = Ensemble(["item_id-list"] >> op, Schema([ITEMS]))
     assert ensemble.output_schema["item_id_scores"].shape.as_tuple == ((0, None), 2)
     assert ensemble.output_schema["item_ids"].shape.as_tuple == ((0, None), 2)
@@ -84,38 +88,61 @@ def test_predict_pytorch_needs_schemas_for_a_model_without_them():
 def test_predict_pytorch_needs_a_maximum_length_for_ragged_inputs():
     unbounded = ColumnSchema("item_id-list", dtype="int64", dims=(None, None))
     with pytest.raises(SchemaError, match="'item_id-list'.*maximum length.*max_sequence_length"):
-        PredictPytorch(torch.jit.script(LastItemTopK()), Schema([unbounded]), Schema([ColumnSchema("s", dtype="float32")]))
+        PredictPytorch(
+            torch.jit.script(LastItemTopK()),
+            Schema([unbounded]),
+            Schema([ColumnSchema("s", dtype="float32")]),
+        )
 
 
 def test_predict_pytorch_rejects_an_output_count_that_differs_from_the_schema():
-    with pytest.raises(SchemaError, match="1 output\\(s\\) as its output_schema declares.*got 2 tensor"):
+    with pytest.raises(
+        SchemaError, match="1 output\\(s\\) as its output_schema declares.*got 2 tensor"
+    ):
         PredictPytorch(
-            torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([ColumnSchema("s", dtype="float32")])
+            torch.jit.script(LastItemTopK()),
+            Schema([ITEMS]),
+            Schema([ColumnSchema("s", dtype="float32")]),
         )
 
 
 def test_predict_pytorch_rejects_an_unknown_backend():
-    with pytest.raises(ValueError, match="backend must be one of None, .pytorch., .python., got .onnx."):
-        PredictPytorch(torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([]), backend="onnx")
+    with pytest.raises(
+        ValueError, match="backend must be one of None, .pytorch., .python., got .onnx."
+    ):
+        PredictPytorch(
+            torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([]), backend="onnx"
+        )
 
 
 @pytest.mark.parametrize("execution", ["torchscript", "eager"])
-def test_predict_pytorch_refuses_ids_outside_the_model_catalog_naming_the_column(toy_workflow, toy_model, execution):
+def test_predict_pytorch_refuses_ids_outside_the_model_catalog_naming_the_column(
+    toy_workflow, toy_model, execution
+):
     _, input_schema, output_schema = toy_model
     catalog_size = input_schema["item_id-list"].properties["domain"]["max"] + 1
     categories = input_schema["category-list"].properties["domain"]["max"] + 1
-    eager = toy_session.PositionalSessionModel(catalog_size, categories, toy_session.MAX_SEQUENCE_LENGTH)
+    eager = toy_session.PositionalSessionModel(
+        catalog_size, categories, toy_session.MAX_SEQUENCE_LENGTH
+    )
     op = PredictPytorch(eager, input_schema, output_schema, backend="python", execution=execution)
     ensemble = Ensemble(input_schema.column_names >> op, input_schema)
     catalog = input_schema["item_id-list"].properties["domain"]["max"]
     request = {"item_id-list": [[3, catalog + 1]], "category-list": [[1, 2]]}
-    with pytest.raises(InputError, match=rf"input column 'item_id-list': expected ids from 0 to {catalog} \(the model's catalog\), got ids from 3 to {catalog + 1}"):
+    with pytest.raises(
+        InputError,
+        match=rf"input column 'item_id-list': expected ids from 0 to {catalog} \(the model's catalog\), got ids from 3 to {catalog + 1}",
+    ):
         ensemble.transform(request)
 
 
 def test_predict_pytorch_answers_empty_sessions_and_empty_requests(toy_model):
     scripted, input_schema, output_schema = toy_model
-    ensemble = Ensemble(input_schema.column_names >> PredictPytorch(scripted, input_schema, output_schema, backend="python"), input_schema)
+    ensemble = Ensemble(
+        input_schema.column_names
+        >> PredictPytorch(scripted, input_schema, output_schema, backend="python"),
+        input_schema,
+    )
     answer = ensemble.transform({"item_id-list": [[5, 6], []], "category-list": [[1, 2], []]})
     assert len(answer) == 2
     alone = ensemble.transform({"item_id-list": [[5, 6]], "category-list": [[1, 2]]})

@@ -32,7 +32,9 @@ def item_lists(max_length: Optional[int]) -> Schema:
     )
 
 
-def xlnet(schema: Schema, *, features_length: int = MODEL_LENGTH, model_length: Optional[int] = None) -> tr.Model:
+def xlnet(
+    schema: Schema, *, features_length: int = MODEL_LENGTH, model_length: Optional[int] = None
+) -> tr.Model:
     torch.manual_seed(0)
     inputs = tr.TabularSequenceFeatures.from_schema(
         schema, max_sequence_length=features_length, masking="mlm", d_output=16
@@ -71,14 +73,18 @@ def test_transformers4rec_model_pads_to_its_features_length_not_to_its_schemas_s
 def test_an_explicit_length_that_contradicts_the_transformers4rec_model_names_both(
     model_whose_schema_saw_shorter_lists,
 ):
-    with pytest.raises(SchemaError, match=r"'item_id-list'.*own sequence length, 20.*max_sequence_length=13"):
+    with pytest.raises(
+        SchemaError, match=r"'item_id-list'.*own sequence length, 20.*max_sequence_length=13"
+    ):
         PredictPytorch(model_whose_schema_saw_shorter_lists, max_sequence_length=13)
 
 
 def test_a_schema_with_longer_lists_than_the_transformers4rec_model_reads_names_both(
     model_whose_schema_saw_shorter_lists,
 ):
-    with pytest.raises(SchemaError, match=r"'item_id-list'.*at most 20 items.*lists of 30 items.*ListSlice\(-20\)"):
+    with pytest.raises(
+        SchemaError, match=r"'item_id-list'.*at most 20 items.*lists of 30 items.*ListSlice\(-20\)"
+    ):
         PredictPytorch(model_whose_schema_saw_shorter_lists, input_schema=item_lists(30))
 
 
@@ -102,7 +108,9 @@ OUTPUT = Schema([ColumnSchema("scores", dtype="float32", dims=(None, CATALOG))])
 
 
 def test_torchscript_model_takes_the_explicit_length_over_its_schemas_statistic():
-    op = PredictPytorch(torch.jit.script(LastItem()), item_lists(13), OUTPUT, max_sequence_length=20)
+    op = PredictPytorch(
+        torch.jit.script(LastItem()), item_lists(13), OUTPUT, max_sequence_length=20
+    )
     assert op.model_input_schema["item_id-list"].shape.dims[1].max == 20
 
 
@@ -112,5 +120,7 @@ def test_torchscript_model_without_an_explicit_length_pads_to_its_schemas_maximu
 
 
 def test_torchscript_schema_with_longer_lists_than_the_explicit_length_names_both():
-    with pytest.raises(SchemaError, match=r"at most 5 items \(max_sequence_length is 5\).*lists of 13 items"):
+    with pytest.raises(
+        SchemaError, match=r"at most 5 items \(max_sequence_length is 5\).*lists of 13 items"
+    ):
         PredictPytorch(torch.jit.script(LastItem()), item_lists(13), OUTPUT, max_sequence_length=5)

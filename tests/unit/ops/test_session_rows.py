@@ -31,10 +31,14 @@ def test_rows_follow_the_request_and_filtered_sessions_get_marked_placeholders()
 
 
 def test_a_missing_session_without_a_filter_to_blame_is_an_error():
-    with pytest.raises(ValueError, match=r"dropped the session\(s\) \[7\] although it has no Filter"):
+    with pytest.raises(
+        ValueError, match=r"dropped the session\(s\) \[7\] although it has no Filter"
+    ):
         line_up_sessions(workflow_rows(), np.array([4, 7, 9]), "session_id", None)
 
 
 def test_a_key_the_request_did_not_send_is_an_error_that_says_what_to_do():
-    with pytest.raises(ValueError, match=r"values the request did not send \(\[9\]\).*keep_request_order=False"):
+    with pytest.raises(
+        ValueError, match=r"values the request did not send \(\[9\]\).*keep_request_order=False"
+    ):
         line_up_sessions(workflow_rows(), np.array([4]), "session_id", FILTERED_COLUMN)

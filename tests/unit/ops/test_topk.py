@@ -48,7 +48,9 @@ def test_topk_leaves_out_items_already_in_the_ragged_session():
     scores = random_scores(3)
     seen = (np.array([4, 5, 1, 11, 3, 3]), np.array([0, 2, 2, 6], dtype=np.int32))
     graph = ["scores"] >> TopK(4, seen_items="item_id-list", exclude_ids=[0, 1, 2])
-    result = Ensemble(graph, seen_schema((None, None))).run(TensorTable({"scores": scores, "item_id-list": seen}))
+    result = Ensemble(graph, seen_schema((None, None))).run(
+        TensorTable({"scores": scores, "item_id-list": seen})
+    )
     excluded = [{0, 1, 2, 4, 5}, {0, 1, 2}, {0, 1, 2, 11, 3}]
     want_ids, _ = brute_force_top_k(scores, 4, excluded)
     np.testing.assert_array_equal(result["item_ids"].values, want_ids)
@@ -70,12 +72,17 @@ def test_topk_output_schema_is_k_wide_not_catalog_wide():
 
 
 def test_topk_with_k_larger_than_the_catalog_is_a_clear_error():
-    with pytest.raises(SchemaError, match=r"'scores' at the input of TopK\(k=13\): expected at least k=13 items.*catalog of 12"):
+    with pytest.raises(
+        SchemaError,
+        match=r"'scores' at the input of TopK\(k=13\): expected at least k=13 items.*catalog of 12",
+    ):
         Ensemble(["scores"] >> TopK(13), scores_schema())
 
 
 def test_topk_counts_excluded_ids_against_the_catalog():
-    with pytest.raises(SchemaError, match="catalog of 12 item\\(s\\) of which 9 may be recommended"):
+    with pytest.raises(
+        SchemaError, match="catalog of 12 item\\(s\\) of which 9 may be recommended"
+    ):
         Ensemble(["scores"] >> TopK(10, exclude_ids=[0, 1, 2]), scores_schema())
 
 

@@ -21,7 +21,11 @@ def ragged(rows):
     [
         ([7], [7, 0, 0, 0], [0, 0, 0, 7]),  # length 1
         ([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]),  # length max
-        ([1, 2, 3, 4, 5, 6, 7, 8, 9], [6, 7, 8, 9], [6, 7, 8, 9]),  # length max + 5: the last items stay
+        (
+            [1, 2, 3, 4, 5, 6, 7, 8, 9],
+            [6, 7, 8, 9],
+            [6, 7, 8, 9],
+        ),  # length max + 5: the last items stay
     ],
 )
 def test_pad_ragged_pads_short_rows_and_keeps_the_most_recent_items(row, right_padded, left_padded):
@@ -64,7 +68,9 @@ class Echo(torch.nn.Module):
 def test_scripted_wire_model_pads_ragged_inputs_and_passes_dense_ones():
     module = torch.jit.script(WireModel(Echo(), ["items"], [3], ["weight"]))
     values, offsets = ragged([[1, 2, 3, 4], [5]])
-    items, weight = module({"items__values": values, "items__offsets": offsets, "weight": torch.ones(2)})
+    items, weight = module(
+        {"items__values": values, "items__offsets": offsets, "weight": torch.ones(2)}
+    )
     assert items.tolist() == [[2, 3, 4], [5, 0, 0]]
     assert weight.tolist() == [1.0, 1.0]
 
@@ -86,17 +92,30 @@ def scripted_wire_model():
 @pytest.mark.parametrize(
     "values, offsets, message",
     [
-        ([1, 2, 3], [0, 2, 1, 3], r"input column 'items__offsets': expected offsets from 0 up to len\('items__values'\) = 3"),
+        (
+            [1, 2, 3],
+            [0, 2, 1, 3],
+            r"input column 'items__offsets': expected offsets from 0 up to len\('items__values'\) = 3",
+        ),
         ([1, 2, 3], [1, 3], r"input column 'items__offsets': .*got offsets from 1 to 3"),
         ([1, 2, 3], [0, 2], r"input column 'items__offsets': .*got offsets from 0 to 2"),
         ([1, 2, 3], [0, 4], r"input column 'items__offsets': .*got offsets from 0 to 4"),
-        ([1, 2, 30], [0, 3], r"input column 'items': expected ids from 0 to 9 \(the model's catalog\), got ids from 1 to 30"),
+        (
+            [1, 2, 30],
+            [0, 3],
+            r"input column 'items': expected ids from 0 to 9 \(the model's catalog\), got ids from 1 to 30",
+        ),
         ([-1, 2], [0, 2], r"input column 'items': expected ids from 0 to 9 .*got ids from -1 to 2"),
     ],
 )
-def test_wire_model_refuses_bad_offsets_and_ids_outside_the_catalog_in_torchscript(values, offsets, message):
+def test_wire_model_refuses_bad_offsets_and_ids_outside_the_catalog_in_torchscript(
+    values, offsets, message
+):
     model = scripted_wire_model()
-    inputs = {"items__values": torch.tensor(values), "items__offsets": torch.tensor(offsets, dtype=torch.int32)}
+    inputs = {
+        "items__values": torch.tensor(values),
+        "items__offsets": torch.tensor(offsets, dtype=torch.int32),
+    }
     with pytest.raises(torch.jit.Error) as error:
         model(inputs)
     assert re.search(message, str(error.value).strip().splitlines()[-1])
@@ -104,9 +123,19 @@ def test_wire_model_refuses_bad_offsets_and_ids_outside_the_catalog_in_torchscri
 
 def test_wire_model_answers_empty_sessions_and_requests_without_rows():
     model = scripted_wire_model()
-    answer = model({"items__values": torch.tensor([4, 5]), "items__offsets": torch.tensor([0, 0, 2], dtype=torch.int32)})
+    answer = model(
+        {
+            "items__values": torch.tensor([4, 5]),
+            "items__offsets": torch.tensor([0, 0, 2], dtype=torch.int32),
+        }
+    )
     assert answer.tolist() == [0, 9]
-    empty = model({"items__values": torch.zeros(0, dtype=torch.int64), "items__offsets": torch.zeros(1, dtype=torch.int32)})
+    empty = model(
+        {
+            "items__values": torch.zeros(0, dtype=torch.int64),
+            "items__offsets": torch.zeros(1, dtype=torch.int32),
+        }
+    )
     assert empty.tolist() == []
 
 
@@ -117,7 +146,17 @@ def test_wire_model_refuses_inputs_of_different_row_counts_which_would_broadcast
 
     model = torch.jit.script(WireModel(Sum(), ["a", "b"], [MAX, MAX], []))
     two_rows, one_row = ragged([[1], [2]]), ragged([[1, 2]])
-    inputs = {"a__values": two_rows[0], "a__offsets": two_rows[1], "b__values": one_row[0], "b__offsets": one_row[1]}
+    inputs = {
+        "a__values": two_rows[0],
+        "a__offsets": two_rows[1],
+        "b__values": one_row[0],
+        "b__offsets": one_row[1],
+    }
     with pytest.raises(torch.jit.Error) as error:
         model(inputs)
-    assert str(error.value).strip().splitlines()[-1].endswith("input column 'b': expected 2 rows, like 'a', got 1 rows")
+    assert (
+        str(error.value)
+        .strip()
+        .splitlines()[-1]
+        .endswith("input column 'b': expected 2 rows, like 'a', got 1 rows")
+    )

@@ -37,7 +37,9 @@ def test_transform_workflow_keeps_sorted_order_when_asked(toy_workflow):
 
 
 def test_take_rows_reorders_ragged_and_scalar_columns_together():
-    table = TensorTable({"l": (np.array([1, 2, 3, 4, 5, 6]), np.array([0, 1, 3, 6])), "s": np.array([10, 20, 30])})
+    table = TensorTable(
+        {"l": (np.array([1, 2, 3, 4, 5, 6]), np.array([0, 1, 3, 6])), "s": np.array([10, 20, 30])}
+    )
     taken = take_rows(table, np.array([2, 0]))
     assert frames.table_to_frame(taken)["l"].map(list).tolist() == [[4, 5, 6], [1]]
     assert taken["s"].values.tolist() == [30, 10]
@@ -45,15 +47,21 @@ def test_take_rows_reorders_ragged_and_scalar_columns_together():
 
 def test_fast_path_and_nvtabular_path_give_the_same_table(toy_workflow):
     rows = toy_session.interactions(12, seed=8)
-    rows.loc[rows.index[::4], "item_id"] = 99_999  # never seen in training: out-of-vocabulary bucket
+    rows.loc[rows.index[::4], "item_id"] = (
+        99_999  # never seen in training: out-of-vocabulary bucket
+    )
     shuffled = rows.sample(frac=1.0, random_state=3).reset_index(drop=True)
 
     fast = Ensemble(TransformWorkflow(toy_workflow), toy_workflow.input_schema).transform(shuffled)
-    slow = Ensemble(TransformWorkflow(toy_workflow, fast_path=False), toy_workflow.input_schema).transform(shuffled)
+    slow = Ensemble(
+        TransformWorkflow(toy_workflow, fast_path=False), toy_workflow.input_schema
+    ).transform(shuffled)
 
     assert list(fast.columns) == list(slow.columns)
     for name in fast.columns:
-        assert [np.asarray(cell).tolist() for cell in fast[name]] == [np.asarray(cell).tolist() for cell in slow[name]], name
+        assert [np.asarray(cell).tolist() for cell in fast[name]] == [
+            np.asarray(cell).tolist() for cell in slow[name]
+        ], name
     assert fast["item_id-list"].map(len).sum() > 0
 
 

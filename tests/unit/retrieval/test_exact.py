@@ -37,7 +37,9 @@ def test_exact_top_k_equals_ranking_the_whole_catalog_for_any_block_size(items, 
 def test_exact_top_k_leaves_out_each_rows_seen_items_of_a_dense_list(items):
     q = queries(2)
     unmasked, _ = exact_top_k(q, items, 3, EXCLUDED, None, None)
-    seen = torch.stack([unmasked[0], torch.tensor([-1, CATALOG + 5, 0])])  # out-of-catalog ids are ignored
+    seen = torch.stack(
+        [unmasked[0], torch.tensor([-1, CATALOG + 5, 0])]
+    )  # out-of-catalog ids are ignored
 
     ids, _ = exact_top_k(q, items, 3, EXCLUDED, seen, None, 0.0, 100)
 

@@ -17,7 +17,11 @@ def items():
     """Clustered vectors, as trained item embeddings are (approximate indexes need structure)."""
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((50, DIMENSION))
-    return torch.from_numpy((centres[rng.integers(0, 50, CATALOG)] + 0.3 * rng.standard_normal((CATALOG, DIMENSION))).astype(np.float32))
+    return torch.from_numpy(
+        (
+            centres[rng.integers(0, 50, CATALOG)] + 0.3 * rng.standard_normal((CATALOG, DIMENSION))
+        ).astype(np.float32)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +31,9 @@ def queries():
 
 def seen_lists(exact_ids):
     """Each row has seen two of its own best items and an id outside the catalog."""
-    values = torch.stack([exact_ids[:, 0], exact_ids[:, 3], torch.full_like(exact_ids[:, 0], CATALOG + 7)], 1).reshape(-1)
+    values = torch.stack(
+        [exact_ids[:, 0], exact_ids[:, 3], torch.full_like(exact_ids[:, 0], CATALOG + 7)], 1
+    ).reshape(-1)
     return values, torch.arange(0, len(values) + 1, 3)
 
 
@@ -35,7 +41,9 @@ def search(index, queries, seen=(None, None), temperature=0.0):
     return index.search(queries, K, torch.tensor(EXCLUDED), seen[0], seen[1], temperature)
 
 
-@pytest.mark.parametrize("spec", [ExactIndex(), HNSWIndex(m=16), IVFIndex(lists=32, probes=32)], ids=lambda s: s.kind)
+@pytest.mark.parametrize(
+    "spec", [ExactIndex(), HNSWIndex(m=16), IVFIndex(lists=32, probes=32)], ids=lambda s: s.kind
+)
 def test_index_never_returns_excluded_or_seen_items(items, queries, spec):
     exact_ids, _ = search(build_index(ExactIndex(), items, EXCLUDED), queries)
     seen = seen_lists(exact_ids)
@@ -68,7 +76,11 @@ def test_approximate_scores_are_divided_by_the_temperature(items, queries):
     torch.testing.assert_close(cooled, scores / 0.5)
 
 
-@pytest.mark.parametrize("spec", [ExactIndex(block_items=1_000), HNSWIndex(m=8, ef_search=40), IVFIndex(lists=8, probes=2)], ids=lambda s: s.kind)
+@pytest.mark.parametrize(
+    "spec",
+    [ExactIndex(block_items=1_000), HNSWIndex(m=8, ef_search=40), IVFIndex(lists=8, probes=2)],
+    ids=lambda s: s.kind,
+)
 def test_a_saved_index_loads_and_answers_the_same(items, queries, spec, tmp_path):
     built = build_index(spec, items, EXCLUDED)
     built.save(str(tmp_path))
@@ -85,7 +97,10 @@ def test_index_spec_reads_names_and_configs():
 
 
 def test_index_spec_refuses_unknown_kinds_and_bad_knobs():
-    with pytest.raises(ValueError, match=r"index must be ExactIndex\(\), HNSWIndex\(...\), IVFIndex\(...\) or one of 'exact', 'hnsw', 'ivf', got 'flat'"):
+    with pytest.raises(
+        ValueError,
+        match=r"index must be ExactIndex\(\), HNSWIndex\(...\), IVFIndex\(...\) or one of 'exact', 'hnsw', 'ivf', got 'flat'",
+    ):
         index_spec("flat")
     with pytest.raises(ValueError, match=r"HNSWIndex.ef_search must be a positive integer, got 0"):
         HNSWIndex(ef_search=0)
