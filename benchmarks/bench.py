@@ -148,42 +148,46 @@ class Benchmark:
         ensemble.export(shared_repository, systems.PROJECT_MODEL, overwrite=True)
         mixed.export(shared_repository, systems.MIXED_MODEL, overwrite=True)
         self.notes.append(
-            "(a) in-process limit: `Ensemble.transform(DataFrame)` with the LocalExecutor in the benchmark "
-            "process (DataFrame to table, TransformWorkflow on the compiled fast path, PredictPytorch, "
-            f"TopK({TOP_K}) leaving out seen and reserved ids, DecodeItemIds, table to DataFrame); "
-            "one client is the benchmark's main thread, 8 clients are it and 7 more threads."
+            "(a) in-process limit: `Ensemble.transform(DataFrame)` with the LocalExecutor in the"
+            " benchmark process (DataFrame to table, TransformWorkflow on the compiled fast path,"
+            f" PredictPytorch, TopK({TOP_K}) leaving out seen and reserved ids, DecodeItemIds,"
+            " table to DataFrame); one client is the benchmark's main thread, 8 clients are it and"
+            " 7 more threads."
         )
 
         floor_repository = self.work_dir / "floor"
         floor.write_floor_repository(floor_repository, project_steps, request_schema)
         self.notes.append(
-            f"(b) Triton floor: an ensemble of {project_steps} no-op python-backend model(s), as many steps "
-            "as (c)'s exported ensemble schedules, taking the same request tensors and returning them; "
-            "requests built as tensors before timing."
+            f"(b) Triton floor: an ensemble of {project_steps} no-op python-backend model(s), as"
+            " many steps as (c)'s exported ensemble schedules, taking the same request tensors and"
+            " returning them; requests built as tensors before timing."
         )
 
         fused = "; ".join(f"{model}: {', '.join(ops)}" for model, ops in exported.fused.items())
         self.notes.append(
-            f"(c) this project: the exported ensemble `{systems.PROJECT_MODEL}` with {project_steps} step(s) "
-            f"({fused}) on the python backend, exported with the default `ModelOptions()` (one instance, "
-            "Triton warm-up configured, one torch thread per instance). `Client` is "
-            "`merlin_torch_serving.Client.infer(DataFrame)` returning a DataFrame (what a user pays); "
-            "`tritonclient, prebuilt` sends the same requests as tensors built before timing."
+            f"(c) this project: the exported ensemble `{systems.PROJECT_MODEL}` with"
+            f" {project_steps} step(s) ({fused}) on the python backend, exported with the default"
+            " `ModelOptions()` (one instance, Triton warm-up configured, one torch thread per"
+            " instance). `Client` is `merlin_torch_serving.Client.infer(DataFrame)` returning a"
+            " DataFrame (what a user pays); `tritonclient, prebuilt` sends the same requests as"
+            " tensors built before timing."
         )
         mixed_steps = "; ".join(
             f"{model}: {', '.join(ops)}" for model, ops in mixed_exported.fused.items()
         )
         self.notes.append(
-            f'(e) this project, mixed: the same graph exported with `PredictPytorch(backend="pytorch")` as '
-            f"`{systems.MIXED_MODEL}` ({mixed_steps}): the workflow on the python backend, the model with TopK "
-            "and DecodeItemIds compiled into one libtorch model on Triton's pytorch backend; same requests, "
-            "same `ModelOptions()`, same server settings as (c)."
+            "(e) this project, mixed: the same graph exported with"
+            f' `PredictPytorch(backend="pytorch")` as `{systems.MIXED_MODEL}` ({mixed_steps}): the'
+            " workflow on the python backend, the model with TopK and DecodeItemIds compiled into"
+            " one libtorch model on Triton's pytorch backend; same requests, same"
+            " `ModelOptions()`, same server settings as (c)."
         )
         self.notes.append(
-            "(c) / (e) sharing a server: both exports loaded in one tritonserver, each sent requests by its own "
-            f"client (`{SHARED_CLIENT}`, gRPC) at the same time for the whole time budget (the two timings start "
-            "together), so the python stub's and libtorch's torch thread pools compete for the cores; each is "
-            "compared with its own row served alone (targets)."
+            "(c) / (e) sharing a server: both exports loaded in one tritonserver, each sent"
+            f" requests by its own client (`{SHARED_CLIENT}`, gRPC) at the same time for the whole"
+            " time budget (the two timings start together), so the python stub's and libtorch's"
+            " torch thread pools compete for the cores; each is compared with its own row served"
+            " alone (targets)."
         )
 
         merlin_repository = self.work_dir / "merlin"
@@ -196,13 +200,15 @@ class Benchmark:
             max_sequence_length=MAX_SEQUENCE_LENGTH,
         )
         self.notes.append(
-            "(d) Merlin Systems 23.08: `Ensemble(TransformWorkflow(workflow) >> PredictPyTorch(traced_model, ...))` "
-            "on the same workflow and model, exported with Merlin's own `Ensemble.export`. "
+            "(d) Merlin Systems 23.08: `Ensemble(TransformWorkflow(workflow) >>"
+            " PredictPyTorch(traced_model, ...))` on the same workflow and model, exported with"
+            " Merlin's own `Ensemble.export`. "
             + merlin_baseline.SWAP_NOTE
-            + f" The model is traced with Transformers4Rec's `top_k={TOP_K}`, so it also answers ten items per "
-            "session (without leaving out seen or reserved ids, ids still encoded). Each request is converted "
-            "with Merlin's `convert_df_to_triton_input` and sent with tritonclient, as "
-            "`send_triton_request` does (minus its extra is-server-live call per request)."
+            + f" The model is traced with Transformers4Rec's `top_k={TOP_K}`, so it also answers"
+            " ten items per session (without leaving out seen or reserved ids, ids still"
+            " encoded). Each request is converted with Merlin's `convert_df_to_triton_input` and"
+            " sent with tritonclient, as `send_triton_request` does (minus its extra"
+            " is-server-live call per request)."
         )
         self.notes.append(
             "Servers run one at a time; client threads and the server share the machine's cores. "
@@ -248,7 +254,9 @@ class Benchmark:
             requests = self.workload.requests[sessions]
             for concurrency in self.concurrencies:
 
-                def measure() -> Measurement:
+                def measure(
+                    requests=requests, sessions=sessions, concurrency=concurrency
+                ) -> Measurement:
                     with OtherCpuLoad() as other:
                         result = run_load(
                             lambda: inprocess.in_process_sender(ensemble, requests),
@@ -312,7 +320,7 @@ class Benchmark:
             for sessions in self.session_counts:
                 requests = self.workload.requests[sessions]
 
-                def measure() -> list[Measurement]:
+                def measure(requests=requests, sessions=sessions) -> list[Measurement]:
                     make_senders = {
                         export.key: functools.partial(
                             _client_path(export, SHARED_CLIENT).make_sender,
@@ -378,9 +386,10 @@ class Benchmark:
         )
         self.starts.append(start)
         self.progress.step(
-            f"{system.key}: ready after {start.start_to_ready_s:.1f} s, first answer after "
-            f"{start.start_to_first_answer_s:.1f} s; first {COLD_REQUESTS} requests (ms): "
-            f"{', '.join(f'{ms:.0f}' for ms in first_requests_ms)}; RSS {start.rss_after_ready_mb:.0f} MB"
+            f"{system.key}: ready after {start.start_to_ready_s:.1f} s, first answer after"
+            f" {start.start_to_first_answer_s:.1f} s; first {COLD_REQUESTS} requests (ms):"
+            f" {', '.join(f'{ms:.0f}' for ms in first_requests_ms)}; RSS"
+            f" {start.rss_after_ready_mb:.0f} MB"
         )
         return start
 

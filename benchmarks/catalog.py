@@ -22,14 +22,13 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-import warnings  # noqa: E402
+import warnings
 
 for _category in (UserWarning, FutureWarning, DeprecationWarning):
     warnings.filterwarnings("ignore", category=_category)
 
-import argparse  # noqa: E402
+import argparse
 import json
-import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -134,13 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(","))
     rounds = 5 if args.quick else args.rounds
     began = time.perf_counter()
-    say = lambda message: print(f"[{time.perf_counter() - began:7.1f} s] {message}", flush=True)
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - began:7.1f} s] {message}", flush=True)
+
     rows: list[Row] = []
     results: list[CatalogResult] = []
     with tempfile.TemporaryDirectory(prefix="catalog-sweep-") as scratch:
         epochs = 1 if args.quick else EPOCHS
         say(
-            f"building the workload: clicks, workflow, the example's XLNet trained {epochs} epoch(s)"
+            f"building the workload: clicks, workflow, the example's XLNet trained {epochs}"
+            " epoch(s)"
         )
         workload = build_workload(
             Path(scratch), session_counts=SESSION_COUNTS, epochs=epochs, progress=False
@@ -187,14 +190,14 @@ def _sweep_catalog(workload, size, index_spec, rounds, held_out, scratch: Path, 
     ensembles = {path: Ensemble(graph, workflow.input_schema) for path, graph in graphs.items()}
     retriever = _operator(ensembles[RETRIEVAL], RetrieveTopK)
     began = time.perf_counter()
-    retriever.item_index  # built here, timed
+    _ = retriever.item_index  # built here, timed
     build_s = time.perf_counter() - began
     index_dir = scratch / f"index-{size}"
     index_dir.mkdir()
     retriever.save_artifacts(str(index_dir))
     index_mb = sum(f.stat().st_size for f in index_dir.iterdir()) / 2**20
     say(f"  {index_spec.kind} index built in {build_s:.1f} s, {index_mb:.0f} MB")
-    _operator(ensembles[BLOCKWISE], RetrieveTopK).item_index
+    _ = _operator(ensembles[BLOCKWISE], RetrieveTopK).item_index
 
     exact = _answer_in_chunks(ensembles[EXACT], held_out)
     blockwise = _answer_in_chunks(ensembles[BLOCKWISE], held_out)
@@ -202,35 +205,29 @@ def _sweep_catalog(workload, size, index_spec, rounds, held_out, scratch: Path, 
     recall = _recall(retrieved["item_ids"], exact["item_ids"])
     same_ids = bool(np.array_equal(np.stack(blockwise["item_ids"]), np.stack(exact["item_ids"])))
     say(
-        f"  recall@10 of retrieval against exact over {len(exact)} held-out sessions: {recall:.4f}; "
-        f"exact RetrieveTopK {'returns' if same_ids else 'does NOT return'} TopK's ids"
+        f"  recall@10 of retrieval against exact over {len(exact)} held-out sessions: {recall:.4f};"
+        f" exact RetrieveTopK {'returns' if same_ids else 'does NOT return'} TopK's ids"
     )
 
     with OtherCpuLoad() as load:
         # one thread count at a time: a two-thread request leaves OpenMP workers spinning that slow
         # the one-thread request after it (interleaved, the 2k TopK p50 read 9 to 12 ms, alone 2.3)
-        rows = [
-            row
-            for threads, where in ((1, "in-process, 1 thread"), (2, "in-process, 2 threads"))
-            for row in _measure(
-                [(path, where, LocalExecutor(threads)) for path in ensembles],
-                ensembles,
-                workload.requests,
-                rounds,
-                catalog,
-            )
-        ]
+        rows = []
+        for threads, where in ((1, "in-process, 1 thread"), (2, "in-process, 2 threads")):
+            settings = [(path, where, LocalExecutor(threads)) for path in ensembles]
+            rows += _measure(settings, ensembles, workload.requests, rounds, catalog)
         rows.sort(key=lambda row: row.sessions)
     for row in rows:
         say(
-            f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms  {row.sessions_per_s:8.0f} sess/s"
+            f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms "
+            f" {row.sessions_per_s:8.0f} sess/s"
         )
     distinct = len({int(ids[0]) for ids in exact["item_ids"]})
-    random_recall, random_build_s = _random_table_recall(
-        index_spec, retriever, _session_vectors(workflow, model, held_out)
-    )
+    queries = _session_vectors(workflow, model, held_out)
+    random_recall, random_build_s = _random_table_recall(index_spec, retriever, queries)
     say(
-        f"  on a random table of the same shape: recall@10 {random_recall:.4f} (index built in {random_build_s:.1f} s)"
+        f"  on a random table of the same shape: recall@10 {random_recall:.4f} (index built in"
+        f" {random_build_s:.1f} s)"
     )
     result = CatalogResult(
         catalog,
@@ -343,7 +340,8 @@ def _measure_served(
         for row in rows[-len(SESSION_COUNTS) :]:
             row.server_rss_mb = memory.peak_bytes / 2**20
             say(
-                f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms  RSS {row.server_rss_mb:6.0f} MB"
+                f"  {row.path:<20} {row.where:<22} {row.sessions:2d} sess  p50 {row.p50_ms:8.2f} ms"
+                f"  RSS {row.server_rss_mb:6.0f} MB"
             )
     return rows
 
@@ -377,7 +375,7 @@ def _answer_in_chunks(ensemble: Ensemble, rows, sessions_per_chunk: int = 50):
 
 def _recall(found, truth) -> float:
     """Mean share of each row's true top ``TOP_K`` ids that were found."""
-    return float(np.mean([len(set(a) & set(b)) / TOP_K for a, b in zip(found, truth)]))
+    return float(np.mean([len(set(a) & set(b)) / TOP_K for a, b in zip(found, truth, strict=True)]))
 
 
 def _session_vectors(workflow, model, held_out) -> torch.Tensor:
@@ -386,32 +384,33 @@ def _session_vectors(workflow, model, held_out) -> torch.Tensor:
     encoder = Ensemble(
         features_node >> PredictPytorch(model, output="session_embedding"), workflow.input_schema
     )
-    return torch.from_numpy(
-        np.stack(_answer_in_chunks(encoder, held_out)["session_embedding"]).astype(np.float32)
-    )
+    vectors = _answer_in_chunks(encoder, held_out)["session_embedding"]
+    return torch.from_numpy(np.stack(vectors).astype(np.float32))
 
 
-def _random_table_recall(
-    index_spec, retriever: RetrieveTopK, queries: torch.Tensor
-) -> tuple[float, float]:
-    """recall@10 against exact, and build seconds, of the same index over Gaussian random vectors of
-    the retriever's catalog size and dimension, queried with ``queries`` (reserved ids excluded)."""
-    table = torch.randn(
-        retriever.catalog_size, retriever.dimension, generator=torch.Generator().manual_seed(0)
-    )
+def _random_table_recall(index_spec, retriever, queries: torch.Tensor) -> tuple[float, float]:
+    """The same index over Gaussian random vectors of the retriever's catalog size and dimension.
+
+    Returns its recall@10 against exact for ``queries`` (reserved ids left out), and its build
+    time in seconds.
+    """
+    generator = torch.Generator().manual_seed(0)
+    table = torch.randn(retriever.catalog_size, retriever.dimension, generator=generator)
     excluded = torch.tensor(RESERVED_IDS, dtype=torch.int64)
     began = time.perf_counter()
     approximate = build_index(index_spec, table, list(RESERVED_IDS))
     build_s = time.perf_counter() - began
     found, _ = approximate.search(queries, TOP_K, excluded, None, None, 0.0)
-    truth, _ = build_index(ExactIndex(), table, list(RESERVED_IDS)).search(
-        queries, TOP_K, excluded, None, None, 0.0
-    )
+    exact = build_index(ExactIndex(), table, list(RESERVED_IDS))
+    truth, _ = exact.search(queries, TOP_K, excluded, None, None, 0.0)
     return _recall(found.tolist(), truth.tolist()), build_s
 
 
 def _held_out_sessions():
-    """Every held-out session's raw clicks (``build_workload`` splits the same clicks the same way)."""
+    """Every held-out session's raw clicks.
+
+    ``build_workload`` splits the same clicks the same way.
+    """
     return data.split_by_time(data.generate_interactions())[1]
 
 
@@ -448,7 +447,10 @@ def _targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, b
         (
             f"recall@10 against exact at {largest:,} items at least 0.95",
             results[-1].recall_at_10 >= 0.95,
-            f"{results[-1].recall_at_10:.4f} over {results[-1].held_out_sessions} held-out sessions",
+            (
+                f"{results[-1].recall_at_10:.4f} over {results[-1].held_out_sessions} held-out"
+                " sessions"
+            ),
         ),
     ]
     for sessions in SESSION_COUNTS:
@@ -458,23 +460,31 @@ def _targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, b
             if sessions == 1:
                 targets.append(
                     (
-                        f"retrieval p50 at {largest:,} items, 1 session, against the exact p50 before block-wise ranking and "
-                        f"huge pages ({earlier:.0f} ms)",
+                        (
+                            f"retrieval p50 at {largest:,} items, 1 session, against the exact p50"
+                            f" before block-wise ranking and huge pages ({earlier:.0f} ms)"
+                        ),
                         None,
                         f"{earlier / retrieval_1:.1f}x lower",
                     )
                 )
             targets.append(
                 (
-                    f"exact scoring (TopK) at {largest:,} items, {sessions} session(s), no slower than before ({earlier:.0f} ms, "
-                    "model and top-k alone; here the whole ensemble)",
+                    (
+                        f"exact scoring (TopK) at {largest:,} items, {sessions} session(s), no"
+                        f" slower than before ({earlier:.0f} ms, model and top-k alone; here the"
+                        " whole ensemble)"
+                    ),
                     exact <= earlier,
                     f"{exact:.2f} ms",
                 )
             )
         targets.append(
             (
-                f"exact RetrieveTopK at {largest:,} items, {sessions} session(s), no slower than exact TopK",
+                (
+                    f"exact RetrieveTopK at {largest:,} items, {sessions} session(s), no slower"
+                    " than exact TopK"
+                ),
                 blockwise <= exact,
                 f"{blockwise:.2f} ms vs {exact:.2f} ms ({exact / blockwise:.2f}x faster)",
             )
@@ -482,9 +492,12 @@ def _targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, b
     last = results[-1]
     targets.append(
         (
-            f"recall@10 of the same index over a Gaussian random table of {largest:,} items (no cluster structure)",
+            (
+                f"recall@10 of the same index over a Gaussian random table of {largest:,} items"
+                " (no cluster structure)"
+            ),
             None,
-            f"{last.random_table_recall_at_10:.4f} for the same {last.held_out_sessions} session vectors",
+            f"{last.random_table_recall_at_10:.4f} for the same {last.held_out_sessions} sessions",
         )
     )
     targets.append(
@@ -515,14 +528,20 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
     lines = [
         "# Catalog sweep",
         "",
-        f"{machine['date_utc']}, commit {machine['commit']}, {machine['logical_cpus']} CPUs ({machine['cpu']}), "
-        f"load average at start {machine['load_average_at_start']}. Approximate index: {record['index']} {record['index_spec']}.",
+        (
+            f"{machine['date_utc']}, commit {machine['commit']}, {machine['logical_cpus']} CPUs"
+            f" ({machine['cpu']}), load average at start {machine['load_average_at_start']}."
+            f" Approximate index: {record['index']} {record['index_spec']}."
+        ),
         "",
-        "Item table: the example's XLNet trained on its clicks (about 2,000 items); at larger sizes its rows "
-        "followed by variants of them (a trained row plus Gaussian noise of half the table's spread per "
-        "dimension, rescaled to the row's length), so the table clusters as trained tables do. The random "
-        "table column is the same index built over Gaussian random vectors of the same shape, queried with "
-        "the same session vectors: the worst case for any approximate index.",
+        (
+            "Item table: the example's XLNet trained on its clicks (about 2,000 items); at larger"
+            " sizes its rows followed by variants of them (a trained row plus Gaussian noise of"
+            " half the table's spread per dimension, rescaled to the row's length), so the table"
+            " clusters as trained tables do. The random table column is the same index built over"
+            " Gaussian random vectors of the same shape, queried with the same session vectors:"
+            " the worst case for any approximate index."
+        ),
         "",
         "## Targets (this run)",
         "",
@@ -534,7 +553,12 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
         "",
         "## Per catalog",
         "",
-        "| catalog | index | build s | index MB | recall@10 | recall@10, random table | held-out sessions | distinct best items | exact RetrieveTopK ids = TopK ids | exported MB (exact / exact RetrieveTopK / retrieval) | other CPU (cores) |",
+        (
+            "| catalog | index | build s | index MB | recall@10 | recall@10, random table |"
+            " held-out sessions | distinct best"
+            " items | exact RetrieveTopK ids = TopK ids | exported MB (exact / exact RetrieveTopK /"
+            " retrieval) | other CPU (cores) |"
+        ),
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     for r in results:
@@ -544,7 +568,11 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
             else "not served"
         )
         lines.append(
-            f"| {r.catalog:,} | {r.index} | {r.index_build_s:.1f} | {r.index_mb:.0f} | {r.recall_at_10:.4f} | {r.random_table_recall_at_10:.4f} | {r.held_out_sessions} | {r.distinct_best_items} | {'yes' if r.exact_retrieval_equals_topk else 'NO'} | {exported} | {r.other_cpu_cores:.2f} |"
+            f"| {r.catalog:,} | {r.index} | {r.index_build_s:.1f} | {r.index_mb:.0f} |"
+            f" {r.recall_at_10:.4f} | {r.random_table_recall_at_10:.4f} |"
+            f" {r.held_out_sessions} | {r.distinct_best_items} |"
+            f" {'yes' if r.exact_retrieval_equals_topk else 'NO'} | {exported} |"
+            f" {r.other_cpu_cores:.2f} |"
         )
     lines += [
         "",
@@ -556,7 +584,8 @@ def _markdown(record: dict, rows: list[Row], results: list[CatalogResult]) -> st
     for r in rows:
         rss = f"{r.server_rss_mb:.0f}" if r.server_rss_mb is not None else ""
         lines.append(
-            f"| {r.catalog:,} | {r.path} | {r.where} | {r.sessions} | {r.p50_ms:.2f} | {r.sessions_per_s:.0f} | {r.requests} | {rss} |"
+            f"| {r.catalog:,} | {r.path} | {r.where} | {r.sessions} | {r.p50_ms:.2f} |"
+            f" {r.sessions_per_s:.0f} | {r.requests} | {rss} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -20,7 +20,10 @@ PROJECT_COLOUR, MERLIN_COLOUR = "#1f6fb4", "#9a9a9a"
 
 
 def draw(path: Path, measurements: list[Measurement]) -> None:
-    """Two panels (p50 latency, sessions/s), one group of two bars per (sessions, clients) setting."""
+    """Two panels, p50 latency and sessions/s.
+
+    Each has one group of two bars per (sessions, clients) setting.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,7 +125,8 @@ def draw(path: Path, measurements: list[Measurement]) -> None:
     ]
     figure.legend(handles=handles, loc="lower center", ncol=4, fontsize=8.5, frameon=False)
     figure.suptitle(
-        "Same workflow and Transformers4Rec model, 2 CPU cores: bold = times better than Merlin Systems",
+        "Same workflow and Transformers4Rec model, 2 CPU cores: bold = times better than Merlin"
+        " Systems",
         fontsize=11,
     )
     figure.tight_layout(rect=(0, 0.07, 1, 0.97))

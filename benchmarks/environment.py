@@ -40,7 +40,7 @@ def describe_machine(repository_root: Path) -> dict:
     import torch
 
     return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpu": _cpu_model(),
         "logical_cpus": os.cpu_count(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),

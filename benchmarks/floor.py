@@ -16,7 +16,7 @@ from merlin_torch_serving.export.config import from_pbtxt, tensor_configs, to_pb
 FLOOR_MODEL = "floor"
 # The step returns what it got, under other names: an ensemble output may not share an input's name.
 _PASSED_SUFFIX = "__passed"
-_NO_OP_MODEL_SOURCE = '''"""A python-backend model that answers every request with its inputs, untouched."""
+_NO_OP_MODEL_SOURCE = '''"""A python-backend model that answers every request with its inputs."""
 
 import json
 
@@ -34,7 +34,10 @@ class TritonPythonModel:
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
-                    pb_utils.Tensor(name + PASSED_SUFFIX, pb_utils.get_input_tensor_by_name(request, name).as_numpy())
+                    pb_utils.Tensor(
+                        name + PASSED_SUFFIX,
+                        pb_utils.get_input_tensor_by_name(request, name).as_numpy(),
+                    )
                     for name in self.input_names
                 ]
             )
@@ -48,7 +51,8 @@ def ensemble_step_count(repository: Path, ensemble_name: str) -> int:
     config = from_pbtxt((repository / ensemble_name / "config.pbtxt").read_text())
     if config.platform != "ensemble":
         raise ValueError(
-            f"model {ensemble_name!r} in {str(repository)!r} is not an ensemble (platform {config.platform!r})"
+            f"model {ensemble_name!r} in {str(repository)!r} is not an ensemble (platform"
+            f" {config.platform!r})"
         )
     return len(config.ensemble_scheduling.step)
 

@@ -26,12 +26,12 @@ SCORES_COLUMN = "item_id_scores"
 IDS_COLUMN = "item_ids"
 
 SWAP_NOTE = (
-    "Merlin Systems' PredictPyTorch step was swapped for a python-backend TorchScript step "
-    "(PredictTorchScriptInExecutor, a ~30-line subclass defined in benchmarks/merlin_baseline.py): "
-    "the stock export always puts the traced model on Triton's libtorch backend, where nothing pads the "
-    "workflow's ragged lists into the dense inputs it was traced with. "
-    "The swapped step runs the same traced model inside Merlin's python executor model, after "
-    "Merlin's TransformWorkflow step."
+    "Merlin Systems' PredictPyTorch step was swapped for a python-backend TorchScript step"
+    " (PredictTorchScriptInExecutor, a ~30-line subclass defined in benchmarks/merlin_baseline.py):"
+    " the stock export always puts the traced model on Triton's libtorch backend, where nothing"
+    " pads the workflow's ragged lists into the dense inputs it was traced with. The swapped step"
+    " runs the same traced model inside Merlin's python executor model, after Merlin's"
+    " TransformWorkflow step."
 )
 
 
@@ -66,12 +66,18 @@ class PredictTorchScriptInExecutor(PredictPyTorch):
             outputs = self.model(inputs)
         outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         result = TensorTable(
-            {name: t.numpy() for name, t in zip(self.output_schema.column_names, outputs)}
+            {
+                name: t.numpy()
+                for name, t in zip(self.output_schema.column_names, outputs, strict=True)
+            }
         )
         return result if returns_table else result.to_df()
 
     def _dense(self, column) -> np.ndarray:
-        """Each row's last ``max_sequence_length`` values, right-padded with 0 (as the model was trained)."""
+        """Each row's last ``max_sequence_length`` values, right-padded with 0.
+
+        That is how the model was trained.
+        """
         values = np.asarray(column.values).astype(np.int64, copy=False)
         if column.offsets is None:
             return values.reshape(-1, self.max_sequence_length)

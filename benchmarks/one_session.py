@@ -21,27 +21,27 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-import warnings  # noqa: E402
+import warnings
 
 for _category in (UserWarning, FutureWarning, DeprecationWarning):
     warnings.filterwarnings("ignore", category=_category)
 
-import argparse  # noqa: E402
-import cProfile  # noqa: E402
-import io  # noqa: E402
-import pstats  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import cProfile
+import io
+import pstats
+import tempfile
+import time
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
+import numpy as np
+import psutil
 
-from benchmarks.environment import OtherCpuLoad  # noqa: E402
-from merlin_torch_serving import Client, LocalExecutor, TritonServer, frames  # noqa: E402
-from merlin_torch_serving.executors import torch_threads  # noqa: E402
-from merlin_torch_serving.plan import REQUEST, Ref, run_calls  # noqa: E402
-from tests.official import getting_started  # noqa: E402
-from tests.official.example import prepare  # noqa: E402
+from benchmarks.environment import OtherCpuLoad
+from merlin_torch_serving import Client, LocalExecutor, TritonServer, frames
+from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.plan import REQUEST, Ref, run_calls
+from tests.official import getting_started
+from tests.official.example import prepare
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,23 +80,26 @@ def main(argv: list[str] | None = None) -> int:
                 "http": Client(server.http_url, protocol="http"),
             }
             paths = {
-                name: (lambda frame, e=e: ensemble.transform(frame, e))
+                name: lambda frame, e=e: ensemble.transform(frame, e)
                 for name, e in executors.items()
             }
             for model, label in (("getting_started", "python"), ("getting_started_mixed", "mixed")):
                 paths.update(
                     {
-                        f"served {name} {label}": (lambda frame, c=c, m=model: c.infer(m, frame))
+                        f"served {name} {label}": lambda frame, c=c, m=model: c.infer(m, frame)
                         for name, c in clients.items()
                     }
                 )
             for send in paths.values():  # warm up on every request once
                 for frame in sessions:
                     send(frame)
-            own = lambda: [
-                server.pid,
-                *[p.pid for p in psutil.Process(server.pid).children(recursive=True)],
-            ]
+
+            def own() -> list[int]:
+                return [
+                    server.pid,
+                    *[p.pid for p in psutil.Process(server.pid).children(recursive=True)],
+                ]
+
             times = {name: [] for name in paths}
             with OtherCpuLoad(own) as load:
                 for round_ in range(arguments.rounds):
@@ -106,12 +109,14 @@ def main(argv: list[str] | None = None) -> int:
                         send(frame)
                         times[name].append((time.perf_counter() - began) * 1e3)
             print(
-                f"{arguments.rounds} requests per path, interleaved; other processes took {load.other_cores:.2f} "
-                f"cores (steal {load.steal_cores:.2f}); load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}"
+                f"{arguments.rounds} requests per path, interleaved; other processes took"
+                f" {load.other_cores:.2f} cores (steal {load.steal_cores:.2f}); load average"
+                f" {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}"
             )
             for name, values in times.items():
                 print(
-                    f"  {name:<24} p50 {np.percentile(values, 50):7.2f} ms   p90 {np.percentile(values, 90):7.2f} ms"
+                    f"  {name:<24} p50 {np.percentile(values, 50):7.2f} ms   p90"
+                    f" {np.percentile(values, 90):7.2f} ms"
                 )
             served = min(
                 np.percentile(values, 50)
@@ -120,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             for name in executors:
                 print(
-                    f"  {name} p50 / best served p50 = {np.percentile(times[name], 50) / served:.2f}"
+                    f"  {name} p50 / best served p50 ="
+                    f" {np.percentile(times[name], 50) / served:.2f}"
                 )
         for name, executor in executors.items():
             print(

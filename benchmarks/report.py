@@ -55,13 +55,16 @@ def write_markdown(
     targets: list[Target],
 ) -> None:
     machine = run["environment"]
+    uncommitted = " with uncommitted changes" if machine["uncommitted_changes"] else ""
+    quick = " --quick" if run["settings"]["mode"] == "quick" else ""
     lines = [
         "# Serving benchmark: session-based Transformers4Rec model with its NVTabular workflow",
         "",
-        f"{machine['date_utc']} on {machine['cpu']} ({machine['logical_cpus']} logical CPUs, "
-        f"{machine['memory_gb']} GB, no GPU), commit {machine['commit']}"
-        f"{' with uncommitted changes' if machine['uncommitted_changes'] else ''}; "
-        f"mode `{run['settings']['mode']}`, produced by `./run bench{' --quick' if run['settings']['mode'] == 'quick' else ''}`.",
+        (
+            f"{machine['date_utc']} on {machine['cpu']} ({machine['logical_cpus']} logical CPUs, "
+            f"{machine['memory_gb']} GB, no GPU), commit {machine['commit']}"
+            f"{uncommitted}; mode `{run['settings']['mode']}`, produced by `./run bench{quick}`."
+        ),
         "",
         "## Targets",
         "",
@@ -73,19 +76,29 @@ def write_markdown(
         "",
         "## Latency and throughput",
         "",
-        f"![p50 latency and sessions per second, this project against Merlin Systems 23.08, with the in-process limit "
-        f"and the Triton floor as reference lines]({path.with_suffix('.png').name})",
+        (
+            "![p50 latency and sessions per second, this project against Merlin Systems 23.08,"
+            " with the in-process limit and the Triton floor as reference"
+            f" lines]({path.with_suffix('.png').name})"
+        ),
         "",
-        "Each server first answers its cold-start requests (below) and then every request of every setting "
-        f"{run['settings']['steady_state_passes']} times, so rows measure a server that has been serving for a while. "
-        f"Each row: {run['settings']['warmup_requests']} warm-up requests, then up to "
-        f"{run['settings']['timed_requests']} timed requests or {run['settings']['time_budget_s']:g} s, whichever "
-        "comes first (`n` is how many were timed). Latency is from the call to the full answer in the client. "
-        "`other CPU` is how many cores other processes, or other virtual machines (steal), took meanwhile; a row measured while it "
-        f"exceeded {BUSY_MACHINE_CORES:g} was measured once more after a pause, and the less disturbed attempt kept; "
-        "rows marked `!` stayed above it.",
+        (
+            "Each server first answers its cold-start requests (below) and then every request of"
+            f" every setting {run['settings']['steady_state_passes']} times, so rows measure a"
+            " server that has been serving for a while. Each row:"
+            f" {run['settings']['warmup_requests']} warm-up requests, then up to"
+            f" {run['settings']['timed_requests']} timed requests or"
+            f" {run['settings']['time_budget_s']:g} s, whichever comes first (`n` is how many were"
+            " timed). Latency is from the call to the full answer in the client. `other CPU` is"
+            " how many cores other processes, or other virtual machines (steal), took meanwhile; a"
+            f" row measured while it exceeded {BUSY_MACHINE_CORES:g} was measured once more after a"
+            " pause, and the less disturbed attempt kept; rows marked `!` stayed above it."
+        ),
         "",
-        "| system | protocol | client | sessions | clients | n | p50 ms | p90 ms | p99 ms | requests/s | sessions/s | server RSS MB | other CPU |",
+        (
+            "| system | protocol | client | sessions | clients | n | p50 ms | p90 ms | p99 ms |"
+            " requests/s | sessions/s | server RSS MB | other CPU |"
+        ),
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for m in measurements:
@@ -93,30 +106,42 @@ def write_markdown(
         flag += f" ({m.attempts} tries)" if m.attempts > 1 else ""
         rss = f"{m.server_rss_mb:.0f}" if m.server_rss_mb is not None else "-"
         lines.append(
-            f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.sessions} | {m.concurrency} | {m.requests} "
-            f"| {m.p50_ms:.2f} | {m.p90_ms:.2f} | {m.p99_ms:.2f} | {m.requests_per_s:.1f} | {m.sessions_per_s:.0f} "
-            f"| {rss} | {m.other_cpu_cores:.2f}{flag} |"
+            f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.sessions} |"
+            f" {m.concurrency} | {m.requests} | {m.p50_ms:.2f} | {m.p90_ms:.2f} | {m.p99_ms:.2f} |"
+            f" {m.requests_per_s:.1f} | {m.sessions_per_s:.0f} | {rss} |"
+            f" {m.other_cpu_cores:.2f}{flag} |"
         )
     lines += [
         "",
         "## Cold start",
         "",
-        "From launching tritonserver to the first answer (gRPC, one session, the system's first client path; "
-        "the client is connected and has read the model's metadata before its first inference).",
+        (
+            "From launching tritonserver to the first answer (gRPC, one session, the system's first"
+            " client path; the client is connected and has read the model's metadata before its"
+            " first inference)."
+        ),
         "",
-        "| system | steps | start to ready s | start to first answer s | first request ms | steady p50 ms | first / steady | RSS after ready MB | other CPU |",
+        (
+            "| system | steps | start to ready s | start to first answer s | first request ms |"
+            " steady p50 ms | first / steady | RSS after ready MB | other CPU |"
+        ),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in starts:
         ratio = s.first_request_ms / s.steady_p50_ms if s.steady_p50_ms else float("nan")
         lines.append(
-            f"| {SYSTEM_LABELS[s.system]} | {s.ensemble_steps if s.ensemble_steps is not None else '-'} "
-            f"| {s.start_to_ready_s:.1f} | {s.start_to_first_answer_s:.1f} | {s.first_request_ms:.2f} "
-            f"| {s.steady_p50_ms:.2f} | {ratio:.1f} | {s.rss_after_ready_mb:.0f} | {s.other_cpu_cores:.2f} |"
+            f"| {SYSTEM_LABELS[s.system]} |"
+            f" {s.ensemble_steps if s.ensemble_steps is not None else '-'} |"
+            f" {s.start_to_ready_s:.1f} | {s.start_to_first_answer_s:.1f} |"
+            f" {s.first_request_ms:.2f} | {s.steady_p50_ms:.2f} | {ratio:.1f} |"
+            f" {s.rss_after_ready_mb:.0f} | {s.other_cpu_cores:.2f} |"
         )
     lines += [
         "",
-        f"The first {len(starts[0].first_requests_ms) if starts else 0} requests after ready, one at a time (ms):",
+        (
+            f"The first {len(starts[0].first_requests_ms) if starts else 0} requests after ready,"
+            " one at a time (ms):"
+        ),
         "",
         *[
             f"- {SYSTEM_LABELS[s.system]}: {', '.join(f'{ms:.1f}' for ms in s.first_requests_ms)}"
@@ -135,14 +160,22 @@ def write_markdown(
         "",
         "## Environment",
         "",
-        f"- Python {machine['python']} on {machine['os']}; torch threads in this process: {machine['torch_threads']}",
-        f"- tritonserver {run.get('tritonserver_version') or 'unknown'} (bundled with nvidia-pytriton) with its python "
-        "backend, and Triton's pytorch backend built for this torch by `merlin-torch-serving build-backend pytorch`",
+        (
+            f"- Python {machine['python']} on {machine['os']}; torch threads in this process:"
+            f" {machine['torch_threads']}"
+        ),
+        (
+            f"- tritonserver {run.get('tritonserver_version') or 'unknown'} (bundled with"
+            " nvidia-pytriton) with its python backend, and Triton's pytorch backend built for"
+            " this torch by `merlin-torch-serving build-backend pytorch`"
+        ),
         "- " + ", ".join(f"{name} {version}" for name, version in machine["packages"].items()),
-        f"- load average at start: {machine['load_average_at_start']}; "
-        f"workload: {run['workload']['train_sessions']} training sessions, catalog of "
-        f"{run['workload']['catalog']} encoded item ids, trained {run['workload']['epochs']} epoch(s) "
-        f"in {run['workload']['training_s']:.0f} s",
+        (
+            f"- load average at start: {machine['load_average_at_start']}; workload:"
+            f" {run['workload']['train_sessions']} training sessions, catalog of"
+            f" {run['workload']['catalog']} encoded item ids, trained {run['workload']['epochs']}"
+            f" epoch(s) in {run['workload']['training_s']:.0f} s"
+        ),
         f"- whole run: {run['wall_s']:.0f} s",
         "",
     ]
@@ -152,7 +185,10 @@ def write_markdown(
 def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerStart]) -> list[str]:
     """(e) against (c) on the same requests and server settings: latency, throughput, cold start."""
     lines = [
-        "Same requests, same `ModelOptions()`, same server settings; `Client` over gRPC. Ratio: mixed / all python.",
+        (
+            "Same requests, same `ModelOptions()`, same server settings; `Client` over gRPC. Ratio:"
+            " mixed / all python."
+        ),
         "",
         "| | (c) all python | (e) mixed | ratio |",
         "| --- | ---: | ---: | ---: |",
@@ -164,7 +200,8 @@ def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerSta
         mixed = find(measurements, MIXED, "grpc", sessions, concurrency, "Client")
         setting = f"{sessions} session(s), {concurrency} client(s)"
         lines.append(
-            f"| p50 ms, {setting} | {python.p50_ms:.2f} | {mixed.p50_ms:.2f} | {mixed.p50_ms / python.p50_ms:.2f} |"
+            f"| p50 ms, {setting} | {python.p50_ms:.2f} | {mixed.p50_ms:.2f} |"
+            f" {mixed.p50_ms / python.p50_ms:.2f} |"
         )
         lines.append(
             f"| sessions/s, {setting} | {python.sessions_per_s:.0f} | {mixed.sessions_per_s:.0f} "
@@ -188,22 +225,28 @@ def _disturbance_summary(measurements: list[Measurement]) -> str:
     disturbed = [m for m in measurements if m.other_cpu_cores > BUSY_MACHINE_CORES]
     if not disturbed:
         return (
-            f"No measurement was disturbed: other processes and virtual machines never took more than "
-            f"{BUSY_MACHINE_CORES:g} cores while one ran."
+            "No measurement was disturbed: other processes and virtual machines never took more"
+            f" than {BUSY_MACHINE_CORES:g} cores while one ran."
         )
     return (
-        f"**{len(disturbed)} of {len(measurements)} measurements were taken while other processes or virtual "
-        f"machines took more than {BUSY_MACHINE_CORES:g} cores** (marked `!` below); on 2 cores that can multiply torch's latency, "
-        "so treat those rows, and the targets that use them, with suspicion."
+        f"**{len(disturbed)} of {len(measurements)} measurements were taken while other processes"
+        f" or virtual machines took more than {BUSY_MACHINE_CORES:g} cores** (marked `!` below); on"
+        " 2 cores that can multiply torch's latency, so treat those rows, and the targets that use"
+        " them, with suspicion."
     )
 
 
 def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
-    """In-process parts and, for 1-session single-client gRPC, the server's share of each latency."""
+    """In-process parts, and the server's share of each latency.
+
+    The server's share is for 1-session single-client gRPC.
+    """
     lines = [
-        "In-process parts (median ms of `Ensemble.transform` split by operator; `compute sum` adds "
-        "the workflow, the model forward and top-k; other processes and virtual machines took "
-        f"{run['in_process_parts_other_cpu_cores']:.2f} cores meanwhile):",
+        (
+            "In-process parts (median ms of `Ensemble.transform` split by operator; `compute sum`"
+            " adds the workflow, the model forward and top-k; other processes and virtual machines"
+            f" took {run['in_process_parts_other_cpu_cores']:.2f} cores meanwhile):"
+        ),
         "",
         "| part | " + " | ".join(f"{n} session(s)" for n in run["in_process_parts"]) + " |",
         "| --- | " + " | ".join("---:" for _ in run["in_process_parts"]) + " |",
@@ -217,9 +260,11 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
         )
     lines += [
         "",
-        "Served, one session, one client: the client's p50 next to Triton's own mean time per request of "
-        "each model (queue + compute; an ensemble's time includes its steps). The rest is the client, "
-        "the network stack and the protocol.",
+        (
+            "Served, one session, one client: the client's p50 next to Triton's own mean time per"
+            " request of each model (queue + compute; an ensemble's time includes its steps). The"
+            " rest is the client, the network stack and the protocol."
+        ),
         "",
         "| system | protocol | client | client p50 ms | server time per model (mean ms) |",
         "| --- | --- | --- | ---: | --- |",

@@ -1,4 +1,7 @@
-"""The records a run produces, as saved in latest.json: one per measurement, one per server start."""
+"""The records a run produces, as saved in latest.json.
+
+There is one per measurement and one per server start.
+"""
 
 from __future__ import annotations
 
@@ -105,14 +108,18 @@ def find(
         ) and (client is None or measurement.client == client):
             return measurement
     raise KeyError(
-        f"no measurement of {system} {protocol} {sessions} session(s) concurrency {concurrency} client {client}"
+        f"no measurement of {system} {protocol} {sessions} session(s) concurrency {concurrency}"
+        f" client {client}"
     )
 
 
 def measurement_from_load(
     system, protocol, client, sessions, concurrency, result, rss_mb, other, server_side
 ) -> Measurement:
-    """The record of one measurement: a load result, the peak server RSS, the CPU others took meanwhile."""
+    """The record of one measurement.
+
+    It holds a load result, the peak server RSS, and the CPU others took meanwhile.
+    """
     return Measurement(
         system=system,
         protocol=protocol,

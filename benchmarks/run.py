@@ -15,23 +15,23 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-import warnings  # noqa: E402
+import warnings
 
 # Merlin warns about TensorFlow's absence and Transformers4Rec about deprecated transformers APIs
 # on import; neither says anything about this run. Set before the imports below trigger them.
 for _category in (UserWarning, FutureWarning, DeprecationWarning):
     warnings.filterwarnings("ignore", category=_category)
 
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import signal  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import contextlib
+import signal
+import tempfile
+import time
 
-from benchmarks.bench import Benchmark, Mode  # noqa: E402
-from benchmarks.environment import BUSY_MACHINE_CORES  # noqa: E402
-from benchmarks.results import SYSTEM_LABELS, Measurement  # noqa: E402
-from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch  # noqa: E402
+from benchmarks.bench import Benchmark, Mode
+from benchmarks.environment import BUSY_MACHINE_CORES
+from benchmarks.results import SYSTEM_LABELS, Measurement
+from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch
 
 SESSION_COUNTS = (1, 32)
 CONCURRENCIES = (1, 8)
@@ -64,9 +64,10 @@ class Progress:
             f"  other CPU {m.other_cpu_cores:.2f}" if m.other_cpu_cores > BUSY_MACHINE_CORES else ""
         )
         self.step(
-            f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<31} {m.protocol:<10} {m.client:<32} "
-            f"{m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99 {m.p99_ms:8.2f} ms  "
-            f"{m.requests_per_s:7.1f} req/s  {m.sessions_per_s:7.0f} sess/s  n={m.requests}{rss}{busy}"
+            f"{self.done:2d}/{self.total} {SYSTEM_LABELS[m.system]:<31} {m.protocol:<10}"
+            f" {m.client:<32} {m.sessions:2d} sess x{m.concurrency}  p50 {m.p50_ms:8.2f} ms  p99"
+            f" {m.p99_ms:8.2f} ms  {m.requests_per_s:7.1f} req/s  {m.sessions_per_s:7.0f} sess/s "
+            f" n={m.requests}{rss}{busy}"
         )
 
     def elapsed(self) -> float:
@@ -88,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = QUICK if arguments.quick else FULL
     if built_for_running_torch() is None:
         print(
-            "error: the mixed export runs on Triton's pytorch backend, which is not built for this torch; build it "
-            f"with `./run {BUILD_COMMAND} --sources PATH` (PATH: its release sources), or set "
-            "MTS_PYTORCH_BACKEND_SOURCES=PATH and run ./run setup",
+            "error: the mixed export runs on Triton's pytorch backend, which is not built for this"
+            f" torch; build it with `./run {BUILD_COMMAND} --sources PATH` (PATH: its release"
+            " sources), or set MTS_PYTORCH_BACKEND_SOURCES=PATH and run ./run setup",
             file=sys.stderr,
         )
         return 1
@@ -133,7 +134,10 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         choices=["catalog"],
-        help="run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g. --sizes, --index)",
+        help=(
+            "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
+            " --sizes, --index)"
+        ),
     )
     parser.add_argument(
         "--output-dir",
@@ -145,7 +149,10 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--work-dir",
         type=Path,
         default=None,
-        help="keep the model repositories and server logs here (default: a temporary folder, removed)",
+        help=(
+            "keep the model repositories and server logs here (default: a temporary folder,"
+            " removed)"
+        ),
     )
     return parser.parse_known_args(argv)
 

@@ -41,16 +41,17 @@ def per_request_ms(before: dict, after: dict) -> dict[str, dict[str, float]]:
         if count <= 0:
             continue
 
-        def mean_ms(phase: str) -> float:
-            previous = before.get(model, {}).get(phase, (0, 0))[1]
-            return round((phases[phase][1] - previous) / count / 1e6, 4)
-
+        previous = before.get(model, {})
+        mean_ms = {
+            phase: round((total_ns - previous.get(phase, (0, 0))[1]) / count / 1e6, 4)
+            for phase, (_, total_ns) in phases.items()
+        }
         means[model] = {
             "requests": count,
-            "request_ms": mean_ms("success"),
-            "queue_ms": mean_ms("queue"),
+            "request_ms": mean_ms["success"],
+            "queue_ms": mean_ms["queue"],
             "compute_ms": round(
-                mean_ms("compute_input") + mean_ms("compute_infer") + mean_ms("compute_output"), 4
+                mean_ms["compute_input"] + mean_ms["compute_infer"] + mean_ms["compute_output"], 4
             ),
         }
     return means

@@ -23,24 +23,30 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
-import argparse  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import textwrap  # noqa: E402
-import time  # noqa: E402
+import argparse
+import os
+import tempfile
+import textwrap
+import time
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
+import numpy as np
+import psutil
+import tritonclient.http as httpclient
 
-from benchmarks import server_stats  # noqa: E402
-from benchmarks.environment import OtherCpuLoad  # noqa: E402
-import tritonclient.http as httpclient  # noqa: E402
-
-from merlin_torch_serving import Client, ModelOptions, TritonServer, frames, metrics, wire  # noqa: E402
-from merlin_torch_serving.executors import torch_threads  # noqa: E402
-from merlin_torch_serving.export.python_model import HostedStep  # noqa: E402
-from tests.official import getting_started  # noqa: E402
-from tests.official.example import prepare  # noqa: E402
+from benchmarks import server_stats
+from benchmarks.environment import OtherCpuLoad
+from merlin_torch_serving import (
+    Client,
+    ModelOptions,
+    TritonServer,
+    frames,
+    metrics,
+    wire,
+)
+from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.export.python_model import HostedStep
+from tests.official import getting_started
+from tests.official.example import prepare
 
 EXPORTS = {"metrics on": ModelOptions(), "metrics off": ModelOptions(metrics=False)}
 PROBE_INCREMENTS = 2000
@@ -62,7 +68,9 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         # the family must outlive its metrics
-        self.family = pb_utils.MetricFamily(name="probe_total", description="probe", kind=pb_utils.MetricFamily.COUNTER)
+        self.family = pb_utils.MetricFamily(
+            name="probe_total", description="probe", kind=pb_utils.MetricFamily.COUNTER
+        )
         self.counter = self.family.Metric(labels={"model": "increment_probe"})
 
     def execute(self, requests):
@@ -108,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, _ in names.values():
                 for frame in sessions:
                     client.infer(name, frame)
-            own = lambda: [
-                server.pid,
-                *[p.pid for p in psutil.Process(server.pid).children(recursive=True)],
-            ]
+
+            def own() -> list[int]:
+                children = psutil.Process(server.pid).children(recursive=True)
+                return [server.pid, *[p.pid for p in children]]
+
             times = {label: [] for label in names}
             before = server_stats.snapshot(server.http_url)
             with OtherCpuLoad(own) as load:
@@ -126,23 +135,25 @@ def main(argv: list[str] | None = None) -> int:
             client.close()
             increment_us = _increment_us(server.http_url)
         print(
-            f"{arguments.rounds} requests per export, interleaved; other processes took {load.other_cores:.2f} "
-            f"cores (steal {load.steal_cores:.2f}); load average {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}"
+            f"{arguments.rounds} requests per export, interleaved; other processes took"
+            f" {load.other_cores:.2f} cores (steal {load.steal_cores:.2f}); load average"
+            f" {', '.join(f'{x:.2f}' for x in psutil.getloadavg())}"
         )
         step_us = {}
         for label, (_, steps) in names.items():
             step_us[label] = sum(in_server[step]["request_ms"] for step in steps) * 1e3
             print(
-                f"  {label:<12} client p50 {np.percentile(times[label], 50):8.0f} us   "
-                f"p90 {np.percentile(times[label], 90):8.0f} us   in the python step(s) {step_us[label]:8.0f} us"
+                f"  {label:<12} client p50 {np.percentile(times[label], 50):8.0f} us   p90"
+                f" {np.percentile(times[label], 90):8.0f} us   in the python step(s)"
+                f" {step_us[label]:8.0f} us"
             )
         on, off = times["metrics on"], times["metrics off"]
         paired = np.asarray(on) - np.asarray(
             off
         )  # the same session, sent one right after the other
         print(
-            f"  on - off: median of paired differences {np.median(paired):+.0f} us "
-            f"(interquartile {np.percentile(paired, 25):+.0f} .. {np.percentile(paired, 75):+.0f} us)"
+            f"  on - off: median of paired differences {np.median(paired):+.0f} us (interquartile"
+            f" {np.percentile(paired, 25):+.0f} .. {np.percentile(paired, 75):+.0f} us)"
         )
         print(
             f"  on - off: client p50 {np.percentile(on, 50) - np.percentile(off, 50):+.0f} us "
@@ -155,14 +166,15 @@ def main(argv: list[str] | None = None) -> int:
             Path(work) / "repository" / step / "1", ensemble, sessions
         )
         print(
-            f"  in this process, the fused step: {in_process_us['off']:.0f} us without collecting, "
-            f"{in_process_us['on']:.0f} us with ({in_process_us['on'] - in_process_us['off']:+.1f} us; medians of "
-            f"the thread's CPU time over {IN_PROCESS_ROUNDS} interleaved runs)"
+            f"  in this process, the fused step: {in_process_us['off']:.0f} us without collecting,"
+            f" {in_process_us['on']:.0f} us with ({in_process_us['on'] - in_process_us['off']:+.1f}"
+            f" us; medians of the thread's CPU time over {IN_PROCESS_ROUNDS} interleaved runs)"
         )
         print(
-            f"  one counter increment from a stub: {increment_us:.1f} us (median of 5 x {PROBE_INCREMENTS}); a request "
-            f"touches {increments:.1f} series, published once a second by the step's thread, not per request "
-            f"(per request that would be {increments * increment_us:.0f} us)"
+            f"  one counter increment from a stub: {increment_us:.1f} us (median of 5 x"
+            f" {PROBE_INCREMENTS}); a request touches {increments:.1f} series, published once a"
+            " second by the step's thread, not per request (per request that would be"
+            f" {increments * increment_us:.0f} us)"
         )
     return 0
 

@@ -70,7 +70,10 @@ def project_ensemble(workload: Workload, backend: str = "python") -> Ensemble:
 
 
 def project_system(key: str, repository: Path, model: str, request_schema: Schema) -> ServedSystem:
-    """An export of this project, measured through ``Client`` and through prebuilt tritonclient requests."""
+    """An export of this project, measured through ``Client``.
+
+    It is also measured through prebuilt tritonclient requests.
+    """
     return ServedSystem(
         key,
         repository,

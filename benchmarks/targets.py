@@ -88,7 +88,8 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
             served_busy.sessions_per_s / merlin_busy.sessions_per_s,
             5.0,
             False,
-            f"(c) {served_busy.sessions_per_s:.0f} sessions/s vs (d) {merlin_busy.sessions_per_s:.0f} sessions/s",
+            f"(c) {served_busy.sessions_per_s:.0f} sessions/s vs (d)"
+            f" {merlin_busy.sessions_per_s:.0f} sessions/s",
             _disturbed(served_busy, merlin_busy),
         ),
         Target(
@@ -96,7 +97,8 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
             project_start.first_request_ms / project_start.steady_p50_ms,
             2.0,
             True,
-            f"first {project_start.first_request_ms:.2f} ms vs steady p50 {project_start.steady_p50_ms:.2f} ms",
+            f"first {project_start.first_request_ms:.2f} ms vs steady p50"
+            f" {project_start.steady_p50_ms:.2f} ms",
             project_start.other_cpu_cores > BUSY_MACHINE_CORES or _disturbed(served),
         ),
         Target(
@@ -123,12 +125,14 @@ def _shared_server_targets(measurements: list[Measurement]) -> list[Target]:
         )
         found.append(
             Target(
-                f"{shared.sessions} session(s): p99 of {SYSTEM_LABELS[shared.system]} <= {SHARED_P99_LIMIT:g} x "
-                f"served alone ({shared.protocol}, {shared.client}, one client each)",
+                f"{shared.sessions} session(s): p99 of {SYSTEM_LABELS[shared.system]} <="
+                f" {SHARED_P99_LIMIT:g} x served alone ({shared.protocol}, {shared.client}, one"
+                " client each)",
                 shared.p99_ms / alone.p99_ms,
                 SHARED_P99_LIMIT,
                 True,
-                f"shared {shared.p99_ms:.2f} ms vs alone {alone.p99_ms:.2f} ms (p50 {shared.p50_ms:.2f} vs {alone.p50_ms:.2f} ms)",
+                f"shared {shared.p99_ms:.2f} ms vs alone {alone.p99_ms:.2f} ms (p50"
+                f" {shared.p50_ms:.2f} vs {alone.p50_ms:.2f} ms)",
                 _disturbed(shared, alone),
             )
         )

@@ -2,7 +2,8 @@
 
 import warnings
 
-# merlin-core (imported by NVTabular) warns that TensorFlow is missing; these examples use PyTorch only.
+# merlin-core (imported by NVTabular) warns that TensorFlow is missing; these examples use PyTorch
+# only.
 warnings.filterwarnings(
     "ignore", message="Tensorflow dtype mappings did not load", category=UserWarning
 )

@@ -133,7 +133,7 @@ class Client:
         """Close the connection (tritonserver waits, when it stops, for open HTTP connections)."""
         self._client.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -148,7 +148,10 @@ class Client:
             try:
                 config = self._config(model)
             except InferenceError as error:
-                raise self._unknown(model) or error
+                unknown = self._unknown(model)
+                if unknown is None:
+                    raise
+                raise unknown from error
             self._schemas[model] = _schemas_from_config(config)
         return self._schemas[model]
 
@@ -205,6 +208,7 @@ class Client:
             except UnknownModelError:
                 raise
             except Exception as error:  # connection refused while it starts, ...
+                mapped: Exception
                 try:
                     mapped, _ = transport.mapped(
                         error, url=self.url, model=model, timeout_s=self.timeout_s
@@ -393,8 +397,8 @@ def _schema_from_tensors(tensors: list[dict]) -> Schema:
     columns = []
     for tensor in tensors:
         name = tensor["name"]
-        dtype = wire.numpy_dtype(tensor["data_type"])
-        dtype = "str" if dtype == np.dtype(object) else dtype
+        numpy_dtype = wire.numpy_dtype(tensor["data_type"])
+        dtype = "str" if numpy_dtype == np.dtype(object) else numpy_dtype
         if (
             name.endswith(wire.OFFSETS_SUFFIX)
             and name[: -len(wire.OFFSETS_SUFFIX)] + wire.VALUES_SUFFIX in by_name

@@ -13,13 +13,17 @@ from merlin_torch_serving.exceptions import InputError
 
 
 def parse(text: str) -> dict[str, str]:
-    """``"a=x,b=y"`` -> ``{"a": "x", "b": "y"}``; a malformed pair is a ValueError that shows the form."""
+    """``"a=x,b=y"`` -> ``{"a": "x", "b": "y"}``.
+
+    A malformed pair is a ValueError that shows the form.
+    """
     mapping = {}
     for pair in filter(None, (part.strip() for part in text.split(","))):
         yours, sep, theirs = (side.strip() for side in pair.partition("="))
         if not sep or not yours or not theirs:
             raise ValueError(
-                f"write column mappings as YOURS=INPUT,... (e.g. user_session=session_id), got {pair!r}"
+                "write column mappings as YOURS=INPUT,... (e.g. user_session=session_id), got"
+                f" {pair!r}"
             )
         mapping[yours] = theirs
     return mapping
@@ -45,7 +49,8 @@ def rename(data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str]
                 yours,
                 "a column of the request (the mapping renames it)",
                 "no such column",
-                f"the request has {', '.join(map(repr, names)) or 'no columns'}; fix the mapping {yours}={theirs}",
+                f"the request has {', '.join(map(repr, names)) or 'no columns'}; fix the mapping"
+                f" {yours}={theirs}",
             )
         if theirs in names and theirs not in mapping:
             raise InputError(
@@ -60,8 +65,10 @@ def rename(data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str]
 
 
 def restore(frame: pd.DataFrame, mapping: Mapping[str, str] | None) -> pd.DataFrame:
-    """The answer with the columns that are mapped inputs (the session id coming back) under the
-    caller's names again."""
+    """The answer, with the columns that are mapped inputs under the caller's names again.
+
+    Such a column is an input that comes back, like the session id.
+    """
     if not mapping:
         return frame
     back = {theirs: yours for yours, theirs in mapping.items() if theirs in frame.columns}

@@ -5,8 +5,8 @@
 ``merlin-torch-serving deploy-files OUT`` writes them. The repository's own ``deploy/`` folder is
 ``render(DeploySettings())`` (a test keeps the two equal), so edit here, not there.
 
-    Dockerfile                         CPU image: Python 3.11, this library, the bundled tritonserver,
-                                       Triton's libtorch backend built for its torch
+    Dockerfile                         CPU image: Python 3.11, this library, the bundled
+                                       tritonserver, Triton's libtorch backend built for its torch
     k8s/deployment.yaml                `merlin-torch-serving serve` on the repository URL; probes on
                                        Triton's health endpoints; /dev/shm in memory; resources
     k8s/service.yaml                   HTTP, gRPC and metrics ports (Prometheus scrape annotations)
@@ -37,11 +37,14 @@ class DeploySettings:
     name: str = "merlin-torch-serving"
     namespace: str = "default"
     image: str = "merlin-torch-serving:0.1.0"
-    #: the model repository: an s3://, gs:// or as:// URL the server reads (credentials from ``secret``)
+    #: the model repository: an s3://, gs:// or as:// URL the server reads (credentials from
+    # ``secret``)
     repository: str = "s3://models/session-recommender"
-    #: a bundled copy (``merlin-torch-serving bundle``) for KServe, whose Triton image lacks this library
+    #: a bundled copy (``merlin-torch-serving bundle``) for KServe, whose Triton image lacks this
+    # library
     bundled_repository: str = "s3://models/session-recommender-bundled"
-    #: a Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION (optional in the pod)
+    #: a Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION (optional in the
+    # pod)
     secret: str = "model-store-credentials"
     replicas: int = 2
     max_replicas: int = 8
@@ -51,14 +54,18 @@ class DeploySettings:
     shm_size: str = "1Gi"
     #: scale out when requests wait longer than this in Triton's queue, on average
     queue_target_us: int = 20000
-    #: NVIDIA's tritonserver release KServe runs: 24.10 is tritonserver 2.51, whose python-backend stubs
+    #: NVIDIA's tritonserver release KServe runs: 24.10 is tritonserver 2.51, whose python-backend
+    # stubs
     #: nvidia-pytriton ships (bundles carry one of them)
     triton_runtime_version: str = "24.10-py3"
 
 
 def render(settings: DeploySettings = DeploySettings()) -> dict[str, str]:
     """Every deployment file: relative path -> text."""
-    header = "# Rendered by merlin_torch_serving.deployment (merlin-torch-serving deploy-files); edit there.\n"
+    header = (
+        "# Rendered by merlin_torch_serving.deployment (merlin-torch-serving deploy-files); edit"
+        " there.\n"
+    )
     files = {"Dockerfile": header + dockerfile(settings)}
     for path, documents in {
         "k8s/deployment.yaml": [deployment(settings)],
@@ -122,7 +129,7 @@ EXPOSE {HTTP_PORT} {GRPC_PORT} {METRICS_PORT}
 # the model repository (a folder mounted into the container, or an s3://, gs://, as:// URL)
 ENV MODEL_REPOSITORY=/models
 ENTRYPOINT ["/bin/sh", "-c", "exec merlin-torch-serving serve \\"$MODEL_REPOSITORY\\" --http-port {HTTP_PORT} --grpc-port {GRPC_PORT} --metrics-port {METRICS_PORT} \\"$@\\"", "serve"]
-"""
+"""  # noqa: E501 - the Dockerfile as it is written
 
 
 def _labels(settings: DeploySettings) -> dict:
@@ -269,8 +276,9 @@ def adapter_rules(settings: DeploySettings) -> dict:
         },
         "name": {"matches": "^nv_inference_queue_duration_us$", "as": QUEUE_METRIC},
         "metricsQuery": (
-            "sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>) / "
-            "clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>), 1e-9)"
+            "sum(rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>) /"
+            " clamp_min(sum(rate(nv_inference_request_success{<<.LabelMatchers>>}[1m])) by"
+            " (<<.GroupBy>>), 1e-9)"
         ),
     }
     return {

@@ -85,7 +85,7 @@ class Ensemble:
         if is_url(path):
             return export_to_url(
                 self,
-                path,
+                str(path),
                 name,
                 overwrite=overwrite,
                 add_version=add_version,

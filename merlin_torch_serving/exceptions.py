@@ -6,7 +6,7 @@
     │   └── MissingColumnsError     input columns the request does not have (all of them)
     ├── WorkflowNotFittedError      an NVTabular workflow handed over before it was fitted
     ├── AddressError                a server address that cannot be used as given
-    ├── ModelPreparationError       a PyTorch model cannot run the way it was asked (e.g. as TorchScript)
+    ├── ModelPreparationError       a PyTorch model cannot run as asked (e.g. as TorchScript)
     ├── WorkflowError               an NVTabular workflow cannot be compiled or run on a request
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
@@ -87,9 +87,11 @@ class InputError(MerlinTorchServingError):
         super().__init__(message)
 
     @classmethod
-    def from_message(cls, text: str, model: str | None = None) -> "InputError | None":
+    def from_message(cls, text: str, model: str | None = None) -> InputError | None:
         """The InputError whose message ``text`` ends with (as a served step words its refusal), or
-        None; the model is the step the text names (``model 'x': input column ...``), else ``model``."""
+        None; the model is the step the text names (``model 'x': input column ...``), else
+        ``model``.
+        """
         # the last one: a TorchScript error quotes the source of the check before its message
         match = next(reversed(list(cls._MESSAGE.finditer(text))), None)
         if match is None:
@@ -183,8 +185,8 @@ class RepositoryExistsError(ExportError):
         self.path = path
         self.models = list(models)
         super().__init__(
-            f"{path!r} already holds model(s) {', '.join(map(repr, self.models))}; "
-            "pass overwrite=True to replace them or add_version=True to add a new version beside them"
+            f"{path!r} already holds model(s) {', '.join(map(repr, self.models))}; pass"
+            " overwrite=True to replace them or add_version=True to add a new version beside them"
         )
 
 
@@ -197,7 +199,10 @@ class ModelCheckError(ExportError):
         self.tensor = tensor  # e.g. "output 'scores'", None for the model as a whole
         self.expected = expected
         self.got = got
-        message = f"model {model!r} failed the libtorch check: {tensor or 'the model'} expected {expected}, got {got}"
+        message = (
+            f"model {model!r} failed the libtorch check: {tensor or 'the model'} expected"
+            f" {expected}, got {got}"
+        )
         if hint:
             message += f"; {hint}"
         super().__init__(message)
@@ -221,10 +226,10 @@ class ModelNotImportableError(ExportError):
         self.class_path = class_path
         self.reason = reason
         super().__init__(
-            f"the model class {class_path!r} cannot be imported by the server's Python ({reason}), so "
-            "the python backend could not load the eager model; define the class in a module the "
-            "server can import (an installed package, or a module under the directory the server "
-            "starts in), or make the model scriptable with torch.jit.script"
+            f"the model class {class_path!r} cannot be imported by the server's Python ({reason}),"
+            " so the python backend could not load the eager model; define the class in a module"
+            " the server can import (an installed package, or a module under the directory the"
+            " server starts in), or make the model scriptable with torch.jit.script"
         )
 
 
@@ -245,8 +250,9 @@ class ServerNotFoundError(ServerError):
         super().__init__(
             "no tritonserver binary found; looked in: "
             + "; ".join(self.searched)
-            + ". Install the bundled server with `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton), pass "
-            "TritonServer(binary=...), or set MTS_TRITONSERVER to the binary's path"
+            + ". Install the bundled server with `pip install 'merlin-torch-serving[server]'`"
+            " (nvidia-pytriton), pass TritonServer(binary=...), or set MTS_TRITONSERVER to the"
+            " binary's path"
         )
 
 
@@ -258,7 +264,8 @@ class PortInUseError(ServerError):
         self.protocol = protocol
         hint = (
             hint
-            or f"pass another {protocol} port, or 0 (or None) to let the operating system choose a free one"
+            or f"pass another {protocol} port, or 0 (or None) to let the operating system choose"
+            " a free one"
         )
         super().__init__(f"{hint}: the {protocol} port {port} is already in use", log_tail)
 
@@ -293,8 +300,10 @@ class ServerUnavailableError(ServerError):
 
 
 class WrongProtocolError(ServerUnavailableError):
-    """The address answers, but in the other protocol: an HTTP client on the gRPC port, or the
-    reverse."""
+    """The address answers, but in the other protocol.
+
+    An HTTP client is on the gRPC port, or the reverse.
+    """
 
     def __init__(self, url: str, protocol: str, detail: str):
         self.protocol = protocol
@@ -302,8 +311,8 @@ class WrongProtocolError(ServerUnavailableError):
         super().__init__(
             url,
             detail,
-            f"{url} does not answer {protocol}: it looks like tritonserver's {other} port; pass protocol={other!r} "
-            f"(--protocol {other}) or the server's {protocol} port",
+            f"{url} does not answer {protocol}: it looks like tritonserver's {other} port; pass"
+            f" protocol={other!r} (--protocol {other}) or the server's {protocol} port",
         )
 
 
@@ -330,28 +339,39 @@ class BackendNotAvailableError(ModelLoadError):
         self.missing = dict(missing)  # model -> backend it needs
         self.available = list(available)
         needs = ", ".join(f"model {m!r} needs backend {b!r}" for m, b in self.missing.items())
-        summary = f"{needs}, which this tritonserver does not have (it has: {', '.join(self.available) or 'none'})."
+        summary = (
+            f"{needs}, which this tritonserver does not have (it has:"
+            f" {', '.join(self.available) or 'none'})."
+        )
         if "pytorch" in self.missing.values():
             summary += (
-                " The tritonserver bundled with nvidia-pytriton gets it once it is built for this torch: run "
-                "`merlin-torch-serving build-backend pytorch --sources PATH` (PATH: Triton's pytorch_backend "
-                "release sources, builds offline) or `merlin-torch-serving build-backend pytorch` (clones them; "
-                "needs the network), then start the server again."
+                " The tritonserver bundled with nvidia-pytriton gets it once it is built for this"
+                " torch: run `merlin-torch-serving build-backend pytorch --sources PATH` (PATH:"
+                " Triton's pytorch_backend release sources, builds offline) or"
+                " `merlin-torch-serving build-backend pytorch` (clones them; needs the network),"
+                " then start the server again."
             )
         summary += (
-            " Otherwise export with PredictPytorch(..., backend='python'), or run a tritonserver that has the "
-            "backend (for example the NGC image nvcr.io/nvidia/tritonserver:<release>-py3, or "
-            "TritonServer(backend_directory=...) pointing at a folder that holds it). Models that failed"
+            " Otherwise export with PredictPytorch(..., backend='python'), or run a tritonserver"
+            " that has the backend (for example the NGC image"
+            " nvcr.io/nvidia/tritonserver:<release>-py3, or TritonServer(backend_directory=...)"
+            " pointing at a folder that holds it). Models that failed"
         )
         super().__init__(failures, log_tail, summary=summary)
 
 
 class BackendBuildError(MerlinTorchServingError):
-    """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler's error."""
+    """Building Triton's pytorch backend failed.
+
+    The cause is a missing tool, bad sources, or the compiler's error.
+    """
 
 
 class BundleError(MerlinTorchServingError):
-    """A repository could not be bundled with its Python environment: what is missing and how to get it."""
+    """A repository could not be bundled with its Python environment.
+
+    The message says what is missing and how to get it.
+    """
 
 
 class InferenceError(MerlinTorchServingError):
@@ -381,6 +401,7 @@ class RequestTimeoutError(InferenceError):
         self.timeout_s = timeout_s
         super().__init__(
             model,
-            f"no answer within timeout_s={timeout_s:g} s{f' ({detail})' if detail else ''}; send fewer rows "
-            "per request (Client(max_rows_per_request=...)) or pass a larger timeout_s",
+            f"no answer within timeout_s={timeout_s:g} s{f' ({detail})' if detail else ''}; send"
+            " fewer rows per request (Client(max_rows_per_request=...)) or pass a larger"
+            " timeout_s",
         )

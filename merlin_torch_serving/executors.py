@@ -7,7 +7,7 @@ gets the response table back; which executor it is does not change anything else
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from merlin.table import TensorTable
 
@@ -76,7 +76,7 @@ class TritonExecutor:
         With a URL: ``"grpc"`` or ``"http"``.
     """
 
-    def __init__(self, client, model: str, protocol: str = "grpc"):
+    def __init__(self, client, model: str, protocol: Literal["grpc", "http"] = "grpc"):
         from merlin_torch_serving.client import Client
 
         self.client = client if isinstance(client, Client) else Client(client, protocol)

@@ -22,8 +22,10 @@ from merlin_torch_serving.schemas import describe_column
 
 
 def table_to_frame(table: TensorTable, names: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """One DataFrame column per table column (renamed through ``names``); list columns hold
-    one numpy array per row."""
+    """One DataFrame column per table column, renamed through ``names``.
+
+    List columns hold one numpy array per row.
+    """
     data = {}
     for name, column in table.items():
         values = np.asarray(column.values)
@@ -59,7 +61,7 @@ def frame_to_table(
     missing = [c.name for c in schema if c.name not in columns]
     if missing:
         raise MissingColumnsError(
-            {name: describe_column(schema[name]) for name in missing}, list(columns)
+            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in columns]
         )
     extra = [name for name in columns if name not in schema.column_names]
     if extra:
@@ -69,10 +71,10 @@ def frame_to_table(
             "a column of that name",
             "drop it, or select the inputs with data[input_schema.column_names]",
         )
-    converted = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
+    typed = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
     row_counts = {
         name: len(value[1]) - 1 if isinstance(value, tuple) else len(value)
-        for name, value in converted.items()
+        for name, value in typed.items()
     }
     first = next(iter(row_counts), None)
     for name, count in row_counts.items():
@@ -83,7 +85,7 @@ def frame_to_table(
                 f"{count}",
                 "every column needs one entry per row",
             )
-    return TensorTable(converted, _unsafe=True)
+    return TensorTable(typed, _unsafe=True)
 
 
 def is_list_column(values) -> bool:
@@ -127,10 +129,7 @@ def _column_for_schema(column, schema: ColumnSchema):
             f"one {values.dtype} value per row",
             "send a list per row",
         )
-    if values.ndim > 1:
-        rows = list(values)
-    else:
-        rows = [np.asarray(cell) for cell in values]
+    rows = list(values) if values.ndim > 1 else [np.asarray(cell) for cell in values]
     if wire.is_ragged(schema):
         flat, offsets = ragged_from_lists(rows)
         return _cast(flat, schema), offsets
@@ -195,7 +194,10 @@ def _no_rows(schema: ColumnSchema):
 
 
 def _integral(values: np.ndarray, want: np.dtype) -> bool:
-    """Whether float ``values`` are whole numbers inside ``want``'s range (so casting keeps them)."""
+    """Whether float ``values`` are whole numbers inside ``want``'s range.
+
+    If they are, casting keeps them.
+    """
     limits = np.iinfo(want)
     with np.errstate(invalid="ignore"):
         return bool(

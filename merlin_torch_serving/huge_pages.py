@@ -48,9 +48,10 @@ def collapse_onto_huge_pages(tensors: Iterable[torch.Tensor], min_bytes: int = M
         seen.add(start)
         end = start + tensor.untyped_storage().nbytes()
         first, last = -(-start // _HUGE_PAGE) * _HUGE_PAGE, end // _HUGE_PAGE * _HUGE_PAGE
-        if last > first and madvise(first, last - first, _MADV_HUGEPAGE) == 0:
-            if madvise(first, last - first, _MADV_COLLAPSE) == 0:
-                moved += last - first
+        if last <= first or madvise(first, last - first, _MADV_HUGEPAGE) != 0:
+            continue
+        if madvise(first, last - first, _MADV_COLLAPSE) == 0:
+            moved += last - first
     if moved:
         logger.info(
             "%d MB of weights moved onto huge pages in %.1f s",

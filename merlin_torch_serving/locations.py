@@ -15,7 +15,10 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def protocol_of(location: str | os.PathLike) -> str | None:
-    """The URL scheme of ``location`` (``"s3"``), or None for a local path (``file://`` included)."""
+    """The URL scheme of ``location`` (``"s3"``), or None for a local path.
+
+    A ``file://`` URL counts as a local path.
+    """
     if not isinstance(location, str):
         return None
     match = _URL.match(location)
@@ -48,8 +51,9 @@ def server_repository(location: str | os.PathLike) -> str | Path:
         return local_path(location)
     if protocol not in SERVER_PROTOCOLS:
         raise ValueError(
-            f"tritonserver cannot read a model repository at {str(location)!r}: it reads local folders and "
-            f"{', '.join(p + '://' for p in SERVER_PROTOCOLS)} URLs; copy the repository to one of those"
+            f"tritonserver cannot read a model repository at {str(location)!r}: it reads local"
+            f" folders and {', '.join(p + '://' for p in SERVER_PROTOCOLS)} URLs; copy the"
+            " repository to one of those"
         )
     return str(location)
 

@@ -39,7 +39,10 @@ _collected: contextvars.ContextVar[Collected | None] = contextvars.ContextVar(
 
 
 def count(name: str, value: float = 1, **labels: str) -> None:
-    """Add ``value`` to counter ``name`` of the request being served (nothing outside a served step)."""
+    """Add ``value`` to counter ``name`` of the request being served.
+
+    Outside a served step, this does nothing.
+    """
     collected = _collected.get()
     if collected is not None and value:
         collected.add(name, float(value), labels)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from merlin.dag import ColumnSelector, Graph, Node, postorder_iter_nodes
 from merlin.dag.ops import ConcatColumns, GroupingOp, SelectionOp, SubsetColumns, SubtractionOp
-from merlin.schema import Schema
+from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import metrics
@@ -60,7 +60,7 @@ class Plan:
     calls: list[OpCall]
     outputs: dict[str, Ref]
     output_schema: Schema
-    schemas: dict[Ref, object] = field(default_factory=dict)  # Ref -> ColumnSchema
+    schemas: dict[Ref, ColumnSchema] = field(default_factory=dict)
 
     def run(self, table: TensorTable, calls: list[OpCall] | None = None) -> TensorTable:
         """Run the plan (or the given subset of its calls) on a request table."""
@@ -77,9 +77,9 @@ class Plan:
             if keys is None:
                 return None
             refs = [call.inputs.get(key) for key in keys]
-            if any(ref is None or ref.producer != REQUEST for ref in refs):
+            names = [ref.column for ref in refs if ref is not None and ref.producer == REQUEST]
+            if len(names) != len(refs):
                 return None
-            names = [ref.column for ref in refs]
             if names and found and names != found:
                 return None
             found = names or found
@@ -94,7 +94,8 @@ def run_calls(calls: list[OpCall], env: dict, outputs: dict[str, Ref]) -> dict:
         try:
             result = call.op.transform(ColumnSelector(list(call.inputs)), inputs)
         except (InferenceError, InputError):
-            raise  # an InputError names the column the caller must fix; the operator does not matter
+            # an InputError names the column the caller must fix; the operator does not matter
+            raise
         except MerlinTorchServingError as exc:
             # our own errors already say what is wrong; add which operator said it
             raise InferenceError(call.name, str(exc)) from exc
@@ -124,7 +125,7 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
 
     refs: dict[int, dict[str, Ref]] = {}  # id(node) -> its output columns' refs
     calls: list[OpCall] = []
-    schemas: dict[Ref, object] = {Ref(REQUEST, c.name): c for c in input_schema}
+    schemas: dict[Ref, ColumnSchema] = {Ref(REQUEST, c.name): c for c in input_schema}
 
     for node in postorder_iter_nodes(graph.output_node):
         upstream = _upstream_refs(node, refs)
@@ -158,8 +159,10 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
         schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
 
     outputs = _with_returned_columns(calls, refs[id(graph.output_node)])
-    for call in [call for call in calls if call.op.filtered_rows_column()]:
-        outputs = _blank_filtered_rows(call, calls, outputs, schemas)
+    for call in list(calls):
+        flag = call.op.filtered_rows_column()
+        if flag:
+            outputs = _blank_filtered_rows(call, flag, calls, outputs, schemas)
     output_schema = Schema([schemas[ref].with_name(name) for name, ref in outputs.items()])
     return Plan(input_schema, calls, outputs, output_schema, schemas)
 
@@ -177,10 +180,15 @@ def _with_returned_columns(calls: list[OpCall], outputs: dict[str, Ref]) -> dict
 
 
 def _blank_filtered_rows(
-    flagging: OpCall, calls: list[OpCall], outputs: dict[str, Ref], schemas: dict[Ref, object]
+    flagging: OpCall,
+    flag: str,
+    calls: list[OpCall],
+    outputs: dict[str, Ref],
+    schemas: dict[Ref, ColumnSchema],
 ) -> dict[str, Ref]:
     """Append a BlankFilteredRows call over the outputs computed downstream of ``flagging`` (from
-    its placeholder rows), and return the outputs with those columns taken from it."""
+    its placeholder rows, marked in its column ``flag``), and return the outputs with those
+    columns taken from it."""
     downstream = {flagging.index}
     for call in calls:
         if any(ref.producer in downstream for ref in call.inputs.values()):
@@ -192,7 +200,6 @@ def _blank_filtered_rows(
     }
     if not blanked:
         return outputs
-    flag = flagging.op.filtered_rows_column()
     inputs = {**blanked, flag: Ref(flagging.index, flag)}
     input_schema = Schema([schemas[ref].with_name(name) for name, ref in inputs.items()])
     op = BlankFilteredRows(flag, list(blanked))
@@ -226,5 +233,6 @@ def _find(name: str, upstream: dict[str, Ref], node: Node) -> Ref:
             node.op.label,
             name,
             "the column from an upstream node",
-            f"no upstream node provides it (they provide {', '.join(map(repr, upstream)) or 'nothing'})",
+            "no upstream node provides it (they provide"
+            f" {', '.join(map(repr, upstream)) or 'nothing'})",
         ) from None

@@ -21,8 +21,8 @@ def check(repository: Path | str, ports: Mapping[str, int | None]) -> None:
     nested = nested_repository(repository) if isinstance(repository, Path) else None
     if nested is not None:
         raise ServerError(
-            f"serve the repository itself, {str(nested)!r}: {str(repository)!r} holds a model repository, "
-            "not model folders"
+            f"serve the repository itself, {str(nested)!r}: {str(repository)!r} holds a model"
+            " repository, not model folders"
         )
     for key, port in ports.items():
         if port is not None and is_taken(port):

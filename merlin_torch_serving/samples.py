@@ -11,6 +11,8 @@ from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.schemas import describe_column
 
 
 def sample_values(column: ColumnSchema, count: int, seed: int = 0) -> np.ndarray:
@@ -26,7 +28,8 @@ def sample_values(column: ColumnSchema, count: int, seed: int = 0) -> np.ndarray
     domain = column.properties.get("domain") or {}
     # 0 is padding for categorical columns; start above it when the domain allows
     low = max(int(domain.get("min") or 0), 1)
-    high = max(int(domain.get("max") if domain.get("max") is not None else low), low)
+    declared_max = domain.get("max")
+    high = max(low if declared_max is None else int(declared_max), low)
     return rng.integers(low, high + 1, count).astype(dtype)
 
 
@@ -38,9 +41,23 @@ def list_length(column: ColumnSchema) -> int | None:
     return None if dims[1].max is None else int(dims[1].max)
 
 
+def padded_length(column: ColumnSchema) -> int:
+    """The length ragged list ``column`` is padded to for a model: its maximum, which it needs."""
+    length = list_length(column)
+    if length is None:
+        raise SchemaError(
+            "PredictPytorch",
+            column.name,
+            "a ragged list with a maximum length (value_count.max) to pad to",
+            f"{describe_column(column)} without one",
+            "pass max_sequence_length=...",
+        )
+    return length
+
+
 def sample_table(schema: Schema, rows: int = 1, ragged_length: int = 2) -> TensorTable:
     """A table of ``rows`` rows; ragged lists hold ``ragged_length`` items (capped at their max)."""
-    columns = {}
+    columns: dict[str, wire.TableColumn] = {}
     for i, column in enumerate(schema):
         if wire.is_ragged(column):
             length = min(ragged_length, list_length(column) or ragged_length)

@@ -10,7 +10,6 @@ from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.schema.io.tensorflow_metadata import TensorflowMetadata
 
-
 # tensorflow-metadata has no boolean feature type; such columns carry their dtype here
 _BOOL_MARK = "merlin_torch_serving_bool"
 
@@ -18,7 +17,7 @@ _BOOL_MARK = "merlin_torch_serving_bool"
 def schema_to_json(schema: Schema) -> str:
     """The schema as JSON with sorted keys and tags, so one schema always gives the same text."""
     data = json.loads(TensorflowMetadata.from_merlin_schema(schema).to_json())
-    for feature, column in zip(data.get("feature", []), schema):
+    for feature, column in zip(data.get("feature", []), schema, strict=True):
         annotation = feature.setdefault("annotation", {})
         if "tag" in annotation:  # tags come from a set
             annotation["tag"] = sorted(annotation["tag"])

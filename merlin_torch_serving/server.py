@@ -87,7 +87,7 @@ class TritonServer:
         log_path: str | os.PathLike | None = None,
     ):
         self.config = ServerConfig(
-            repository=repository,
+            repository=repository if isinstance(repository, str) else Path(repository),
             binary=Path(binary) if binary is not None else None,
             backend_directory=Path(backend_directory) if backend_directory is not None else None,
             http_port=http_port,
@@ -118,12 +118,13 @@ class TritonServer:
         """Start the server and return once it serves; on any failure it is stopped, then raised."""
         if self._running is not None:
             raise ServerError(
-                f"this TritonServer already runs (pid {self._pid}); call stop() before starting it again"
+                f"this TritonServer already runs (pid {self._pid}); call stop() before starting it"
+                " again"
             )
         if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError(
-                "pass the folder that holds the model folders (the one Ensemble.export wrote into): "
-                f"model repository {str(self.repository)!r} is not a directory"
+                "pass the folder that holds the model folders (the one Ensemble.export wrote"
+                f" into): model repository {str(self.repository)!r} is not a directory"
             )
         preflight.check(self.repository, self.config.requested_ports)
         binary = find_tritonserver(self.config.binary)
@@ -173,7 +174,10 @@ class TritonServer:
 
     @property
     def pid(self) -> int | None:
-        """The pid of the last started tritonserver; kept after stop() so callers can check it is gone."""
+        """The pid of the last started tritonserver.
+
+        It is kept after stop() so callers can check it is gone.
+        """
         return self._pid
 
     @property
@@ -200,13 +204,16 @@ class TritonServer:
         return self._log.text()
 
     def backends(self) -> list[str]:
-        """Backends this server can run: the subfolders of its backend directory, plus "ensemble"."""
+        """Backends this server can run: its backend directory's subfolders, plus "ensemble"."""
         if self._backend_directory is None:
             self._backend_directory = backend_directory(find_tritonserver(self.config.binary))
         return backends_in(self._backend_directory)
 
     def models(self) -> list[ModelStatus]:
-        """The repository index: every model folder, with the state of each version the server knows."""
+        """The repository index: one ``ModelStatus`` per model folder.
+
+        Each holds the state of every version the server knows.
+        """
         return self._require_running().admin.models()
 
     def health(self) -> list[ModelHealth]:
@@ -237,7 +244,8 @@ class TritonServer:
         self._require_running().reload(name, timeout_s)
 
     def unload(self, name: str, timeout_s: float = 30.0) -> None:
-        """Unload model ``name`` and wait until the server has released it; needs model_control="explicit"."""
+        """Unload model ``name`` and wait until the server has released it; needs
+        model_control="explicit"."""
         self._require_explicit("unload")
         self._require_running().unload(name, timeout_s)
 
@@ -272,7 +280,8 @@ class TritonServer:
     def _require_running(self) -> RunningServer:
         if self._running is None:
             raise ServerError(
-                "tritonserver is not running; call start() or use the TritonServer in a `with` block first"
+                "tritonserver is not running; call start() or use the TritonServer in a `with`"
+                " block first"
             )
         self._running.raise_if_exited()
         return self._running
@@ -281,8 +290,8 @@ class TritonServer:
         mode = self.config.model_control
         if mode != "explicit":
             raise ServerError(
-                f"{action}() needs a server started with model_control='explicit'; this one runs with "
-                f"model_control={mode!r}, which loads every model of the repository at start"
+                f"{action}() needs a server started with model_control='explicit'; this one runs"
+                f" with model_control={mode!r}, which loads every model of the repository at start"
                 + (" and follows its changes" if mode == "poll" else "")
                 + "; reload() reloads one of them"
             )

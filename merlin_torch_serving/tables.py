@@ -1,4 +1,7 @@
-"""Row operations on ``TensorTable``s (ragged columns included), shared by operators and the client."""
+"""Row operations on ``TensorTable``s, ragged columns included.
+
+They are shared by the operators and the client.
+"""
 
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ _NOT_YET_SERVING = (
 )
 #: what to do when nothing answers at an address
 NO_SERVER_HINT = (
-    "start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) or pass the address "
-    "of a running one (--url HOST:PORT, Client(url))"
+    "start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) or pass"
+    " the address of a running one (--url HOST:PORT, Client(url))"
 )
 
 
@@ -57,7 +57,8 @@ class RetryPolicy:
     def __post_init__(self):
         if self.retries < 0 or self.backoff_s < 0:
             raise ValueError(
-                f"retries and backoff_s must not be negative, got {self.retries!r}, {self.backoff_s!r}"
+                f"retries and backoff_s must not be negative, got {self.retries!r},"
+                f" {self.backoff_s!r}"
             )
 
     def wait_s(self, attempt: int) -> float:
@@ -93,9 +94,10 @@ def mapped(
     if (
         isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout"
     ):  # gevent's
-        return RequestTimeoutError(
-            model or url, timeout_s, f"{type(error).__name__}: {error}"
-        ), False
+        return (
+            RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"),
+            False,
+        )
     if isinstance(
         error, http.client.HTTPException
     ):  # geventhttpclient's HTTPParseError: no HTTP came back
@@ -104,9 +106,12 @@ def mapped(
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}", NO_SERVER_HINT), True
     if isinstance(error, ConnectionError):
         # reset/aborted: inference has no side effect, so running it again is harmless
-        return ServerUnavailableError(
-            url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"
-        ), True
+        return (
+            ServerUnavailableError(
+                url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"
+            ),
+            True,
+        )
     if isinstance(error, OSError):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}"), False
     raise error
@@ -124,9 +129,12 @@ def _from_server(
             return ServerUnavailableError(url, message, NO_SERVER_HINT), True
         if speaks_http(url):
             return WrongProtocolError(url, "grpc", message), False
-        return ServerUnavailableError(
-            url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"
-        ), True
+        return (
+            ServerUnavailableError(
+                url, message or "gRPC UNAVAILABLE", "is it running, and is this its address?"
+            ),
+            True,
+        )
     if model is None:
         return ServerError(f"tritonserver at {url}: {message}"), False
     refused = InputError.from_message(message, model=model)

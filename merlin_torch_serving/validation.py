@@ -11,7 +11,7 @@ the offsets whole, be answered from the wrong rows without any error. Each failu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from merlin.schema import Schema, Tags
@@ -40,6 +40,8 @@ class EntryCheck:
     row_groups: tuple[tuple[str, ...], ...]
     non_null: frozenset[str] = frozenset()
     max_rows: int | None = None
+    _specs: dict[str, tuple[wire.TensorSpec, ...]] = field(init=False, repr=False, compare=False)
+    _names: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         # read from the schema once: merlin's schema objects are slow to ask per request
@@ -56,7 +58,7 @@ class EntryCheck:
         entries: Mapping[str, Ref],
         calls: Sequence[OpCall],
         max_rows: int | None = None,
-    ) -> "EntryCheck":
+    ) -> EntryCheck:
         """The check of an entry whose columns ``entries`` (name -> ref) feed ``calls``."""
         groups: dict[int, list[str]] = {}
         for name, ref in entries.items():
@@ -65,15 +67,18 @@ class EntryCheck:
         non_null = {column.name for column in schema if Tags.ID in column.tags}
         for call in calls:
             for name in call.op.non_null_inputs():
-                ref = call.inputs.get(name)
-                if ref in name_of:
-                    non_null.add(name_of[ref])
+                routed = call.inputs.get(name)
+                if routed in name_of:
+                    non_null.add(name_of[routed])
         return cls(
             schema, tuple(tuple(names) for names in groups.values()), frozenset(non_null), max_rows
         )
 
     def check(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Raise ``InputError`` for the first tensor of ``arrays`` (wire format) that does not fit."""
+        """Raise ``InputError`` for the first tensor of ``arrays`` that does not fit.
+
+        ``arrays`` are in the wire format.
+        """
         extra = sorted(set(arrays) - self._names)
         if extra:
             raise InputError(
@@ -138,16 +143,19 @@ def _checked_tensor(spec: wire.TensorSpec, array) -> np.ndarray:
         raise InputError(
             spec.name, _describe(spec), f"{array.dtype} values", f"convert them to {spec.dtype}"
         )
-    fixed = [dim for dim in spec.dims[1:]]
+    fixed = spec.dims[1:]
     if array.ndim != len(spec.dims) or any(
-        want != -1 and want != got for want, got in zip(fixed, array.shape[1:])
+        want != -1 and want != got for want, got in zip(fixed, array.shape[1:], strict=True)
     ):
         raise InputError(spec.name, _describe(spec), f"shape {list(array.shape)}")
     return array
 
 
 def _check_offsets(name: str, offsets: np.ndarray, values: int, values_name: str) -> None:
-    """Offsets of a ragged list: at least one entry, from 0, never decreasing, ending at the values."""
+    """Check the offsets of a ragged list.
+
+    They need at least one entry, start at 0, never decrease, and end at the number of values.
+    """
     expected = f"offsets from 0 up to len({values_name!r}) = {values}, never decreasing"
     if len(offsets) == 0:
         raise InputError(
@@ -193,4 +201,7 @@ def _check_no_nulls(name: str, values: np.ndarray) -> None:
 
 
 def _describe(spec: wire.TensorSpec) -> str:
-    return f"{spec.dtype if spec.dtype != np.dtype(object) else 'string'} tensor of dims {list(spec.dims)}"
+    return (
+        f"{spec.dtype if spec.dtype != np.dtype(object) else 'string'} tensor of dims"
+        f" {list(spec.dims)}"
+    )

@@ -29,7 +29,7 @@ class CategoryVocabulary:
     is_item: np.ndarray  # False for padding, null and out-of-vocabulary ids
 
     @classmethod
-    def from_workflow(cls, workflow, column: str) -> "CategoryVocabulary":
+    def from_workflow(cls, workflow, column: str) -> CategoryVocabulary:
         """The vocabulary of ``column`` from the workflow's fitted Categorify operator."""
         from nvtabular.ops import Categorify
 
@@ -49,10 +49,11 @@ class CategoryVocabulary:
         )
 
     @classmethod
-    def from_labels(
-        cls, column: str, values: np.ndarray, labels: np.ndarray
-    ) -> "CategoryVocabulary":
-        """From raw values and the encoded id of each (``read_labels``); null values are left out."""
+    def from_labels(cls, column: str, values: np.ndarray, labels: np.ndarray) -> CategoryVocabulary:
+        """From raw values and the encoded id of each, as ``read_labels`` gives them.
+
+        Null values are left out.
+        """
         present = ~pd.isna(values)
         size = int(labels.max()) + 1 if len(labels) else 0
         is_item = np.zeros(size, dtype=bool)
@@ -83,8 +84,10 @@ class CategoryVocabulary:
         return -1 if kind in "iu" else (np.nan if kind == "f" else None)
 
     def decode(self, ids: np.ndarray) -> np.ndarray:
-        """Raw values of encoded ``ids`` (any shape); reserved or out-of-range ids give
-        ``missing_value``."""
+        """Raw values of encoded ``ids``, of any shape.
+
+        Reserved or out-of-range ids give ``missing_value``.
+        """
         ids = np.asarray(ids)
         inside = (ids >= 0) & (ids < self.size)
         safe = np.where(inside, ids, 0)
@@ -119,9 +122,10 @@ def read_labels(op, column: str) -> tuple[np.ndarray, np.ndarray]:
             labels = labels + reserved
         else:
             logger.warning(
-                "the Categorify vocabulary of %r stores ids from %d, below the %d reserved ids, and NVTabular "
-                "encodes with them as stored (split_out > 1 or cat_cache=None): its values share ids with "
-                "padding, null and out-of-vocabulary; refit the workflow with NVTabular 23.08 to separate them",
+                "the Categorify vocabulary of %r stores ids from %d, below the %d reserved ids, and"
+                " NVTabular encodes with them as stored (split_out > 1 or cat_cache=None): its"
+                " values share ids with padding, null and out-of-vocabulary; refit the workflow"
+                " with NVTabular 23.08 to separate them",
                 column,
                 labels[0],
                 reserved,
@@ -130,7 +134,10 @@ def read_labels(op, column: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def is_single_file(op, column: str) -> bool:
-    """Whether NVTabular wrote the vocabulary of ``column`` as one parquet file (not a folder of parts)."""
+    """Whether NVTabular wrote the vocabulary of ``column`` as one parquet file.
+
+    The other way is a folder of parts.
+    """
     path = op.categories.get(op.storage_name.get(column, column))
     return not path or not os.path.isdir(path)
 

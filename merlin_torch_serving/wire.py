@@ -19,13 +19,14 @@ Triton must not batch requests on that dimension.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 from merlin.dtypes.base import ElementType
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
+from numpy.typing import DTypeLike
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 VALUES_SUFFIX = "__values"
@@ -80,9 +81,9 @@ def numpy_dtype(triton: str) -> np.dtype:
 
 
 def tensor_numpy_dtype(dtype) -> np.dtype:
-    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``), by torch's own conversion
-    (merlin-core's map lacks torch's unsigned types above 8 bits); ``TypeError`` for a dtype numpy
-    has not, such as bfloat16."""
+    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``), by torch's own
+    conversion (merlin-core's map lacks torch's unsigned types above 8 bits); ``TypeError`` for a
+    dtype numpy has not, such as bfloat16."""
     import torch  # only callers that hold tensors pay for it
 
     return torch.empty(0, dtype=dtype).numpy().dtype
@@ -145,11 +146,15 @@ def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
     return arrays
 
 
+#: a TensorTable column as this package builds one: values, or a ragged list's (values, offsets)
+TableColumn = np.ndarray | tuple[np.ndarray, np.ndarray]
+
+
 def from_wire(arrays: Mapping[str, np.ndarray], schema: Schema | None = None) -> TensorTable:
     """Group wire arrays into a table; with a schema, take exactly its columns, in its order."""
     if schema is None:
         return TensorTable(dict(arrays), _unsafe=True)
-    columns = {}
+    columns: dict[str, TableColumn] = {}
     for column in schema:
         if is_ragged(column):
             columns[column.name] = (
@@ -166,8 +171,11 @@ def lengths(offsets: np.ndarray) -> np.ndarray:
     return np.diff(np.asarray(offsets))
 
 
-def offsets_from_lengths(row_lengths: np.ndarray, dtype: np.dtype = OFFSETS_DTYPE) -> np.ndarray:
-    """Offsets (starting at 0; int32 as they travel unless ``dtype`` says otherwise) from row lengths."""
+def offsets_from_lengths(row_lengths: np.ndarray, dtype: DTypeLike = OFFSETS_DTYPE) -> np.ndarray:
+    """Offsets from row lengths, starting at 0.
+
+    They are int32, as they travel, unless ``dtype`` says otherwise.
+    """
     offsets = np.zeros(len(row_lengths) + 1, dtype=dtype)
     np.cumsum(row_lengths, out=offsets[1:])
     return offsets
@@ -187,7 +195,10 @@ def segment_positions(
 def take_ragged(
     values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, dtype: np.dtype = OFFSETS_DTYPE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The given rows of a ragged column, in that order: its values and new offsets (of ``dtype``)."""
+    """The given rows of a ragged column, in that order.
+
+    Returns their values and new offsets of ``dtype``.
+    """
     offsets = np.asarray(offsets)
     starts = offsets[:-1][rows]
     row_lengths = offsets[1:][rows] - starts

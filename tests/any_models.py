@@ -6,8 +6,6 @@ it unpickles an eager model (the server runs in the repository root, as the test
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
-
 import torch
 from merlin.schema import ColumnSchema, Schema
 
@@ -20,8 +18,8 @@ POSITIONAL_OUTPUTS = Schema([ColumnSchema("score"), ColumnSchema("weighted")])
 
 
 class PositionalScorer(torch.nn.Module):
-    """``forward(price, clicks)``, one tensor per argument, two outputs as a tuple; the branch on the
-    data is fine when scripted and wrong when traced."""
+    """``forward(price, clicks)``, one tensor per argument, two outputs as a tuple; the branch on
+    the data is fine when scripted and wrong when traced."""
 
     def __init__(self):
         super().__init__()
@@ -29,7 +27,7 @@ class PositionalScorer(torch.nn.Module):
 
     def forward(
         self, price: torch.Tensor, clicks: torch.Tensor
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         weighted = price * self.weights
         score = weighted.sum(1) + clicks.to(torch.float32)
         if bool((score < 0).any()):
@@ -73,7 +71,7 @@ class CheckedInput(torch.nn.Module):
 class DictScores(torch.nn.Module):
     """Takes and returns dicts, as Merlin models do."""
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         x = inputs["x"]
         return {"total": x.sum(1), "largest": x.max(1).values}
 
@@ -95,7 +93,7 @@ class QueryTower(torch.nn.Module):
             )
             self.items = torch.nn.Embedding(n_items, dimension)
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         query = self.encoder(inputs["x"])
         return {"query": query, "scores": query @ self.items.weight.t()}
 

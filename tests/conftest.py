@@ -26,7 +26,10 @@ from tests import session_models, toy_session
 
 @pytest.fixture(scope="session")
 def triton_server(tmp_path_factory):
-    """A running tritonserver on ports the OS assigns; a server that cannot start fails the tests."""
+    """A running tritonserver on ports the OS assigns.
+
+    A server that cannot start fails the tests.
+    """
     server = TritonServer(
         tmp_path_factory.mktemp("triton_repository"),
         model_control="explicit",
@@ -58,14 +61,18 @@ def toy_model(toy_workflow):
 
 @pytest.fixture(scope="session")
 def pytorch_backend():
-    """The cached build of Triton's pytorch backend that TritonServer lays out for the bundled server."""
+    """The cached build of Triton's pytorch backend.
+
+    TritonServer lays it out for the bundled server.
+    """
     built = built_for_running_torch()
     if built is None:
         pytest.fail(
-            "Triton's pytorch (libtorch) backend is not built for this torch and the bundled tritonserver, "
-            f"so the libtorch tests cannot run. Build it once (under a minute) with `./run {BUILD_COMMAND} "
-            "--sources PATH`, PATH being Triton's pytorch_backend release sources (or leave --sources out to "
-            "clone them; needs the network), or set MTS_PYTORCH_BACKEND_SOURCES=PATH and run `./run setup`",
+            "Triton's pytorch (libtorch) backend is not built for this torch and the bundled"
+            " tritonserver, so the libtorch tests cannot run. Build it once (under a minute) with"
+            f" `./run {BUILD_COMMAND} --sources PATH`, PATH being Triton's pytorch_backend release"
+            " sources (or leave --sources out to clone them; needs the network), or set"
+            " MTS_PYTORCH_BACKEND_SOURCES=PATH and run `./run setup`",
             pytrace=False,
         )
     return built

@@ -42,13 +42,14 @@ def start_local_s3(log_path: Path, timeout_s: float = 60.0) -> tuple[subprocess.
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = Path(sys.executable).parent / "moto_server"
-    log = open(log_path, "wb")  # noqa: SIM115 -- the process keeps it
-    process = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **CREDENTIALS},
-    )
+    # the server writes to its own copy of the file; this process closes its handle at once
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(server), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **CREDENTIALS},
+        )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while True:
@@ -60,5 +61,5 @@ def start_local_s3(log_path: Path, timeout_s: float = 60.0) -> tuple[subprocess.
                 process.kill()
                 raise RuntimeError(
                     f"moto's S3 server did not start on {endpoint}: {log_path.read_text()[-2000:]}"
-                )
+                ) from None
             time.sleep(0.2)

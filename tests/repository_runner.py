@@ -52,7 +52,7 @@ def _run_libtorch(model_path: Path, config, inputs: dict[str, np.ndarray]) -> di
     with torch.inference_mode(), torch.jit.optimized_execution(False):
         result = module(tensors)
     result = result if isinstance(result, tuple) else (result,)
-    return {spec.name: tensor.numpy() for spec, tensor in zip(config.output, result)}
+    return {spec.name: tensor.numpy() for spec, tensor in zip(config.output, result, strict=True)}
 
 
 def response_arrays(table, request_names) -> dict[str, np.ndarray]:

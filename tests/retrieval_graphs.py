@@ -48,7 +48,7 @@ def retrieval_graph(workflow, t4r_model, index=None, backend=None):
 
 def recall_at_k(found, exact) -> float:
     """Mean share of each row's exact ids that were found."""
-    return float(np.mean([len(set(a) & set(b)) / K for a, b in zip(found, exact)]))
+    return float(np.mean([len(set(a) & set(b)) / K for a, b in zip(found, exact, strict=True)]))
 
 
 #: the request of the QueryTower graphs: its input and each row's seen items

@@ -20,7 +20,7 @@ def assert_frames_equal(served: pd.DataFrame, local: pd.DataFrame):
     assert list(served.columns) == list(local.columns)
     assert len(served) == len(local)
     for column in local.columns:
-        for got, want in zip(served[column], local[column]):
+        for got, want in zip(served[column], local[column], strict=True):
             np.testing.assert_array_equal(got, want, err_msg=column)
 
 
@@ -83,7 +83,7 @@ class Traffic:
             for offset in range(self.threads_per_protocol)
         ]
 
-    def __enter__(self) -> "Traffic":
+    def __enter__(self) -> Traffic:
         for thread in self._threads:
             thread.start()
         return self

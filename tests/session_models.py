@@ -36,7 +36,10 @@ SERVED_TORCH_THREADS = ModelOptions().torch_threads
 
 @dataclass(frozen=True)
 class SessionModel:
-    """A model to serve (eager Transformers4Rec, or TorchScript with its schemas) and its eager twin."""
+    """A model to serve and its eager twin.
+
+    The model to serve is eager Transformers4Rec, or TorchScript with its schemas.
+    """
 
     name: str
     served: object
@@ -72,6 +75,12 @@ def gpt2(workflow, seed: int = 0, **task_options) -> SessionModel:
             aggregation="concat",
             d_output=32,
             masking="clm",
+        )
+        config = tr.GPT2Config.build(
+            d_model=32, n_head=2, n_layer=2, total_seq_length=MAX_SEQUENCE_LENGTH
+        )
+        body = tr.SequentialBlock(
+            inputs, tr.MLPBlock([32]), tr.TransformerBlock(config, masking=inputs.masking)
         )
         config = tr.GPT2Config.build(
             d_model=32, n_head=2, n_layer=2, total_seq_length=MAX_SEQUENCE_LENGTH
@@ -144,8 +153,10 @@ def eager_top_k(
 
 
 def masked_top_k(scores: np.ndarray, seen_lists, k: int) -> np.ndarray:
-    """The k best encoded ids per row, the reserved ids and each row's seen items left out; ties
-    go to the lower id."""
+    """The k best encoded ids per row; ties go to the lower id.
+
+    The reserved ids and each row's seen items are left out.
+    """
     masked = scores.copy()
     masked[:, list(RESERVED_IDS)] = -np.inf
     for row, seen in enumerate(seen_lists):
@@ -163,7 +174,7 @@ def assert_same_recommendations(
         {int(raw): encoded for encoded, raw in enumerate(lookup) if raw >= 0} if decoded else None
     )
     for session_id, ids, scores in zip(
-        answer["session_id"], answer["item_ids"], answer["item_scores"]
+        answer["session_id"], answer["item_ids"], answer["item_scores"], strict=True
     ):
         want = expected.loc[session_id]
         np.testing.assert_allclose(
@@ -173,11 +184,12 @@ def assert_same_recommendations(
             atol=SCORE_TOLERANCE,
             err_msg=f"session {session_id}",
         )
-        for position, (got, wanted) in enumerate(zip(ids, want["item_ids"])):
+        for position, (got, wanted) in enumerate(zip(ids, want["item_ids"], strict=True)):
             if got != wanted:
                 eager_score_of_got = want["all_scores"][encode[int(got)] if decoded else int(got)]
                 assert abs(eager_score_of_got - want["item_scores"][position]) <= SCORE_TOLERANCE, (
-                    f"session {session_id}, rank {position + 1}: served item {got}, eager item {wanted}"
+                    f"session {session_id}, rank {position + 1}: served item {got}, eager item"
+                    f" {wanted}"
                 )
 
 

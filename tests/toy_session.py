@@ -4,8 +4,6 @@ whose scores depend on every item of the session (so padding and truncation erro
 
 from __future__ import annotations
 
-from typing import Dict
-
 import numpy as np
 import pandas as pd
 import torch
@@ -81,7 +79,7 @@ class PositionalSessionModel(torch.nn.Module):
             torch.randn(max_sequence_length, 1, generator=generator)
         )
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         items = inputs["item_id-list"]
         mask = (items != 0).unsqueeze(-1).to(self.items.dtype)
         hidden = (self.items[items] + self.categories[inputs["category-list"]]) * mask

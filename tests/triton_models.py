@@ -1,6 +1,8 @@
-"""Write tiny python-backend models into a Triton model repository, for tests that need a served model.
+"""Write tiny python-backend models into a Triton model repository, for tests that need a served
+model.
 
-Each model is a config.pbtxt written through Triton's protobuf and a model.py around one compute function.
+Each model is a config.pbtxt written through Triton's protobuf and a model.py around one compute
+function.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            inputs = {{name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in INPUT_NAMES}}
+            inputs = {{
+                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+                for name in INPUT_NAMES
+            }}
             outputs = compute(inputs)
             tensors = [pb_utils.Tensor(name, np.asarray(outputs[name])) for name in OUTPUT_NAMES]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
@@ -95,7 +100,10 @@ INT64_VECTOR = ("TYPE_INT64", [-1])
 
 
 def write_doubler(repository: str | Path, name: str, **options) -> Path:
-    """A python model that answers ``y = 2 * x`` (int64 vectors); ``options`` as write_python_model's."""
+    """A python model that answers ``y = 2 * x`` (int64 vectors).
+
+    ``options`` are as for write_python_model.
+    """
     return write_python_model(
         repository,
         name,

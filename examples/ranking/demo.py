@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     impressions = data.generate_impressions(args.rows, seed=args.seed)
     train, held_out = data.split(impressions, seed=args.seed)
     print(
-        f"{len(train):,} training rows, {len(held_out):,} held out; click rate {train[data.LABEL_COLUMN].mean():.3f}"
+        f"{len(train):,} training rows, {len(held_out):,} held out; click rate"
+        f" {train[data.LABEL_COLUMN].mean():.3f}"
     )
 
     _step("2/5 workflow (Categorify, FillMissing, Normalize)")
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     )
     labels = held_out[data.LABEL_COLUMN].to_numpy()
     print(
-        f"served == in-process: {same}; held-out AUC {model.auc(scored[model.OUTPUT_COLUMN], labels):.3f}"
+        f"served == in-process: {same}; held-out AUC"
+        f" {model.auc(scored[model.OUTPUT_COLUMN], labels):.3f}"
     )
     shown = held_out.head(args.show).assign(
         **{model.OUTPUT_COLUMN: scored[model.OUTPUT_COLUMN].head(args.show)}

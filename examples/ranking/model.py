@@ -8,7 +8,6 @@ probability of each row, float32 ``[batch]``. It is plain TorchScript-able PyTor
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations as types
-from typing import Dict, List
 
 import numpy as np
 import pandas as pd
@@ -21,11 +20,11 @@ OUTPUT_COLUMN = "click_probability"
 class DLRM(torch.nn.Module):
     """Embeddings + bottom MLP -> pairwise interactions -> top MLP -> sigmoid."""
 
-    categorical: List[str]
-    continuous: List[str]
+    categorical: list[str]
+    continuous: list[str]
 
     def __init__(
-        self, cardinalities: Dict[str, int], continuous: List[str], dim: int = 16, top: int = 64
+        self, cardinalities: dict[str, int], continuous: list[str], dim: int = 16, top: int = 64
     ):
         super().__init__()
         self.categorical = list(cardinalities)
@@ -44,7 +43,7 @@ class DLRM(torch.nn.Module):
             torch.nn.Linear(dim + len(rows), top), torch.nn.ReLU(), torch.nn.Linear(top, 1)
         )
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         dense = torch.stack([inputs[name].to(torch.float32) for name in self.continuous], dim=1)
         vectors = [self.bottom(dense)]
         for i, embedding in enumerate(self.embeddings):
@@ -61,8 +60,8 @@ def build_model(schema: Schema, *, dim: int = 16, seed: int = 0) -> DLRM:
     continuous = schema.select_by_tag(Tags.CONTINUOUS)
     if not categorical or not continuous:
         raise ValueError(
-            f"the schema needs categorical and continuous columns (tagged so), got {schema.column_names}; "
-            "pass the output schema of the example's workflow"
+            "the schema needs categorical and continuous columns (tagged so), got"
+            f" {schema.column_names}; pass the output schema of the example's workflow"
         )
     cardinalities = {
         column.name: int(column.properties["domain"]["max"]) + 1 for column in categorical

@@ -114,7 +114,7 @@ class _Catalog:
         self._category_cdf = (cumulative / total).to_numpy() + sorted_categories
 
     @classmethod
-    def generate(cls, rng: np.random.Generator, *, n_items: int, n_categories: int) -> "_Catalog":
+    def generate(cls, rng: np.random.Generator, *, n_items: int, n_categories: int) -> _Catalog:
         # Raw ids are large and arbitrary, as in a real catalog, so nothing can rely on 0..n.
         raw_item_ids = (
             rng.choice(9_000_000, size=n_items, replace=False).astype(np.int64) + 1_000_000
@@ -184,10 +184,7 @@ def read_interactions(path: str | Path, columns: dict[str, str] | None = None) -
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"interactions file {str(path)!r} does not exist")
-    if _file_format(path) == "parquet":
-        interactions = pd.read_parquet(path)
-    else:
-        interactions = pd.read_csv(path)
+    interactions = pd.read_parquet(path) if _file_format(path) == "parquet" else pd.read_csv(path)
     return validate_interactions(
         interactions, source=f"interactions file {str(path)!r}", columns=columns
     )
@@ -202,7 +199,7 @@ def validate_interactions(
     """Return the interactions with the four columns as int64, or raise naming what is wrong.
 
     ``columns`` renames the data's columns first (its name -> the expected name)."""
-    unknown = [name for name in (columns or {}) if name not in interactions.columns]
+    unknown = [name for name in columns or {} if name not in interactions.columns]
     if unknown:
         raise ValueError(
             f"fix the column mapping: {source} has no column {', '.join(map(repr, unknown))} "
@@ -213,9 +210,9 @@ def validate_interactions(
     if missing:
         example = ",".join(f"YOURS={column}" for column in missing)
         raise ValueError(
-            f"name the columns of {source} session_id, item_id, category and timestamp, or map yours "
-            f"with --columns {example} (columns={{'yours': {missing[0]!r}, ...}}): it has no column "
-            f"{', '.join(map(repr, missing))}; its columns: {list(interactions.columns)}"
+            f"name the columns of {source} session_id, item_id, category and timestamp, or map"
+            f" yours with --columns {example} (columns={{'yours': {missing[0]!r}, ...}}): it has no"
+            f" column {', '.join(map(repr, missing))}; its columns: {list(interactions.columns)}"
         )
     converted = {}
     for column in INTERACTION_COLUMNS:
@@ -232,8 +229,9 @@ def validate_interactions(
         if not pd.api.types.is_integer_dtype(values):
             first = f" (first value {values.iloc[0]!r})" if len(values) else ""
             raise ValueError(
-                f"{source}: column {column!r} must hold integers, got dtype {values.dtype}{first}. "
-                "Map the values to integer ids and drop or fill missing values before using the file"
+                f"{source}: column {column!r} must hold integers, got dtype {values.dtype}{first}."
+                " Map the values to integer ids and drop or fill missing values before using the"
+                " file"
             )
         converted[column] = values.astype(np.int64)
     return interactions.assign(**converted)
@@ -255,7 +253,7 @@ def split_by_time(
     first_click = interactions.groupby("session_id")["timestamp"].min()
     # Ties in the first click are broken by session id so the split does not depend on row order.
     ordered = first_click.reset_index().sort_values(["timestamp", "session_id"], kind="stable")
-    n_held_out = int(round(len(ordered) * held_out_fraction))
+    n_held_out = round(len(ordered) * held_out_fraction)
     if n_held_out == 0 or n_held_out == len(ordered):
         raise ValueError(
             f"held_out_fraction={held_out_fraction!r} of {len(ordered)} sessions leaves one side "

@@ -1,6 +1,7 @@
 """Session-based recommendations end to end, on one machine without a GPU.
 
-    python examples/session_based/demo.py [--interactions clicks.parquet [--columns YOURS=session_id,...]]
+    python examples/session_based/demo.py [--interactions clicks.parquet [--columns
+    YOURS=session_id,...]]
                                           [--output demo-output] [--backend pytorch|python]
 
 raw clicks -> NVTabular workflow -> Transformers4Rec XLNet (trained here, on CPU) ->
@@ -64,14 +65,19 @@ def choose_backend(requested: str | None) -> tuple[str, str]:
     built = built_for_running_torch() is not None
     if requested == "pytorch" and not built:
         raise SystemExit(
-            f"error: --backend pytorch needs Triton's pytorch backend built for this torch; run `{BUILD_COMMAND} "
-            "--sources PATH` (PATH: its release sources) or leave --backend out to serve the all-python repository"
+            "error: --backend pytorch needs Triton's pytorch backend built for this torch; run"
+            f" `{BUILD_COMMAND} --sources PATH` (PATH: its release sources) or leave --backend out"
+            " to serve the all-python repository"
         )
     backend = requested or ("pytorch" if built else "python")
     if backend == "pytorch":
-        return backend, (
-            "the mixed repository: TransformWorkflow on the python backend; PredictPytorch, TopK and "
-            "DecodeItemIds compiled into one libtorch model on Triton's pytorch backend"
+        return (
+            backend,
+            (
+                "the mixed repository: TransformWorkflow on the python backend; PredictPytorch,"
+                " TopK and DecodeItemIds compiled into one libtorch model on Triton's pytorch"
+                " backend"
+            ),
         )
     reason = (
         ""
@@ -80,7 +86,10 @@ def choose_backend(requested: str | None) -> tuple[str, str]:
     )
     return (
         backend,
-        f"the all-python repository: the four operators fused into one python-backend model{reason}",
+        (
+            "the all-python repository: the four operators fused into one python-backend"
+            f" model{reason}"
+        ),
     )
 
 
@@ -101,8 +110,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         data.write_interactions(clicks, output / "interactions.parquet")
     train, held_out = data.split_by_time(clicks)
     print(
-        f"{len(clicks):,} clicks in {clicks['session_id'].nunique():,} sessions over "
-        f"{clicks['item_id'].nunique():,} items; {held_out['session_id'].nunique():,} latest sessions held out"
+        f"{len(clicks):,} clicks in {clicks['session_id'].nunique():,} sessions over"
+        f" {clicks['item_id'].nunique():,} items; {held_out['session_id'].nunique():,} latest"
+        " sessions held out"
     )
 
     _step("2/6 NVTabular workflow")
@@ -163,16 +173,20 @@ def _parse_args(argv):
     add = parser.add_argument
     add(
         "--interactions",
-        help="a .parquet or .csv file of clicks (session_id, item_id, category, "
-        "timestamp); default: synthetic clicks",
+        help=(
+            "a .parquet or .csv file of clicks (session_id, item_id, category, "
+            "timestamp); default: synthetic clicks"
+        ),
     )
     add(
         "--columns",
         type=column_names.argument,
         default=None,
         metavar="YOURS=EXPECTED,...",
-        help="the file's names "
-        "for the four columns, e.g. user_session=session_id,product=item_id,category_code=category,ts=timestamp",
+        help=(
+            "the file's names for the four columns, e.g."
+            " user_session=session_id,product=item_id,category_code=category,ts=timestamp"
+        ),
     )
     add(
         "--output",
@@ -197,9 +211,11 @@ def _parse_args(argv):
         "--backend",
         choices=("pytorch", "python"),
         default=None,
-        help="backend of the model step: pytorch "
-        "(the mixed repository; needs Triton's pytorch backend built) or python (all python); default: pytorch "
-        "when it is built for this torch, else python",
+        help=(
+            "backend of the model step: pytorch (the mixed repository; needs Triton's pytorch"
+            " backend built) or python (all python); default: pytorch when it is built for this"
+            " torch, else python"
+        ),
     )
     return parser.parse_args(argv)
 

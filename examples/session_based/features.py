@@ -107,7 +107,8 @@ def load_workflow(directory: str | Path) -> nvt.Workflow:
     directory = Path(directory)
     if not (directory / "workflow.pkl").exists():
         raise FileNotFoundError(
-            f"{str(directory)!r} holds no saved workflow (no workflow.pkl); create one with fit_workflow()"
+            f"{str(directory)!r} holds no saved workflow (no workflow.pkl); create one with"
+            " fit_workflow()"
         )
     return nvt.Workflow.load(str(directory))
 

@@ -46,15 +46,16 @@ def build_model(
     ``schema`` is the workflow's output schema; the model reads the item and category lists.
     ``n_items`` sets the size of the item table (the catalog the model scores) when it should be
     larger than the workflow's vocabulary: a model of a million items, to measure serving, without
-    data or training for a million items. The same seed gives the same initial weights. The dropout and masking rate differ from
-    Transformers4Rec's defaults (0.3 and 0.15) because with those a small model learns too slowly
-    to be trained in under a minute on CPU.
+    data or training for a million items. The same seed gives the same initial weights. The dropout
+    and masking rate differ from Transformers4Rec's defaults (0.3 and 0.15) because with those a
+    small model learns too slowly to be trained in under a minute on CPU.
     """
     missing = [name for name in MODEL_INPUT_COLUMNS if name not in schema.column_names]
     if missing:
         raise ValueError(
-            f"the schema has no column {missing[0]!r}: the model reads {list(MODEL_INPUT_COLUMNS)}, "
-            f"the schema has {schema.column_names}. Pass the output schema of the example's workflow"
+            f"the schema has no column {missing[0]!r}: the model reads {list(MODEL_INPUT_COLUMNS)},"
+            f" the schema has {schema.column_names}. Pass the output schema of the example's"
+            " workflow"
         )
     input_schema = schema.select_by_name(list(MODEL_INPUT_COLUMNS))
     if n_items is not None:
@@ -87,7 +88,8 @@ def build_model(
 
 
 def with_item_catalog(schema: Schema, n_items: int) -> Schema:
-    """``schema`` with the item list's ids ranging over ``n_items`` encoded ids (0 to n_items - 1)."""
+    """``schema`` with the item list's ids ranging over ``n_items`` encoded ids (0 to n_items -
+    1)."""
 
     def widened(column):
         domain = {**column.properties.get("domain", {}), "min": 0, "max": int(n_items) - 1}
@@ -199,8 +201,8 @@ def recall_at_k(scores: torch.Tensor, targets: torch.Tensor, *, k: int = 10) -> 
     """
     if scores.ndim != 2 or len(scores) != len(targets):
         raise ValueError(
-            f"scores must be [rows, items] with one row per target, got shape {tuple(scores.shape)} "
-            f"for {len(targets)} targets"
+            f"scores must be [rows, items] with one row per target, got shape {tuple(scores.shape)}"
+            f" for {len(targets)} targets"
         )
     if len(targets) == 0:
         raise ValueError("there are no targets to compute recall on")

@@ -1,5 +1,7 @@
 """Triton backends for the bundled tritonserver: laying out its backend folder (``layout``), what
-the nvidia-pytriton wheel provides (``bundle``), and building the pytorch backend (``pytorch_build``)."""
+the nvidia-pytriton wheel provides (``bundle``), and building the pytorch backend
+(``pytorch_build``).
+"""
 
 from merlin_torch_serving.backends.layout import bundled_backend_directory, python_backend_directory
 from merlin_torch_serving.backends.pytorch_build import (

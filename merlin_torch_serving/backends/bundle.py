@@ -35,7 +35,10 @@ def bundled_tritonserver() -> Path | None:
 
 
 def pytriton_libraries() -> Path | None:
-    """``<site-packages>/nvidia_pytriton.libs``: the wheel's shared libraries, libtritonserver included."""
+    """The folder of the wheel's shared libraries, libtritonserver included.
+
+    That is ``<site-packages>/nvidia_pytriton.libs``.
+    """
     root = pytriton_server_root()
     return root.parent.parent / "nvidia_pytriton.libs" if root is not None else None
 
@@ -60,7 +63,8 @@ def pytriton_version() -> str:
 
 
 def cache_root() -> Path:
-    """$MTS_CACHE_DIR, else ``$XDG_CACHE_HOME/merlin_torch_serving``, else ``~/.cache/merlin_torch_serving``."""
+    """$MTS_CACHE_DIR, else ``$XDG_CACHE_HOME/merlin_torch_serving``, else
+    ``~/.cache/merlin_torch_serving``."""
     chosen = os.environ.get(CACHE_ENV_VAR)
     if chosen:
         return Path(chosen).expanduser()

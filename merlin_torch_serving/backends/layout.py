@@ -32,7 +32,8 @@ _LAYOUTS_FOLDER = "backends"
 def python_backend_directory(
     *, python_version: str | None = None, cache_dir: str | os.PathLike | None = None
 ) -> Path:
-    """A backend folder holding nvidia-pytriton's python backend with the stub for ``python_version``.
+    """A backend folder holding nvidia-pytriton's python backend with the stub for
+    ``python_version``.
 
     The wheel ships one stub per Python version and the stub must match the Python whose packages
     the models import, so the folder is laid out per version, once, and reused afterwards.
@@ -41,26 +42,30 @@ def python_backend_directory(
     server_root = bundle.pytriton_server_root()
     if server_root is None:
         raise ServerError(
-            "the python backend comes from the nvidia-pytriton package, which is not installed; "
-            "run `pip install 'merlin-torch-serving[server]'` or pass TritonServer(backend_directory=...)"
+            "the python backend comes from the nvidia-pytriton package, which is not installed; run"
+            " `pip install 'merlin-torch-serving[server]'` or pass"
+            " TritonServer(backend_directory=...)"
         )
     pytriton_version = bundle.pytriton_version()
     stubs = server_root / "python_backend_stubs"
     stub = stubs / python_version / STUB_NAME
     if not stub.is_file():
         available = sorted(
-            (entry.name for entry in stubs.iterdir() if (entry / STUB_NAME).is_file())
-            if stubs.is_dir()
-            else (),
+            (
+                (entry.name for entry in stubs.iterdir() if (entry / STUB_NAME).is_file())
+                if stubs.is_dir()
+                else ()
+            ),
             key=lambda version: [
                 int(part) if part.isdigit() else -1 for part in version.split(".")
             ],
         )
         raise ServerError(
-            f"nvidia-pytriton {pytriton_version} has no python-backend stub for Python {python_version!r} "
-            f"(it has stubs for Python {', '.join(available) or 'no version'}); run under one of those "
-            "Python versions, or pass TritonServer(backend_directory=...) pointing at a folder whose "
-            f"python/ subfolder holds a stub built for Python {python_version}"
+            f"nvidia-pytriton {pytriton_version} has no python-backend stub for Python"
+            f" {python_version!r} (it has stubs for Python {', '.join(available) or 'no version'});"
+            " run under one of those Python versions, or pass TritonServer(backend_directory=...)"
+            " pointing at a folder whose python/ subfolder holds a stub built for Python"
+            f" {python_version}"
         )
     cache_dir = Path(cache_dir) if cache_dir is not None else bundle.cache_root() / _LAYOUTS_FOLDER
     target = cache_dir / f"pytriton-{pytriton_version}-py{python_version}"
@@ -139,7 +144,8 @@ def _laid_out(target: Path, marker: str, lay_out: Callable[[Path], None]) -> Pat
             shutil.rmtree(staging, ignore_errors=True)
     except OSError as error:
         raise ServerError(
-            f"could not lay out the backends in {str(target)!r}: {error}; make {str(target.parent)!r} "
-            f"writable (or set {bundle.CACHE_ENV_VAR} to a writable folder) or pass TritonServer(backend_directory=...)"
+            f"could not lay out the backends in {str(target)!r}: {error}; make"
+            f" {str(target.parent)!r} writable (or set {bundle.CACHE_ENV_VAR} to a writable folder)"
+            " or pass TritonServer(backend_directory=...)"
         ) from error
     return target

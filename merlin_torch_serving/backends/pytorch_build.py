@@ -6,11 +6,9 @@ compiled against torch's headers and libraries, so it is built here, once per (t
 torch) pair, into the cache (see ``bundle.cache_root``); a second call with the same torch returns
 the cached build at once.
 
-Sources come either from ``sources`` (a tarball or a folder holding ``pytorch_backend/``,
-``backend/``, ``core/``, ``common/`` and ``rapidjson/`` at the server's release; the build then
-needs no network) or, without it, from a shallow clone of the upstream repository at the release
-matching the server, with CMake fetching the other three (needs git, the network and RapidJSON's
-headers installed, as upstream documents).
+Sources come either from ``sources`` (the build then needs no network) or, without it, from a
+shallow clone of upstream at the release matching the server (needs git, the network and
+RapidJSON's headers installed, as upstream documents); ``pytorch_sources.py`` says what they hold.
 """
 
 from __future__ import annotations
@@ -25,19 +23,17 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from merlin_torch_serving.backends import bundle
+from merlin_torch_serving.backends import bundle, pytorch_sources
 from merlin_torch_serving.exceptions import BackendBuildError
 
 BACKEND_LIBRARY = "libtriton_pytorch.so"
 BUILD_RECORD = "build.json"
-SOURCE_FOLDERS = ("pytorch_backend", "backend", "core", "common", "rapidjson")
 UPSTREAM_ORGANIZATION = "https://github.com/triton-inference-server"
 #: the command that builds it, for messages
 BUILD_COMMAND = "merlin-torch-serving build-backend pytorch"
@@ -103,7 +99,10 @@ def built_pytorch_backend(
 
 
 def built_for_running_torch(binary: str | os.PathLike | None = None) -> BuiltBackend | None:
-    """The cached build for ``binary`` (default: the bundled tritonserver) and the running torch, or None."""
+    """The cached build for ``binary`` and the running torch, or None.
+
+    ``binary`` defaults to the bundled tritonserver.
+    """
     binary = binary if binary is not None else bundle.bundled_tritonserver()
     version = bundle.tritonserver_version(binary) if binary is not None else None
     if version is None or importlib.util.find_spec("torch") is None:
@@ -139,13 +138,16 @@ def build_pytorch_backend(
     log = work / "build.log"
     try:
         if sources is not None:
-            source_root = _unpacked_sources(Path(sources), work / "sources", progress)
-            options, origin = _offline_options(source_root), os.fspath(Path(sources).resolve())
+            source_root = pytorch_sources.unpacked(Path(sources), work / "sources", progress)
+            options, origin = (
+                pytorch_sources.offline_options(source_root),
+                os.fspath(Path(sources).resolve()),
+            )
         else:
             release = _release(server_version)
             source_root = _cloned_sources(release, organization, work / "sources", log, progress)
             options, origin = (
-                _upstream_options(release, organization),
+                pytorch_sources.upstream_options(release, organization),
                 f"{organization}/pytorch_backend@{release}",
             )
         library = _compile(tools, torch, source_root, options, work / "build", log, jobs, progress)
@@ -154,7 +156,7 @@ def build_pytorch_backend(
             "torch_root": str(torch.root),
             "tritonserver_version": server_version,
             "sources": origin,
-            "built_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "built_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "build_seconds": round(time.monotonic() - started, 1),
         }
         _install(library, record, work / "result", target)
@@ -210,7 +212,10 @@ def _compile(
 
 
 def _install(library: Path, record: dict, staging: Path, target: Path) -> None:
-    """The library and its record, renamed into ``target`` whole (a failed build leaves nothing there)."""
+    """The library and its record, renamed into ``target`` whole.
+
+    A failed build leaves nothing there.
+    """
     staging.mkdir()
     shutil.copy2(library, staging / BACKEND_LIBRARY)
     (staging / BUILD_RECORD).write_text(json.dumps(record, indent=1) + "\n")
@@ -233,8 +238,10 @@ class _Tools:
 
 
 def _build_tools(cloning: bool) -> _Tools:
-    """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``; a clear error
-    for what is missing."""
+    """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``.
+
+    What is missing gets a clear error.
+    """
     missing = []
     if cloning and shutil.which("git") is None:
         missing.append("git, to clone the sources (apt-get install git), or pass --sources")
@@ -258,7 +265,7 @@ def _build_tools(cloning: bool) -> _Tools:
     )
     if compiler is None:
         missing.append("a C++ compiler (apt-get install g++), or set CXX to one")
-    if missing:
+    if missing or cmake is None or generator is None or compiler is None:
         raise BackendBuildError(
             f"cannot build the pytorch backend: this machine lacks {'; '.join(missing)}. Install "
             f"{'it' if len(missing) == 1 else 'them'} and run `{BUILD_COMMAND}` again"
@@ -281,14 +288,14 @@ def _bundled_server_version() -> str:
     binary = bundle.bundled_tritonserver()
     if binary is None or not binary.is_file():
         raise BackendBuildError(
-            "the pytorch backend is built for the tritonserver bundled with nvidia-pytriton, which is not "
-            "installed; run `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton)"
+            "the pytorch backend is built for the tritonserver bundled with nvidia-pytriton, which"
+            " is not installed; run `pip install 'merlin-torch-serving[server]'` (nvidia-pytriton)"
         )
     version = bundle.tritonserver_version(binary)
     if version is None:
         raise BackendBuildError(
-            f"could not tell the version of {str(binary)!r}: it did not print a server_version when started; "
-            "check that it runs (`tritonserver --help`)"
+            f"could not tell the version of {str(binary)!r}: it did not print a server_version when"
+            " started; check that it runs (`tritonserver --help`)"
         )
     return version
 
@@ -305,55 +312,13 @@ def _release(server_version: str) -> str:
 def _cloned_sources(
     release: str, organization: str, destination: Path, log: Path, progress
 ) -> Path:
-    """``destination`` holding a shallow clone of pytorch_backend at ``release``; CMake fetches the rest."""
+    """``destination`` holding a shallow clone of pytorch_backend at ``release``.
+
+    CMake fetches the rest.
+    """
     progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
-    repository = f"{organization}/pytorch_backend.git"
-    _run(
-        [
-            "git",
-            "clone",
-            "--quiet",
-            "--depth",
-            "1",
-            "--branch",
-            release,
-            repository,
-            str(destination / "pytorch_backend"),
-        ],
-        log,
-        "git clone",
-    )
+    _run(pytorch_sources.clone_command(release, organization, destination), log, "git clone")
     return destination
-
-
-def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
-    """The folder holding the five source folders: ``sources`` itself, or where its tarball unpacks."""
-    if sources.is_dir():
-        root = sources
-    elif sources.is_file():
-        progress(f"unpacking {sources}")
-        try:
-            with tarfile.open(sources) as archive:
-                archive.extractall(destination, filter="data")
-        except (tarfile.TarError, OSError) as error:
-            raise BackendBuildError(
-                f"could not unpack the sources {str(sources)!r}: {error}"
-            ) from error
-        root = destination
-    else:
-        raise BackendBuildError(
-            f"sources {str(sources)!r} do not exist; pass a .tar.gz or a folder holding {', '.join(SOURCE_FOLDERS)}, "
-            f"or leave --sources out to clone them (needs the network)"
-        )
-    missing = [name for name in SOURCE_FOLDERS if not (root / name).is_dir()]
-    if missing:
-        found = sorted(entry.name for entry in root.iterdir()) if root.is_dir() else []
-        raise BackendBuildError(
-            f"sources {str(sources)!r} lack the folder(s) {', '.join(missing)}: expected {', '.join(SOURCE_FOLDERS)} "
-            f"(Triton's pytorch_backend, backend, core and common at one release, and RapidJSON), found "
-            f"{', '.join(found) or 'nothing'}"
-        )
-    return root
 
 
 # ---- cmake ------------------------------------------------------------------------------------
@@ -362,6 +327,7 @@ def _unpacked_sources(sources: Path, destination: Path, progress) -> Path:
 def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
     """What every build sets: CPU only, no torchvision or TensorRT, this torch and this Python."""
     include = torch.root / "include"
+    api_include = include / "torch" / "csrc" / "api" / "include"
     return [
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DCMAKE_CXX_COMPILER={tools.compiler}",
@@ -371,7 +337,7 @@ def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
         "-DTRITON_PYTORCH_ENABLE_TORCHTRT=OFF",
         # torch 2.x's CMake config asks for C++17 or newer and recent releases use C++20 features
         "-DTRITON_MIN_CXX_STANDARD=20",
-        f"-DTRITON_PYTORCH_INCLUDE_PATHS={include};{include / 'torch' / 'csrc' / 'api' / 'include'}",
+        f"-DTRITON_PYTORCH_INCLUDE_PATHS={include};{api_include}",
         f"-DTRITON_PYTORCH_LIB_PATHS={torch.lib}",
         # torch's headers include Python.h
         f"-DPython3_EXECUTABLE={sys.executable}",
@@ -379,32 +345,13 @@ def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
     ]
 
 
-def _offline_options(source_root: Path) -> list[str]:
-    """FetchContent takes the three dependencies from the sources and never goes online."""
-    rapidjson = source_root / "rapidjson"
-    return [
-        f"-DCMAKE_CXX_FLAGS=-I{rapidjson / 'include'}",
-        f"-DRapidJSON_DIR={rapidjson / 'lib' / 'cmake' / 'RapidJSON'}",
-        "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",
-        *(
-            f"-DFETCHCONTENT_SOURCE_DIR_REPO-{name.upper()}={source_root / name}"
-            for name in ("common", "core", "backend")
-        ),
-    ]
-
-
-def _upstream_options(release: str, organization: str) -> list[str]:
-    """FetchContent clones the three dependencies at ``release``, as upstream's build does."""
-    return [
-        f"-DTRITON_REPO_ORGANIZATION={organization}",
-        *(f"-DTRITON_{name}_REPO_TAG={release}" for name in ("COMMON", "CORE", "BACKEND")),
-    ]
-
-
 def _run(
     command: Sequence[str], log_path: Path, what: str, on_line: Callable[[str], None] | None = None
 ) -> None:
-    """Run ``command``, appending its output to ``log_path``; a failure raises with the log's tail."""
+    """Run ``command``, appending its output to ``log_path``.
+
+    A failure raises with the log's tail.
+    """
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
@@ -420,7 +367,7 @@ def _run(
         except OSError as error:
             raise BackendBuildError(f"{what} could not run {command[0]!r}: {error}") from error
         with process:
-            for line in process.stdout:
+            for line in process.stdout or ():  # never None: stdout is a pipe
                 log.write(line)
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
@@ -435,6 +382,9 @@ def _run(
 
 
 def _report_progress(line: str, progress: Callable[[str], None]) -> None:
-    """Pass on ninja's ``[3/12] Building ...`` and make's ``[ 25%] Building ...`` lines, shortened."""
+    """Pass on ninja's and make's progress lines, shortened.
+
+    They look like ``[3/12] Building ...`` (ninja) and ``[ 25%] Building ...`` (make).
+    """
     if _PROGRESS.match(line):
         progress("  " + re.sub(r" \S*/", " ", line, count=1)[:160])

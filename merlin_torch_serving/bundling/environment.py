@@ -61,7 +61,7 @@ class PackedEnvironment:
 
 
 def requirement_closure(name: str, extras: Iterable[str] = ()) -> set[str]:
-    """``name`` and every distribution it requires (with ``extras``), from the installed metadata."""
+    """``name`` and each distribution it requires (with ``extras``), from the installed metadata."""
     seen: set[tuple[str, frozenset]] = set()
     pending = [(canonicalize_name(name), frozenset(extras))]
     while pending:
@@ -76,7 +76,7 @@ def requirement_closure(name: str, extras: Iterable[str] = ()) -> set[str]:
         for text in requirements:
             requirement = Requirement(text)
             if requirement.marker is None or any(
-                requirement.marker.evaluate({"extra": extra}) for extra in (current_extras or {""})
+                requirement.marker.evaluate({"extra": extra}) for extra in current_extras or {""}
             ):
                 pending.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))
     return {dist for dist, _ in seen}
@@ -134,7 +134,8 @@ def read_packed(path: str | os.PathLike) -> PackedEnvironment:
         record = json.loads((path / PACKED_FILE).read_text())
     except (OSError, ValueError) as error:
         raise BundleError(
-            f"{str(path)!r} is not an environment packed by merlin-torch-serving (no readable {PACKED_FILE}: {error})"
+            f"{str(path)!r} is not an environment packed by merlin-torch-serving (no readable"
+            f" {PACKED_FILE}: {error})"
         ) from error
     return PackedEnvironment(
         path, ".".join(record["python"].split(".")[:2]), record["distributions"]
@@ -142,7 +143,10 @@ def read_packed(path: str | os.PathLike) -> PackedEnvironment:
 
 
 def archive(environment: Path, tarball: Path) -> None:
-    """A ``.tar.gz`` of the environment, as the python backend extracts it (paths relative to its root)."""
+    """A ``.tar.gz`` of the environment, as the python backend extracts it.
+
+    Its paths are relative to the environment's root.
+    """
     with tarfile.open(tarball, "w:gz", compresslevel=1) as archive_file:
         for entry in sorted(environment.iterdir()):
             archive_file.add(entry, arcname=entry.name)
@@ -161,9 +165,10 @@ def _lay_out_interpreter(prefix: Path, version: str) -> None:
     soname = sysconfig.get_config_var("INSTSONAME") or ""
     if not sysconfig.get_config_var("Py_ENABLE_SHARED") or not (libdir / soname).is_file():
         raise BundleError(
-            f"this Python ({sys.base_prefix}) was built without a shared libpython, which the python-backend "
-            "stub loads; pack from a Python built with --enable-shared (distribution packages, pyenv with "
-            "PYTHON_CONFIGURE_OPTS=--enable-shared, the python.org builds)"
+            f"this Python ({sys.base_prefix}) was built without a shared libpython, which the"
+            " python-backend stub loads; pack from a Python built with --enable-shared"
+            " (distribution packages, pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared, the"
+            " python.org builds)"
         )
     (prefix / "bin").mkdir()
     (prefix / "lib").mkdir()
@@ -199,14 +204,14 @@ def _copy_distribution(name: str, site_packages: Path) -> str:
         dist = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         raise BundleError(
-            f"distribution {name!r} is needed in the packed environment but is not installed in this Python "
-            f"({sys.prefix}); install it, or leave it out of the distributions to pack"
+            f"distribution {name!r} is needed in the packed environment but is not installed in"
+            f" this Python ({sys.prefix}); install it, or leave it out of the distributions to pack"
         ) from None
-    root = Path(dist.locate_file("")).resolve()
+    root = Path(str(dist.locate_file(""))).resolve()
     if _installed_normally(dist):
-        for file in dist.files:
+        for file in dist.files or ():
             relative = Path(file)
-            source = Path(dist.locate_file(file))
+            source = Path(str(dist.locate_file(file)))
             if relative.parts[0] == ".." or not source.is_file() or "__pycache__" in relative.parts:
                 continue  # console scripts outside site-packages; bytecode is rebuilt on import
             destination = site_packages / relative
@@ -226,7 +231,10 @@ def _installed_normally(dist) -> bool:
 
 
 def _copy_packages_of(dist, name: str, root: Path, site_packages: Path) -> None:
-    """An editable or source-tree install: its import packages as they are, and a minimal dist-info."""
+    """Copy an editable or source-tree install.
+
+    Its import packages are copied as they are, and it gets a minimal dist-info.
+    """
     top_level = (
         dist.read_text("top_level.txt") or canonicalize_name(name).replace("-", "_")
     ).split()

@@ -110,8 +110,8 @@ def _stub_for(python_version: str) -> Path:
     stub = root / "python_backend_stubs" / python_version / STUB_NAME if root is not None else None
     if stub is None or not stub.is_file():
         raise BundleError(
-            f"no python-backend stub for Python {python_version} found (they ship in the nvidia-pytriton wheel: "
-            "`pip install 'merlin-torch-serving[server]'`)"
+            f"no python-backend stub for Python {python_version} found (they ship in the"
+            " nvidia-pytriton wheel: `pip install 'merlin-torch-serving[server]'`)"
         )
     return stub
 

@@ -4,7 +4,8 @@ export rather than the server:
 
 - inputs and outputs are BOOL, UINT8, INT8/16/32/64 or FP16/32/64 (no UINT16/32/64, no BYTES);
 - ``forward`` takes one ``Dict[str, Tensor]`` keyed by the config's input names and returns a
-  Tensor or a tuple of Tensors (a ``List[Tensor]`` crashes the server at warm-up, a Dict is refused);
+  Tensor or a tuple of Tensors (a ``List[Tensor]`` crashes the server at warm-up, a Dict is
+  refused);
 - outputs are matched by position, unless every output name ends in ``__<digits>``: then by that
   index, which must then equal the position;
 - ``INTRA_OP_THREAD_COUNT`` sets torch's threads for the whole server process, so libtorch models
@@ -47,8 +48,9 @@ def check_libtorch_schemas(model_name: str, input_schema: Schema, output_schema:
                         tensor,
                         f"a dtype Triton's pytorch backend accepts ({', '.join(LIBTORCH_DTYPES)})",
                         f"{spec.triton_dtype} ({spec.dtype})",
-                        "cast the column to a signed integer or float type before this step (for example in the "
-                        "workflow), or run the step's model on the python backend (its operator's backend='python')",
+                        "cast the column to a signed integer or float type before this step (for"
+                        " example in the workflow), or run the step's model on the python backend"
+                        " (its operator's backend='python')",
                     )
 
 
@@ -86,7 +88,7 @@ def check_libtorch_model(
             f"{len(outputs)}",
         )
     _check_named_indexes(model_name, [spec.name for spec in declared])
-    for spec, tensor in zip(declared, outputs):
+    for spec, tensor in zip(declared, outputs, strict=True):
         if not isinstance(tensor, torch.Tensor):
             raise ModelCheckError(
                 model_name, f"output {spec.name!r}", "a tensor", type(tensor).__name__
@@ -99,7 +101,9 @@ def check_libtorch_model(
             )
         dims = list(spec.dims)
         shape = list(tensor.shape)
-        if len(dims) != len(shape) or any(d != -1 and d != s for d, s in zip(dims, shape)):
+        if len(dims) != len(shape) or any(
+            d != -1 and d != s for d, s in zip(dims, shape, strict=True)
+        ):
             raise ModelCheckError(
                 model_name, f"output {spec.name!r}", f"dims {dims}", f"shape {shape}"
             )
@@ -123,16 +127,17 @@ def warn_about_differing_thread_counts(repository: str | os.PathLike) -> None:
     if len(set(counts.values())) > 1:
         asked = ", ".join(f"{name!r}: {count}" for name, count in counts.items())
         warnings.warn(
-            f"the repository's libtorch models ask for different {THREAD_COUNT_PARAMETER}s ({asked}); "
-            "Triton's pytorch backend sets torch's threads for the whole server process, so all of them run with "
-            "the count of whichever model loads last. Export them with the same ModelOptions(torch_threads=...)",
+            f"the repository's libtorch models ask for different {THREAD_COUNT_PARAMETER}s"
+            f" ({asked}); Triton's pytorch backend sets torch's threads for the whole server"
+            " process, so all of them run with the count of whichever model loads last. Export"
+            " them with the same ModelOptions(torch_threads=...)",
             UserWarning,
             stacklevel=4,  # the caller of Ensemble.export
         )
 
 
 def check_libtorch_return_type(model_name: str, module) -> None:
-    """Refuse a forward declared to return a List or a Dict, before anything is compiled around it."""
+    """Refuse a forward declared to return a List or Dict, before anything is compiled around it."""
     returns = module.forward.schema.returns
     kind = returns[0].type.kind() if len(returns) == 1 else None
     if kind in ("ListType", "DictType"):
@@ -145,8 +150,8 @@ def _unsupported_return(model_name: str, returned: str) -> ModelCheckError:
         None,
         "forward() to return a Tensor or a tuple of Tensors",
         f"a {returned}",
-        "Triton's pytorch backend crashes on a List[Tensor] at warm-up and refuses a Dict; return a tuple "
-        "(e.g. `return (scores, ids)`)",
+        "Triton's pytorch backend crashes on a List[Tensor] at warm-up and refuses a Dict; return a"
+        " tuple (e.g. `return (scores, ids)`)",
     )
 
 
@@ -156,16 +161,16 @@ def _check_named_indexes(model_name: str, names: list[str]) -> None:
     indexes = _named_indexes(names)
     if indexes is None:
         return
-    for position, (name, index) in enumerate(zip(names, indexes)):
+    for position, (name, index) in enumerate(zip(names, indexes, strict=True)):
         if index != position:
             raise ModelCheckError(
                 model_name,
                 f"output {name!r}",
-                f"to be the model's result number {index}, since every output name ends in '__<index>' and "
-                "Triton's pytorch backend then matches outputs by that index",
+                f"to be the model's result number {index}, since every output name ends in"
+                " '__<index>' and Triton's pytorch backend then matches outputs by that index",
                 f"it at position {position}",
-                "rename the output columns so that not all of them end in '__<digits>', or make each "
-                "index match the position the model returns it at",
+                "rename the output columns so that not all of them end in '__<digits>', or make"
+                " each index match the position the model returns it at",
             )
 
 

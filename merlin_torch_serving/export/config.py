@@ -186,7 +186,10 @@ def pytorch_model_config(
     options: ModelOptions,
     warmup_files: dict,
 ) -> model_config_pb2.ModelConfig:
-    """A libtorch model: one ``Dict[str, Tensor]`` input keyed by input names, outputs by position."""
+    """The config of a libtorch model.
+
+    One ``Dict[str, Tensor]`` input keyed by input names; outputs by position.
+    """
     return _parse(
         {
             "name": name,
@@ -280,8 +283,8 @@ def _version_policy(policy) -> dict:
     ):
         return {"version_policy": {"specific": {"versions": list(policy)}}}
     raise ValueError(
-        f"version_policy must be None, 'all', a number of newest versions (1 or more) or a sequence of "
-        f"version numbers, got {policy!r}"
+        "version_policy must be None, 'all', a number of newest versions (1 or more) or a sequence"
+        f" of version numbers, got {policy!r}"
     )
 
 

@@ -58,7 +58,7 @@ def chain_source(step: TritonStep, modules: list[torch.jit.ScriptModule]) -> str
     (A tuple, not a list: Triton's pytorch backend crashes on a returned list.)"""
     known: dict[Ref, str] = {}  # the TorchScript expression of every tensor produced so far
     lines = []
-    for position, (call, module) in enumerate(zip(step.calls, modules)):
+    for position, (call, module) in enumerate(zip(step.calls, modules, strict=True)):
         arguments = ", ".join(
             f"{_text(name)}: {source}" for name, source in _reads(call, step, known)
         )
@@ -76,9 +76,9 @@ def _scripted(call: OpCall, module: torch.nn.Module) -> torch.jit.ScriptModule:
         return torch.jit.script(module)
     except Exception as error:
         raise ExportError(
-            f"the TorchScript form of operator {call.op.label} ({type(module).__name__}) does not compile: "
-            f"{type(error).__name__}: {error}; note that TorchScript cannot read the annotations of a module "
-            "that starts with `from __future__ import annotations`"
+            f"the TorchScript form of operator {call.op.label} ({type(module).__name__}) does not"
+            f" compile: {type(error).__name__}: {error}; note that TorchScript cannot read the"
+            " annotations of a module that starts with `from __future__ import annotations`"
         ) from error
 
 
@@ -95,7 +95,7 @@ def _reads(call: OpCall, step: TritonStep, known: dict[Ref, str]) -> list[tuple[
         )
         column = step.input_schema[step_name]
         for sent, received in zip(
-            wire.column_specs(column), wire.column_specs(column.with_name(name))
+            wire.column_specs(column), wire.column_specs(column.with_name(name)), strict=True
         ):
             reads.append((received.name, f"inputs[{_text(sent.name)}]"))
     return reads
@@ -106,7 +106,7 @@ def _outputs(call: OpCall, module: torch.jit.ScriptModule, result: str) -> list[
     a tuple (or list) of Tensors in output-schema order, or a ``Dict[str, Tensor]`` keyed by output
     column."""
     names = call.output_schema.column_names
-    returns = module.forward.schema.returns
+    returns = module.forward.schema.returns  # type: ignore[attr-defined]  # a ScriptMethod
     kind = str(returns[0].type) if len(returns) == 1 else "nothing"
     if kind == "Tensor" and len(names) == 1:
         return [(names[0], result)]
@@ -115,9 +115,9 @@ def _outputs(call: OpCall, module: torch.jit.ScriptModule, result: str) -> list[
     if kind == "Dict[str, Tensor]":
         return [(name, f"{result}[{_text(name)}]") for name in names]
     raise ExportError(
-        f"the TorchScript form of operator {call.op.label} returns {kind}; it must return its {len(names)} "
-        f"output(s) {names} as a Tensor (one output), a tuple of {len(names)} Tensors in that order, or a "
-        "Dict[str, Tensor] keyed by output column"
+        f"the TorchScript form of operator {call.op.label} returns {kind}; it must return its"
+        f" {len(names)} output(s) {names} as a Tensor (one output), a tuple of {len(names)} Tensors"
+        " in that order, or a Dict[str, Tensor] keyed by output column"
     )
 
 
@@ -131,10 +131,12 @@ def _text(name: str) -> str:
 
 
 def _returns_in_order(module: torch.jit.ScriptModule, step: TritonStep) -> bool:
-    """Whether the module of the step's one call returns a Tensor or a tuple that holds the step's
-    outputs in their order."""
+    """Whether the module of the step's one call returns the step's outputs in their order.
+
+    It must return them as a Tensor, or as a tuple that holds them in that order.
+    """
     (call,) = step.calls
-    returns = module.forward.schema.returns
+    returns = module.forward.schema.returns  # type: ignore[attr-defined]  # a ScriptMethod
     kind = returns[0].type.kind() if len(returns) == 1 else None
     produced = [Ref(call.index, name) for name in call.output_schema.column_names]
     return kind in ("TensorType", "TupleType") and list(step.outputs.values()) == produced

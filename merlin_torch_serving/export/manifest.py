@@ -75,10 +75,11 @@ def check_format(name: str, record: Mapping, kind: str = "step") -> None:
         written_with = record.get("library_version", "a version before manifests")
         raise ArtifactError(
             name,
-            f"it was exported by merlin-torch-serving {written_with} in step format "
-            f"{record.get('format_version')}, and this is {library_version()}, which reads format {STEP_FORMAT_VERSION}",
-            f"re-export the ensemble with merlin-torch-serving {library_version()}, or serve it with "
-            f"merlin-torch-serving {written_with}",
+            f"it was exported by merlin-torch-serving {written_with} in step format"
+            f" {record.get('format_version')}, and this is {library_version()}, which reads format"
+            f" {STEP_FORMAT_VERSION}",
+            f"re-export the ensemble with merlin-torch-serving {library_version()}, or serve it"
+            f" with merlin-torch-serving {written_with}",
             kind,
         )
 
@@ -118,7 +119,7 @@ def _compare(step: str, folder: Path, expected: Mapping[str, str], hint: str) ->
         if found != digest:
             raise ArtifactError(
                 step,
-                f"its file {str(path)!r} has sha256 {found[:16]}..., not the {digest[:16]}... recorded at export "
-                "(it was changed or replaced after the export)",
+                f"its file {str(path)!r} has sha256 {found[:16]}..., not the {digest[:16]}..."
+                " recorded at export (it was changed or replaced after the export)",
                 hint,
             )

@@ -55,7 +55,8 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
         backend = call.op.backend
         if backend not in BACKENDS:
             raise ExportError(
-                f"operator {call.op.label} declares backend {backend!r}; an operator runs on one of {', '.join(BACKENDS)}"
+                f"operator {call.op.label} declares backend {backend!r}; an operator runs on one of"
+                f" {', '.join(BACKENDS)}"
             )
         producer_steps = [
             step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
@@ -116,7 +117,8 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
 def _libtorch_step_to_join(
     call: OpCall, steps: list[TritonStep], step_of_call: dict[int, int], consumers: dict[Ref, int]
 ) -> tuple[int | None, torch.nn.Module | None]:
-    """The libtorch step ``call`` compiles into, with its TorchScript form; ``(None, None)`` if none.
+    """The libtorch step ``call`` compiles into, with its TorchScript form; ``(None, None)`` if
+    none.
 
     It joins the latest step it reads from when that is a libtorch step, nothing else reads what it
     takes from that step (the scores of a whole catalog then never leave the model), its other
@@ -149,14 +151,14 @@ def _libtorch_root(call: OpCall) -> torch.nn.Module:
     module = call.op.torchscript(call.input_schema)
     if module is None:
         raise ExportError(
-            f"operator {call.op.label} declares backend 'pytorch' but has no TorchScript form (its torchscript() "
-            "returned None); Triton's pytorch backend runs TorchScript only"
+            f"operator {call.op.label} declares backend 'pytorch' but has no TorchScript form (its"
+            " torchscript() returned None); Triton's pytorch backend runs TorchScript only"
         )
     ragged = [column.name for column in call.output_schema if wire.is_ragged(column)]
     if ragged:
         raise ExportError(
-            f"operator {call.op.label} declares backend 'pytorch' but its output {ragged[0]!r} is a ragged list; a "
-            "libtorch model returns dense tensors only"
+            f"operator {call.op.label} declares backend 'pytorch' but its output {ragged[0]!r} is a"
+            " ragged list; a libtorch model returns dense tensors only"
         )
     return module
 

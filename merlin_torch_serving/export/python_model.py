@@ -63,7 +63,7 @@ class HostedStep:
     @classmethod
     def load(
         cls, version_dir: str, step: str | None = None, max_rows: int | None = None
-    ) -> "HostedStep":
+    ) -> HostedStep:
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
@@ -85,14 +85,17 @@ class HostedStep:
 
 
 def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
-    """The operator ``call`` (an entry of step.json) describes, if its class reads what was saved."""
+    """The operator ``call`` describes, if its class reads what was saved.
+
+    ``call`` is an entry of step.json.
+    """
     cls = operator_class(call["class"])
     saved = call.get("format_version")
     if saved != cls.format_version:
         raise ArtifactError(
             step,
-            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that class "
-            f"reads format {cls.format_version}",
+            f"its operator {call['label']} was saved in format {saved} of {call['class']}, and that"
+            f" class reads format {cls.format_version}",
             f"re-export the ensemble with merlin-torch-serving {library_version()}",
         )
     return cls.load(call["config"], artifact_path)

@@ -1,4 +1,5 @@
-"""Exporting to object storage (any fsspec URL: ``s3://``, ``gs://``, ``az://``, ``memory://``, ...).
+"""Exporting to object storage (any fsspec URL: ``s3://``, ``gs://``, ``az://``, ``memory://``,
+...).
 
 The repository is written by the local writer (``export.repository``) into a scratch folder that
 mirrors the remote one's model and version folders, checked, uploaded, and flipped last: every
@@ -35,7 +36,9 @@ def export_to_url(
     storage_options: dict | None = None,
 ) -> ExportResult:
     """``export_ensemble`` to the repository at ``url``; ``storage_options`` go to the filesystem
-    (e.g. ``{"endpoint_url": ...}`` for an S3-compatible store; credentials as the filesystem reads them)."""
+    (e.g. ``{"endpoint_url": ...}`` for an S3-compatible store; credentials as the filesystem reads
+    them).
+    """
     import fsspec
 
     try:
@@ -62,8 +65,8 @@ def export_to_url(
             )
         except OSError as error:
             raise ExportError(
-                f"uploading the repository to {url!r} failed: {error}; the ensemble {name!r} was not "
-                "published (its config.pbtxt goes up last), so run the export again"
+                f"uploading the repository to {url!r} failed: {error}; the ensemble {name!r} was"
+                " not published (its config.pbtxt goes up last), so run the export again"
             ) from error
     return dataclasses.replace(result, path=url)
 
@@ -92,8 +95,10 @@ def _mirror_layout(fs, root: str, local: Path, name: str) -> set[str]:
 
 
 def _files_to_upload(local: Path, result: ExportResult, add_version: bool) -> list[str]:
-    """Relative paths of what this export wrote, each model's config.pbtxt after its other files,
-    the ensemble last."""
+    """Relative paths of what this export wrote, in the order to upload them.
+
+    Each model's config.pbtxt comes after its other files, and the ensemble comes last.
+    """
     ordered = []
     for model in [*[m for m in result.models if m != result.name], result.name]:
         model_dir = local / model
@@ -149,6 +154,6 @@ def _check_uploaded(fs, root: str, local: Path, files: list[str]) -> None:
         found = fs.size(remote) if fs.exists(remote) else None
         if found != expected:
             raise ExportError(
-                f"after the upload {remote!r} has {found} bytes, expected {expected}; the ensemble was not "
-                "published (its config.pbtxt goes up last), so run the export again"
+                f"after the upload {remote!r} has {found} bytes, expected {expected}; the ensemble"
+                " was not published (its config.pbtxt goes up last), so run the export again"
             )

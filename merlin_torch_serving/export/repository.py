@@ -3,8 +3,8 @@
 Layout (``N`` is the version)::
 
     <repository>/
-      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python step)
-      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt                           (libtorch step)
+      <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python)
+      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt                           (libtorch)
       <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
 
 Steps are named after the operators they host, and written through the operators' contract only
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import importlib.util
+import json
 import os
 import py_compile
 import re
@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +58,7 @@ from merlin_torch_serving.schemas import schema_to_json
 
 WARMUP_DIR = "warmup"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_PYTHON_MODEL_SOURCE = '''"""Triton python-backend entry point of a step exported by merlin_torch_serving."""
+_PYTHON_MODEL_SOURCE = '''"""A merlin_torch_serving step, run by Triton's python backend."""
 
 from merlin_torch_serving.export.python_model import TritonPythonModel  # noqa: F401
 '''
@@ -102,7 +103,8 @@ def export_ensemble(
     """
     if not _MODEL_NAME.match(name):
         raise ExportError(
-            f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_', '.')"
+            f"ensemble name {name!r} is not a valid Triton model name (letters, digits, '-', '_',"
+            " '.')"
         )
     if overwrite and add_version:
         raise ExportError("pass either overwrite=True or add_version=True, not both")
@@ -176,7 +178,7 @@ def export_ensemble(
     )
 
 
-# ---- steps ----------------------------------------------------------------------------------------
+# ---- steps ---------------------------------------------------------------------------------------
 
 
 def _write_step(
@@ -201,7 +203,7 @@ def _write_step(
             step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays
         )
     else:
-        spec = {
+        spec: dict[str, Any] = {
             "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
             "outputs": {name: [ref.producer, ref.column] for name, ref in step.outputs.items()},
             "input_schema": schema_to_json(step.input_schema),
@@ -263,7 +265,7 @@ def _raw_bytes(array: np.ndarray) -> bytes:
     return b"".join(chunks)
 
 
-# ---- ensemble ---------------------------------------------------------------------------------------
+# ---- ensemble ------------------------------------------------------------------------------------
 
 
 def _tensor_names(plan: Plan, steps: list[TritonStep]) -> dict[Ref, str]:
@@ -340,7 +342,7 @@ def _write_manifest(
     record = {
         "ensemble": name,
         "version": version,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "format_version": manifest.STEP_FORMAT_VERSION,
         "library_version": manifest.library_version(),
         "python": sys.version.split()[0],
@@ -373,11 +375,14 @@ def _write_manifest(
     _write_text(path, json.dumps(record, indent=1))
 
 
-# ---- files ----------------------------------------------------------------------------------------
+# ---- files ---------------------------------------------------------------------------------------
 
 
 def _previous_steps(ensemble_dir: Path) -> list[str]:
-    """The step models the newest export of the ensemble in ``ensemble_dir`` wrote, from its manifest."""
+    """The step models the newest export of the ensemble in ``ensemble_dir`` wrote.
+
+    They are read from its manifest.
+    """
     record = (
         ensemble_dir / str(max(_versions(ensemble_dir))) / MANIFEST_FILE
         if ensemble_dir.is_dir()
@@ -411,7 +416,8 @@ def _write_text(path: Path, text: str) -> None:
 
 def _compile(source: Path) -> None:
     """Write the bytecode of ``source`` now: the stub would otherwise write it into the repository
-    when it loads the model, and a polling tritonserver takes that change for a new model to reload."""
+    when it loads the model, and a polling tritonserver takes that change for a new model to reload.
+    """
     py_compile.compile(
         str(source),
         cfile=importlib.util.cache_from_source(str(source)),

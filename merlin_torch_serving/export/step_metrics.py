@@ -7,8 +7,8 @@ Triton's own ``nv_inference_count`` counts them too.
 
     mts_requests_total{model}                     requests the step answered
     mts_sessions_total{model}                     rows it answered with (one per session)
-    mts_filtered_sessions_total{model}            sessions the workflow's filters dropped (answered blank)
-    mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met (fast path)
+    mts_filtered_sessions_total{model}            sessions the workflow's filters dropped (blank)
+    mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met (fast)
     mts_fastpath_fallbacks_total{model,operator}  workflow operators run through NVTabular
     mts_operator_seconds_total{model,operator}    time inside each operator of the (fused) step
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from merlin_torch_serving import metrics
 
@@ -37,7 +38,9 @@ DESCRIPTIONS = {
     metrics.SESSIONS: "Rows (sessions) a python step answered with",
     metrics.FILTERED_SESSIONS: "Sessions of the request that the workflow's filters dropped",
     metrics.OOV_IDS: "Out-of-vocabulary values Categorify met on the fast path, per column",
-    metrics.FASTPATH_FALLBACKS: "Workflow operator runs that went through NVTabular instead of the fast path",
+    metrics.FASTPATH_FALLBACKS: (
+        "Workflow operator runs that went through NVTabular instead of the fast path"
+    ),
     metrics.OPERATOR_SECONDS: "Seconds spent inside each operator of a python step",
 }
 
@@ -65,8 +68,9 @@ class StepMetrics:
         self._pb = pb_utils
         self._model = model_name
         self._warmup_left = warmup_requests
-        self._families = {}
-        self._series = {}
+        # pb_utils.MetricFamily and its Metric objects, made on first use
+        self._families: dict[str, Any] = {}
+        self._series: dict[metrics.Key, Any] = {}
         self._pending: dict[metrics.Key, float] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()

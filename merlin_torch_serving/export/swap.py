@@ -116,10 +116,10 @@ def _renameat2():
     return function
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_once(folder: Path) -> None:
     logger.warning(
-        "the filesystem of %s cannot exchange two folders atomically; the repository is replaced by "
-        "two renames, so a process killed between them leaves it aside until the next export",
+        "the filesystem of %s cannot exchange two folders atomically; the repository is replaced by"
+        " two renames, so a process killed between them leaves it aside until the next export",
         folder,
     )

@@ -54,12 +54,16 @@ def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
     if filtered is not None:
         env, dropped = filtered
         problem = (
-            f"no warm-up request passed {dropped} (tried sessions of several lengths, with values from "
-            "the vocabularies and constant numbers); the step models warm up on a filtered session"
+            f"no warm-up request passed {dropped} (tried sessions of several lengths, with values"
+            " from the vocabularies and constant numbers); the step models warm up on a filtered"
+            " session"
         )
         logger.warning("export: %s", problem)
         return WarmupInputs(_step_arrays(steps, env), problem)
-    problem = f"the ensemble failed on every warm-up request ({failures[-1]}); steps warm up on schema samples"
+    problem = (
+        f"the ensemble failed on every warm-up request ({failures[-1]}); steps warm up on schema"
+        " samples"
+    )
     logger.warning("export: %s", problem)
     return WarmupInputs(
         {step.name: wire.to_wire(sample_table(step.input_schema)) for step in steps}, problem
@@ -79,7 +83,7 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
     filler = sample_table(missing, rows=rows) if len(missing) else None
     columns = {}
     for name in plan.input_schema.column_names:
-        source = candidate if name in candidate.columns else filler
+        source = filler if filler is not None and name not in candidate.columns else candidate
         column = source[name]
         columns[name] = (
             (column.values, column.offsets) if column.offsets is not None else column.values

@@ -6,8 +6,8 @@ give it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -39,7 +39,16 @@ class Column:
         return len(self.offsets) - 1 if self.offsets is not None else len(self.values)
 
     def lengths(self) -> np.ndarray:
+        """Values per row: one for every row of a scalar column."""
+        if self.offsets is None:
+            return np.ones(len(self.values), dtype=np.int64)
         return np.diff(self.offsets)
+
+    def list_offsets(self) -> np.ndarray:
+        """The row offsets of a list column (a scalar column has none)."""
+        if self.offsets is None:
+            raise ValueError("a scalar column has no row offsets")
+        return self.offsets
 
     def take(self, rows: np.ndarray) -> Column:
         """The rows at the given positions, in that order."""
@@ -60,7 +69,10 @@ class Batch:
 
     @classmethod
     def of(cls, columns: Mapping[str, Column]) -> Batch:
-        """A batch whose row count comes from its columns (0 without columns, like an empty DataFrame)."""
+        """A batch whose row count comes from its columns.
+
+        Without columns it has 0 rows, like an empty DataFrame.
+        """
         num_rows = next(iter(columns.values())).num_rows if columns else 0
         return cls(columns, num_rows)
 
@@ -95,7 +107,9 @@ def null_mask(values: np.ndarray) -> np.ndarray:
     if kind == "O":
         try:
             # A value unequal to itself is NaN-like (float NaN, NaT, Decimal NaN).
-            return np.equal(values, None) | np.not_equal(values, values)
+            # numpy's stubs take no None here, numpy compares each object with it
+            is_none = np.equal(values, None)  # type: ignore[call-overload]
+            return is_none | np.not_equal(values, values)
         except TypeError as error:
             # pd.NA refuses a truth value; let pandas judge such data.
             raise Delegate(f"object values without a truth value ({error})") from None
@@ -124,11 +138,11 @@ def as_python_scalars(values: np.ndarray) -> np.ndarray:
 
 
 def same_values(left: np.ndarray, right: np.ndarray) -> bool:
-    """Exact equality of two arrays, dtype included, with NaN equal to NaN and -0.0 unequal to 0.0."""
+    """Exact equality of two arrays, dtype included, with NaN == NaN and -0.0 != 0.0."""
     if left.dtype != right.dtype or left.shape != right.shape:
         return False
     if left.dtype.kind == "O":
-        return all(_same_object(a, b) for a, b in zip(left.tolist(), right.tolist()))
+        return all(_same_object(a, b) for a, b in zip(left.tolist(), right.tolist(), strict=True))
     if left.dtype.kind in "fc":
         if not np.array_equal(left, right, equal_nan=True):
             return False

@@ -103,7 +103,10 @@ class UDFKernel:
 
 
 class SeriesUDFKernel(UDFKernel):
-    """The UDF called on the column as the pandas Series NVTabular passes it; no DataFrame is built."""
+    """The UDF called on the column as the pandas Series NVTabular passes it.
+
+    No DataFrame is built.
+    """
 
     def _argument(self, name: str, column: Column):
         if column.is_list:
@@ -200,7 +203,8 @@ def _check_on_probe(kernel: Kernel, node: Node, selection: ColumnSelector) -> No
             no_values = column.is_list and len(column.values) == 0 and len(ours.values) == 0
             if not same_rows or not (no_values or same_values(ours.values, column.values)):
                 raise NotCompiled(
-                    f"on numpy arrays it gives other values or dtypes for {name!r} than pandas ({variant})"
+                    f"on numpy arrays it gives other values or dtypes for {name!r} than pandas"
+                    f" ({variant})"
                 )
 
 

@@ -49,7 +49,10 @@ class Vocabulary:
         return np.where(found, self.labels[positions], OOV_LABEL)
 
     def encode(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Labels of the values, and where they were null (nulls and non-finite floats get OOV_LABEL)."""
+        """Labels of the values, and where they were null.
+
+        Nulls and non-finite floats get OOV_LABEL.
+        """
         nulls = null_mask(values)
         keys, unmatchable = self._as_keys(values, nulls)
         labels = self.lookup(keys)

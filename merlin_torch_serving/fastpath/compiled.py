@@ -9,8 +9,8 @@ no operator ever sees an empty frame.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 from merlin.schema import Schema
@@ -92,7 +92,7 @@ class CompiledWorkflow:
         request = request_batch(columns, self._input_schema)
         with library_errors():
             outputs = self._outputs(request)
-        for node, output in zip(self._nodes, outputs):
+        for node, output in zip(self._nodes, outputs, strict=True):
             fed = any(outputs[parent].num_rows > 0 for parent in node.parents) or not node.parents
             if output.num_rows == 0 and fed:
                 return node.description
@@ -116,9 +116,10 @@ class CompiledWorkflow:
                 return _NO_ROWS
             if absent:
                 raise FastPathError(
-                    f"step {node.label!r} needs column(s) {absent!r}, which no upstream step produced for "
-                    "this request (NVTabular drops upstream results with no rows) and the request does not "
-                    "hold; NVTabular's own transform fails on this request too"
+                    f"step {node.label!r} needs column(s) {absent!r}, which no upstream step"
+                    " produced for this request (NVTabular drops upstream results with no rows)"
+                    " and the request does not hold; NVTabular's own transform fails on this"
+                    " request too"
                 )
             upstream.append(request.select(from_request))
         if not upstream:
@@ -142,7 +143,7 @@ class CompiledWorkflow:
 
 def _merge(label: str, batches: list[Batch]) -> Batch:
     """Combine a node's inputs like LocalExecutor._merge_upstream_columns: later inputs win."""
-    combined = None
+    combined: Batch | None = None
     seen: set[str] = set()
     for batch in batches:
         names = set(batch.columns)
@@ -160,6 +161,8 @@ def _merge(label: str, batches: list[Batch]) -> Batch:
             seen |= new
         if parts:
             combined = parts[0] if len(parts) == 1 else _concat(label, parts)
+    if combined is None:
+        raise ValueError(f"step {label!r} has no input to merge")
     return combined
 
 
@@ -178,9 +181,9 @@ def _concat(label: str, parts: list[Batch]) -> Batch:
 def _pad_with_nulls(label: str, name: str, column: Column, num_rows: int) -> Column:
     if column.is_list:
         raise FastPathError(
-            f"step {label!r} combines inputs with different row counts; NVTabular would fill the list "
-            f"column {name!r} with nulls, which the fast path cannot hold. Make the branches keep the "
-            "same rows"
+            f"step {label!r} combines inputs with different row counts; NVTabular would fill the"
+            f" list column {name!r} with nulls, which the fast path cannot hold. Make the branches"
+            " keep the same rows"
         )
     values = column.values
     kind = values.dtype.kind

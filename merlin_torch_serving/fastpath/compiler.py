@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import nvtabular as nvt
 from merlin.dag import ColumnSelector, Node
@@ -22,8 +22,8 @@ from merlin.dag.ops.subtraction import SubtractionOp
 from merlin.dag.ops.udf import UDF
 from nvtabular import ops as nvt_ops
 
-from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.callables import FilterKernel, udf_kernel
+from merlin_torch_serving.fastpath.categorify import CategorifyKernel
 from merlin_torch_serving.fastpath.compiled import CompiledNode, CompiledWorkflow
 from merlin_torch_serving.fastpath.continuous import (
     FillMissingKernel,
@@ -31,9 +31,9 @@ from merlin_torch_serving.fastpath.continuous import (
     NormalizeKernel,
     NormalizeMinMaxKernel,
 )
+from merlin_torch_serving.fastpath.errors import FastPathError, NotCompiled, library_errors
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
-from merlin_torch_serving.fastpath.errors import FastPathError, NotCompiled, library_errors
 from merlin_torch_serving.fastpath.kernel import Kernel
 from merlin_torch_serving.fastpath.lists import ListSliceKernel
 from merlin_torch_serving.fastpath.passthrough import Identity, RenameColumns, Select
@@ -122,7 +122,10 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
 
 
 def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:
-    """The node's kernel, NVTabular's execution of it, and why the two are the same (if they are)."""
+    """The node's kernel, NVTabular's execution of it, and why the two are the same.
+
+    The reason is None when they are not the same.
+    """
     if node.op is None:
         return Identity(), None, None
     selection = node.input_columns.resolve(node.input_schema)

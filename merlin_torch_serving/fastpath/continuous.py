@@ -59,7 +59,8 @@ class FillMissingKernel:
                 # pandas moves the column to float64 when the fill value does not fit its dtype
                 if fill != self.fill_value:
                     raise Delegate(
-                        f"fill value {self.fill_value!r} does not fit column {name!r} of dtype {values.dtype}"
+                        f"fill value {self.fill_value!r} does not fit column {name!r} of dtype"
+                        f" {values.dtype}"
                     )
                 values = np.where(missing, fill, values)
             if self.add_binary_columns:

@@ -57,7 +57,7 @@ def to_frame(batch: Batch) -> pd.DataFrame:
     series = {}
     for name, column in batch.columns.items():
         if column.is_list:
-            rows = np.split(column.values, column.offsets[1:-1]) if column.num_rows else []
+            rows = np.split(column.values, column.list_offsets()[1:-1]) if column.num_rows else []
             cells = np.empty(column.num_rows, dtype=object)
             for position, row in enumerate(rows):
                 cells[position] = row.tolist() if column.cells == LIST_CELLS else row

@@ -1,4 +1,5 @@
-"""Compiled NVTabular ``Groupby``: sort, group, and aggregate with numpy, with pandas' exact results.
+"""Compiled NVTabular ``Groupby``: sort, group, and aggregate with numpy, with pandas' exact
+results.
 
 List, first and last come from the grouped rows; count, sum, mean, min and max are reductions per
 group (sums use Kahan summation, as pandas does); the output dtypes follow NVTabular's casts.
@@ -62,7 +63,7 @@ class GroupbyKernel:
         output_names += [self._name(column, "list") for column in self.list_cols]
         output_names += [self._name(column, agg) for column, agg in self.picks]
         # NVTabular casts by the output name's suffix, whatever the column holds.
-        self.casts = {}
+        self.casts: dict[str, np.dtype] = {}
         for name in output_names:
             if re.search(f"{op.name_sep}(count|nunique)$", name):
                 self.casts[name] = np.dtype(np.int32)
@@ -82,7 +83,7 @@ class GroupbyKernel:
         groups = group_rows([batch[name].values[rows] for name in self.groupby_cols])
         grouped_rows = rows[groups.rows]
         output: dict[str, Column] = {
-            name: Column(keys) for name, keys in zip(self.groupby_cols, groups.keys)
+            name: Column(keys) for name, keys in zip(self.groupby_cols, groups.keys, strict=True)
         }
         for column, aggs in self.reductions.items():
             values = batch[column].values[grouped_rows]
@@ -100,10 +101,10 @@ class GroupbyKernel:
             positions = offsets[:-1] if take_first else offsets[1:] - 1
             output[self._name(column, agg)] = Column(values[positions])
         for name, dtype in self.casts.items():
-            column = output[name]
-            if column.is_list:
+            aggregated = output[name]
+            if aggregated.is_list:
                 raise Delegate(f"list column {name!r} whose name asks for a {dtype} cast")
-            output[name] = Column(column.values.astype(dtype))
+            output[name] = Column(aggregated.values.astype(dtype))
         return Batch(output, len(groups.counts))
 
 
@@ -112,6 +113,20 @@ def _aggs_per_column(aggs: dict, allowed: list[str]) -> dict[str, list]:
     if "__all__" in aggs:
         return {column: list(aggs["__all__"]) for column in allowed}
     return {column: list(value) for column, value in aggs.items() if column in allowed}
+
+
+def _first_equal(values: np.ndarray, extremes: np.ndarray, groups: Groups) -> np.ndarray:
+    """Each group's extreme as the group's first value equal to it, as pandas picks it: fmin and
+    fmax keep the last of equal values, which differ between 0.0 and -0.0 only in their sign."""
+    row_group = np.repeat(np.arange(len(groups.counts)), groups.counts)
+    rows = np.arange(len(values))
+    first = np.minimum.reduceat(
+        np.where(values == extremes[row_group], rows, len(values)), groups.starts
+    )
+    found = first < len(values)
+    picked = extremes.copy()
+    picked[found] = values[first[found]]
+    return picked
 
 
 def _reduce(agg: str, values: np.ndarray, groups: Groups) -> np.ndarray:
@@ -126,8 +141,10 @@ def _reduce(agg: str, values: np.ndarray, groups: Groups) -> np.ndarray:
             raise Delegate(f"{agg} of booleans")
         if len(groups.counts) == 0:
             return values[:0]
-        reduce = {"min": np.fmin, "max": np.fmax}[agg]  # fmin/fmax skip NaN, as pandas does
-        return reduce.reduceat(values, groups.starts)
+        # fmin/fmax skip NaN, as pandas does
+        reduce: np.ufunc = np.fmin if agg == "min" else np.fmax
+        extremes = reduce.reduceat(values, groups.starts)
+        return _first_equal(values, extremes, groups) if kind == "f" else extremes
     if kind in "iub":
         integers = values.astype(np.int64)
         if agg == "sum":

@@ -44,7 +44,8 @@ class ListSliceKernel:
         starts = _bound(self.start, row_lengths)
         kept = np.maximum(_bound(self.end, row_lengths) - starts, 0)
         offsets = wire.offsets_from_lengths(kept, OFFSETS_DTYPE)
-        values = column.values[wire.segment_positions(column.offsets[:-1] + starts, kept, offsets)]
+        row_starts = column.list_offsets()[:-1] + starts
+        values = column.values[wire.segment_positions(row_starts, kept, offsets)]
         if not (self.pad and column.cells == LIST_CELLS):
             return Column(values, offsets, column.cells)
         padded = np.maximum(kept, self.max_elements)

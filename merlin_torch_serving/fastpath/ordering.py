@@ -1,7 +1,8 @@
 """Row orders exactly as pandas 1.5 makes them, for Groupby's sort and its grouping of keys.
 
 ``DataFrame.sort_values`` on one column is an unstable quicksort with nulls last, so ties keep
-whatever order numpy's quicksort gives; it is reproduced by making the same numpy call on the same array.
+whatever order numpy's quicksort gives; it is reproduced by making the same numpy call on the same
+array.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from merlin_torch_serving.fastpath.errors import Delegate
 
 
 def sort_order(keys: list[np.ndarray], ascending: bool) -> np.ndarray:
-    """Row positions in the order of ``DataFrame.sort_values(by=keys, ascending, na_position="last")``."""
+    """Row positions in the order ``DataFrame.sort_values`` gives.
+
+    The call is ``DataFrame.sort_values(by=keys, ascending, na_position="last")``.
+    """
     try:
         if len(keys) == 1:
             return _single_key_order(keys[0], ascending)
@@ -80,7 +84,9 @@ def group_rows(keys: list[np.ndarray]) -> Groups:
         kept &= ~null_mask(values)
     kept_rows = np.flatnonzero(kept)
     try:
-        uniques, codes = zip(*(np.unique(values[kept], return_inverse=True) for values in keys))
+        uniques, codes = zip(
+            *(np.unique(values[kept], return_inverse=True) for values in keys), strict=True
+        )
     except TypeError as error:
         raise Delegate(f"group keys that numpy cannot compare ({error})") from None
     if len(keys) == 1:

@@ -1,4 +1,5 @@
-"""Kernels for operators that only pass columns on: selections, ``+``/``[]``/``-`` nodes, tags, renames.
+"""Kernels for operators that only pass columns on: selections, ``+``/``[]``/``-`` nodes, tags,
+renames.
 
 They copy no data; what each returns mirrors its operator's ``transform`` (a tagging operator
 returns every column it received, a selection only the selected ones).
@@ -36,7 +37,7 @@ class RenameColumns:
         new_names = list(op.column_mapping(selection).keys())
         if len(new_names) != len(selection.names):
             raise NotCompiled(f"renaming {selection.names!r} to {new_names!r} merges columns")
-        self.renames = list(zip(selection.names, new_names))
+        self.renames = list(zip(selection.names, new_names, strict=True))
 
     def __call__(self, batch: Batch) -> Batch:
         return Batch({new: batch[old] for old, new in self.renames}, batch.num_rows)

@@ -6,14 +6,14 @@ results follow ``merlin_torch_serving.wire`` for the workflow's output schema.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving.exceptions import InputError
-from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, OFFSETS_DTYPE, Batch, Column
+from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
 from merlin_torch_serving.fastpath.errors import FastPathError
 from merlin_torch_serving.wire import (
     OFFSETS_DTYPE,
@@ -25,7 +25,10 @@ from merlin_torch_serving.wire import (
 
 
 def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
-    """The request as a batch: the input schema's columns, with strings as object arrays like pandas."""
+    """The request as a batch of the input schema's columns.
+
+    Strings are object arrays, as in pandas.
+    """
     if not isinstance(columns, Mapping):
         raise TypeError(
             f"columns must be a mapping of column name to numpy array, got {type(columns).__name__}"
@@ -47,7 +50,8 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
             missing[0],
             f"an array (or '{VALUES_SUFFIX}' and '{OFFSETS_SUFFIX}' arrays for a list column)",
             "no such key",
-            f"the workflow needs {schema.column_names!r}; missing: {missing!r}; given: {sorted(columns)!r}",
+            f"the workflow needs {schema.column_names!r}; missing: {missing!r}; given:"
+            f" {sorted(columns)!r}",
         )
     row_counts = {name: column.num_rows for name, column in batch_columns.items()}
     if len(set(row_counts.values())) > 1:
@@ -59,7 +63,8 @@ def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:
             odd,
             f"{usual} rows, like {', '.join(map(repr, like))}",
             f"{row_counts[odd]} rows",
-            f"every input column needs one value (or one list) per raw row; rows per column: {row_counts}",
+            "every input column needs one value (or one list) per raw row; rows per column:"
+            f" {row_counts}",
         )
     return Batch(batch_columns, next(iter(row_counts.values()), 0))
 
@@ -140,18 +145,19 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
         if is_list != column.is_list:
             want = "a list column" if is_list else "a scalar column"
             raise FastPathError(
-                f"output column {name!r} is {want} in the output schema, but the workflow made the other kind"
+                f"output column {name!r} is {want} in the output schema, but the workflow made the"
+                " other kind"
             )
         if output.ragged:
             arrays[name + VALUES_SUFFIX] = _cast(name, column.values, dtype)
-            arrays[name + OFFSETS_SUFFIX] = column.offsets.astype(OFFSETS_DTYPE)
+            arrays[name + OFFSETS_SUFFIX] = column.list_offsets().astype(OFFSETS_DTYPE)
         elif output.width is not None:
             row_lengths = column.lengths()
             if np.any(row_lengths != output.width):
                 raise FastPathError(
-                    f"output column {name!r} is a list of {output.width} values per row in the output "
-                    f"schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values; pad the list "
-                    "(ListSlice(pad=True)) or declare the column ragged"
+                    f"output column {name!r} is a list of {output.width} values per row in the"
+                    f" output schema, but rows hold {np.unique(row_lengths)[:5].tolist()} values;"
+                    " pad the list (ListSlice(pad=True)) or declare the column ragged"
                 )
             arrays[name] = _cast(name, column.values, dtype).reshape(column.num_rows, output.width)
         else:
@@ -160,7 +166,10 @@ def wire_arrays(batch: Batch, layout: list[OutputColumn]) -> dict[str, np.ndarra
 
 
 def empty_wire_arrays(layout: list[OutputColumn]) -> dict[str, np.ndarray]:
-    """The wire format of zero rows for every output column (float64 where the schema has no dtype)."""
+    """The wire format of zero rows for every output column.
+
+    A column whose schema has no dtype is float64.
+    """
     arrays = {}
     for output in layout:
         dtype = output.dtype or np.dtype(np.float64)
@@ -178,7 +187,8 @@ def _fixed_length(column: ColumnSchema) -> int:
     dims = column.shape.dims
     if dims is None or len(dims) < 2 or not dims[1].is_fixed:
         raise FastPathError(
-            f"output column {column.name!r} is a list without a fixed or ragged shape: {column.shape}"
+            f"output column {column.name!r} is a list without a fixed or ragged shape:"
+            f" {column.shape}"
         )
     return int(dims[1].max)
 
@@ -188,8 +198,9 @@ def _cast(name: str, values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return values
     if dtype.kind in "iub" and values.dtype.kind == "f" and np.isnan(values).any():
         raise FastPathError(
-            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold them; "
-            "fill the nulls in the workflow (e.g. FillMissing) or give the column a float dtype"
+            f"output column {name!r} holds nulls (NaN), but its schema dtype {dtype} cannot hold"
+            " them; fill the nulls in the workflow (e.g. FillMissing) or give the column a float"
+            " dtype"
         )
     try:
         return values.astype(dtype)

@@ -19,8 +19,10 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 class Refused(Exception):
-    """The server answered a load or unload with an error: ``reason`` is its message, ``status``
-    the HTTP status."""
+    """The server answered a load or unload with an error.
+
+    ``reason`` is its message, ``status`` the HTTP status.
+    """
 
     def __init__(self, reason: str, status: str):
         super().__init__(reason)
@@ -58,7 +60,10 @@ class Admin:
             return False
 
     def models(self) -> list[ModelStatus]:
-        """The repository index: every model folder, with the state of each version the server knows."""
+        """The repository index: one ``ModelStatus`` per model folder.
+
+        Each holds the state of every version the server knows.
+        """
         return model_statuses(
             self._call("get_model_repository_index", what="the repository index request")
         )
@@ -101,7 +106,8 @@ class Admin:
             if refusable:
                 raise Refused(_message(error), str(error.status())) from None
             raise ServerError(
-                f"tritonserver at {self.url} refused {what} (HTTP {error.status()}): {_message(error)}",
+                f"tritonserver at {self.url} refused {what} (HTTP {error.status()}):"
+                f" {_message(error)}",
                 self._log_tail(),
             ) from None
         except TimeoutError:

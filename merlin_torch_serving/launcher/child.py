@@ -4,6 +4,7 @@ without reaping it, and stopped together with every process of its group; and th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -49,10 +50,11 @@ class ServerLog:
             self._path = Path(name)
             weakref.finalize(self, _remove_quietly, self._path)
         try:
-            return open(self._path, "wb")  # noqa: SIM115 -- closed by ServerProcess.stop()
+            return open(self._path, "wb")
         except OSError as error:
             raise ServerError(
-                f"could not open the server log {str(self._path)!r}: {error}; pass a writable log_path"
+                f"could not open the server log {str(self._path)!r}: {error}; pass a writable"
+                " log_path"
             ) from error
 
     def text(self) -> str:
@@ -131,8 +133,9 @@ class ServerProcess:
     def stop(self, *, graceful: bool, timeout_s: float) -> None:
         """End it and every process of its group; safe to call more than once.
 
-        Graceful: SIGINT first, so tritonserver finishes its requests and unloads its models; SIGKILL
-        after ``timeout_s`` makes sure neither it nor a python-backend stub outlives the call.
+        Graceful: SIGINT first, so tritonserver finishes its requests and unloads its models;
+        SIGKILL after ``timeout_s`` makes sure neither it nor a python-backend stub outlives the
+        call.
         """
         if self._log_file.closed:
             return
@@ -149,8 +152,9 @@ class ServerProcess:
                 self._process.wait(timeout=GROUP_EXIT_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 raise ServerError(
-                    f"tritonserver (pid {group}) did not exit {GROUP_EXIT_TIMEOUT_S:g} s after SIGKILL; it may be "
-                    f"stuck in the kernel (check `ps -o pid,stat,wchan -p {group}`)"
+                    f"tritonserver (pid {group}) did not exit {GROUP_EXIT_TIMEOUT_S:g} s after"
+                    " SIGKILL; it may be stuck in the kernel (check `ps -o pid,stat,wchan -p"
+                    f" {group}`)"
                 ) from None
             leftovers = wait_for_group_exit(group, GROUP_EXIT_TIMEOUT_S)
             if not leftovers and self.shm_prefix:
@@ -176,7 +180,7 @@ class ServerProcess:
 
 
 def new_shm_prefix() -> str:
-    """A prefix for one server's python-backend shared memory, so that it can be found and removed."""
+    """A prefix for one server's python-backend shared memory, so it can be found and removed."""
     return f"merlin_torch_serving_{os.getpid()}_{secrets.token_hex(4)}_"
 
 
@@ -195,7 +199,5 @@ def free_ports(count: int) -> list[int]:
 
 
 def _remove_quietly(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         path.unlink()
-    except OSError:
-        pass

@@ -57,12 +57,14 @@ class ServerConfig:
             )
         if isinstance(self.load_models, str):
             raise TypeError(
-                f"load_models must be a sequence of model names, got the string {self.load_models!r}"
+                "load_models must be a sequence of model names, got the string"
+                f" {self.load_models!r}"
             )
         if self.load_models and self.model_control != "explicit":
             raise ValueError(
-                f"load_models={list(self.load_models)!r} needs model_control='explicit'; with "
-                f"model_control={self.model_control!r} the server loads every model in the repository"
+                f"load_models={list(self.load_models)!r} needs model_control='explicit'; with"
+                f" model_control={self.model_control!r} the server loads every model in the"
+                " repository"
             )
         for name in ("start_timeout_s", "stop_timeout_s"):
             value = getattr(self, name)
@@ -70,7 +72,8 @@ class ServerConfig:
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
         if int(self.poll_interval_s) != self.poll_interval_s or self.poll_interval_s < 1:
             raise ValueError(
-                f"poll_interval_s must be a whole number of seconds, at least 1, got {self.poll_interval_s!r}"
+                "poll_interval_s must be a whole number of seconds, at least 1, got"
+                f" {self.poll_interval_s!r}"
             )
         normalized = {
             "repository": server_repository(self.repository),
@@ -94,7 +97,10 @@ class ServerConfig:
 
     @property
     def names_shared_memory(self) -> bool:
-        """Whether ``extra_args`` name the python backend's shared memory: the caller then owns it."""
+        """Whether ``extra_args`` name the python backend's shared memory.
+
+        If they do, the caller owns it.
+        """
         return any(SHM_PREFIX_OPTION in arg for arg in self.extra_args)
 
     def ports(self, assigned: Sequence[int]) -> Ports:
@@ -120,7 +126,8 @@ class ServerConfig:
             f"--grpc-port={ports.grpc}",
             f"--metrics-port={ports.metrics}",
             *self._model_control_args(),
-            # One bad model must not take the others down; readiness is judged by the launcher instead.
+            # One bad model must not take the others down; readiness is judged by the launcher
+            # instead.
             "--exit-on-error=false",
             # Let the server finish its own shutdown before stop() resorts to SIGKILL.
             f"--exit-timeout-secs={max(1, math.floor(self.stop_timeout_s * 0.75))}",

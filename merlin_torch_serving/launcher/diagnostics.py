@@ -43,7 +43,10 @@ _LOAD_ENDED = re.compile(r"(successfully loaded|failed to load) '([^']+)'")
 
 
 def log_tail(log: str, lines: int = TAIL_LINES) -> str:
-    """The last lines of the log worth reading (GPU noise and tritonserver's usage text left out)."""
+    """The last lines of the log worth reading.
+
+    GPU noise and tritonserver's usage text are left out.
+    """
     kept = [
         line
         for line in log.splitlines()

@@ -23,7 +23,8 @@ CORE_BACKENDS = ("ensemble",)
 
 
 def find_tritonserver(binary: str | os.PathLike | None = None) -> Path:
-    """The tritonserver to run: ``binary``, else $MTS_TRITONSERVER, else PATH, else nvidia-pytriton's.
+    """The tritonserver to run: ``binary``, else $MTS_TRITONSERVER, else PATH, else
+    nvidia-pytriton's.
 
     An explicit choice that does not exist is an error rather than a reason to fall back, so a
     typo never silently runs another server.

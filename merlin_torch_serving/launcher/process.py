@@ -5,6 +5,7 @@ children (the python-backend stubs).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -39,7 +40,10 @@ class ProcessKeeper:
         self._thread.start()
 
     def popen(self, command: list[str], **options) -> subprocess.Popen:
-        """``subprocess.Popen(command, **options)``, forked by the keeper thread; killed with this process."""
+        """``subprocess.Popen(command, **options)``, forked by the keeper thread.
+
+        The child is killed with this process.
+        """
         done: queue.Queue = queue.Queue(maxsize=1)
         self._requests.put((command, options, done))
         outcome = done.get()
@@ -150,10 +154,8 @@ def die_with_parent(parent_pid: int) -> Callable[[], None]:
 
 
 def signal_group(group: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signum)
-    except ProcessLookupError:
-        pass
 
 
 def wait_for_group_exit(group: int, timeout_s: float) -> list[int]:

@@ -60,7 +60,10 @@ class RunningServer:
     # -- starting -------------------------------------------------------------------------------
 
     def wait_until_serving(self, deadline: float) -> None:
-        """Return once the server answers on its ports and the models asked for at start are loaded."""
+        """Return once the server is serving.
+
+        That is, once it answers on its ports and the models asked for at start are loaded.
+        """
         ports = set(self.ports)
         while True:
             self.raise_if_exited()
@@ -118,14 +121,20 @@ class RunningServer:
         return None
 
     def load(self, name: str, timeout_s: float) -> None:
-        """Load (or reload) ``name`` and return once it is loaded; ``ModelLoadError`` if it fails to."""
+        """Load (or reload) ``name`` and return once it is loaded.
+
+        Raises ``ModelLoadError`` if it fails to load.
+        """
         try:
             reason = self.try_load(name, timeout_s)
         except TimeoutError:
             raise ModelLoadError(
                 {
-                    name: f"still loading after timeout_s={timeout_s:g} s (the server keeps loading it "
-                    "in the background); pass a larger timeout_s if the model is slow to initialize"
+                    name: (
+                        f"still loading after timeout_s={timeout_s:g} s (the server keeps loading"
+                        " it in the background); pass a larger timeout_s if the model is slow to"
+                        " initialize"
+                    )
                 },
                 self.log_tail(),
             ) from None
@@ -141,7 +150,8 @@ class RunningServer:
             pass  # still unloading: waited for below
         except Refused as refusal:
             raise ServerError(
-                f"tritonserver refused to unload model {name!r} (HTTP {refusal.status}): {refusal.reason}",
+                f"tritonserver refused to unload model {name!r} (HTTP {refusal.status}):"
+                f" {refusal.reason}",
                 self.log_tail(),
             ) from None
         while True:
@@ -150,8 +160,9 @@ class RunningServer:
                 return
             if time.monotonic() >= deadline:
                 raise ServerError(
-                    f"model {name!r} is still {state} {timeout_s:g} s after its unload was asked for; "
-                    "a model whose finalize() hangs keeps it there (see the log), or pass a larger timeout_s",
+                    f"model {name!r} is still {state} {timeout_s:g} s after its unload was asked"
+                    " for; a model whose finalize() hangs keeps it there (see the log), or pass a"
+                    " larger timeout_s",
                     self.log_tail(),
                 )
             time.sleep(_POLL_S)
@@ -161,9 +172,10 @@ class RunningServer:
         repository = self.config.repository
         if not isinstance(repository, Path):
             raise ServerError(
-                f"could not reload model {name!r}: tritonserver reloads a model whose files changed, and this "
-                f"server's repository {repository!r} is in object storage, where its folders cannot be "
-                "touched; upload a new version (export with add_version=True) or restart the server"
+                f"could not reload model {name!r}: tritonserver reloads a model whose files"
+                f" changed, and this server's repository {repository!r} is in object storage, where"
+                " its folders cannot be touched; upload a new version (export with"
+                " add_version=True) or restart the server"
             )
         served = [
             m.version
@@ -181,8 +193,9 @@ class RunningServer:
                 os.utime(folder)
         except OSError as error:
             raise ServerError(
-                f"could not reload model {name!r}: tritonserver reloads a model whose files changed, and "
-                f"touching its version folder failed ({error}); check the name and that the repository is writable"
+                f"could not reload model {name!r}: tritonserver reloads a model whose files"
+                f" changed, and touching its version folder failed ({error}); check the name and"
+                " that the repository is writable"
             ) from error
         if self.config.model_control == "poll":
             self._wait_for_poll_reload(name, offset, timeout_s)
@@ -201,8 +214,10 @@ class RunningServer:
             if time.monotonic() >= deadline:
                 raise ModelLoadError(
                     {
-                        name: f"not reloaded {timeout_s:g} s after its version folder was touched "
-                        f"(poll every {self.config.poll_interval_s} s)"
+                        name: (
+                            f"not reloaded {timeout_s:g} s after its version folder was touched "
+                            f"(poll every {self.config.poll_interval_s} s)"
+                        )
                     },
                     self.log_tail(),
                 )

@@ -3,7 +3,8 @@ that turn them into a ``ModelHealth`` per model.
 
 The stubs are children of tritonserver, one per model instance; they are compared with the
 instances each model's config asks for. A stub that is a zombie or stopped, or missing, makes its
-model unhealthy; how it ended (killed by SIGKILL, exited with code 1) becomes the model's last error.
+model unhealthy; how it ended (killed by SIGKILL, exited with code 1) becomes the model's last
+error.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def stub_of(process: ProcessInfo) -> Stub | None:
 
 
 class StubRecord:
-    """The stubs seen so far, so that one that died (a zombie has no command line) is still known."""
+    """The stubs seen so far, so that one that died is still known.
+
+    A zombie has no command line to tell what it was.
+    """
 
     def __init__(self):
         self._known: dict[int, Stub] = {}
@@ -49,8 +53,10 @@ class StubRecord:
     def update(
         self, children: Iterable[ProcessInfo]
     ) -> tuple[dict[tuple[str, int], set[int]], dict[tuple[str, int], list[str]]]:
-        """From tritonserver's children: the pids of live stubs per (model, version), and how
-        dead ones ended."""
+        """The live and the dead stubs among tritonserver's children.
+
+        Returns the pids of live stubs per (model, version), and how dead ones ended.
+        """
         live: dict[tuple[str, int], set[int]] = {}
         deaths: dict[tuple[str, int], list[str]] = {}
         present = set()

@@ -15,8 +15,8 @@ import time
 
 from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
 from merlin_torch_serving.health import ModelHealth, expected_stubs
-from merlin_torch_serving.launcher.stubs import StubRecord, assess
 from merlin_torch_serving.launcher.process import children_of
+from merlin_torch_serving.launcher.stubs import StubRecord, assess
 
 logger = logging.getLogger("merlin_torch_serving")
 

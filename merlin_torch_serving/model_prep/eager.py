@@ -45,8 +45,10 @@ def load_eager_model(path: str | os.PathLike) -> torch.nn.Module:
 
 
 def check_loads_in_fresh_python(path: str | os.PathLike, model_class: str) -> None:
-    """Load ``path`` in a new interpreter; raise ``ModelNotImportableError`` naming the class it
-    could not import."""
+    """Load ``path`` in a new interpreter.
+
+    Raises ``ModelNotImportableError`` naming the class it could not import.
+    """
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     try:
         result = subprocess.run(

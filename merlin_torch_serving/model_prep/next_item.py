@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -52,7 +53,8 @@ def next_item_scoring(model: torch.nn.Module) -> NextItemScoring:
     if temperature and float(temperature) < 0:
         raise ModelPreparationError(
             type(model).__name__,
-            f"divides its scores by a negative softmax_temperature ({temperature}), which reverses the ranking",
+            f"divides its scores by a negative softmax_temperature ({temperature}), which reverses"
+            " the ranking",
             "give NextItemPredictionTask a positive softmax_temperature",
         )
     return NextItemScoring(vectors.detach(), float(temperature) if temperature else None)
@@ -70,7 +72,7 @@ def session_encoder(model: torch.nn.Module) -> torch.nn.Module:
     shared = {id(tensor): tensor for tensor in itertools.chain(model.parameters(), model.buffers())}
     encoder = copy.deepcopy(model, memo=shared)
     next_item_task(encoder).pre = _SessionVector()
-    encoder.top_k = None
+    encoder.top_k = None  # type: ignore[assignment]  # a plain attribute of Transformers4Rec's Model
     return encoder.eval()
 
 
@@ -80,17 +82,20 @@ def next_item_task(model: torch.nn.Module):
     if not type(model).__module__.startswith("transformers4rec") or not hasattr(model, "heads"):
         raise ModelPreparationError(
             name,
-            "is not a Transformers4Rec Model, so it cannot be split into a session encoder and an item table",
-            "give a model whose output is the query vector, and the item vectors to RetrieveTopK(item_vectors=...)",
+            "is not a Transformers4Rec Model, so it cannot be split into a session encoder and an"
+            " item table",
+            "give a model whose output is the query vector, and the item vectors to"
+            " RetrieveTopK(item_vectors=...)",
         )
-    tasks = [task for head in model.heads for task in head.prediction_task_dict.values()]
+    heads: Any = model.heads  # Transformers4Rec's heads, untyped
+    tasks = [task for head in heads for task in head.prediction_task_dict.values()]
     next_item = [task for task in tasks if type(task).__name__ == "NextItemPredictionTask"]
     if len(tasks) != 1 or len(next_item) != 1:
         kinds = ", ".join(type(task).__name__ for task in tasks) or "none"
         raise ModelPreparationError(
             name,
-            f"has {len(tasks)} prediction task(s) ({kinds}); only a model with one NextItemPredictionTask "
-            "scores the catalog as its session vector times an item table",
+            f"has {len(tasks)} prediction task(s) ({kinds}); only a model with one"
+            " NextItemPredictionTask scores the catalog as its session vector times an item table",
         )
     return next_item[0]
 
@@ -101,6 +106,7 @@ def _output_layer(task):
     if layer is None or not hasattr(layer, "weight_tying"):
         raise ModelPreparationError(
             type(task).__name__,
-            "has no built output layer (call the model once, or build it with its Head, before serving)",
+            "has no built output layer (call the model once, or build it with its Head, before"
+            " serving)",
         )
     return layer

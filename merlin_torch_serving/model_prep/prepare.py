@@ -112,8 +112,8 @@ def prepare_model(
             name,
             "cannot become TorchScript that answers like the eager module, which libtorch needs: "
             + "; ".join(failures),
-            "run it eagerly on the python backend (backend='python' with execution='auto' or 'eager'), "
-            "or make it scriptable with torch.jit.script",
+            "run it eagerly on the python backend (backend='python' with execution='auto' or"
+            " 'eager'), or make it scriptable with torch.jit.script",
         )
     return _log(PreparedModel(reference, "eager", "; ".join(failures)), label, name, warn=True)
 
@@ -182,7 +182,7 @@ def _first_difference(
             return f"fails on probe '{probe.name}' ({_error_text(exc)})"
         if len(got) != len(want):
             return f"returns {len(got)} outputs instead of {len(want)} on probe '{probe.name}'"
-        for i, (w, g) in enumerate(zip(want, got)):
+        for i, (w, g) in enumerate(zip(want, got, strict=True)):
             output = output_names[i] if i < len(output_names) else str(i)
             if not isinstance(g, torch.Tensor) or g.dtype != w.dtype or g.shape != w.shape:
                 what = (
@@ -190,9 +190,15 @@ def _first_difference(
                     if isinstance(g, torch.Tensor)
                     else type(g).__name__
                 )
-                return f"returns {what} for output {output!r} instead of {w.dtype} {list(w.shape)} on probe '{probe.name}'"
+                return (
+                    f"returns {what} for output {output!r} instead of {w.dtype} {list(w.shape)} on"
+                    f" probe '{probe.name}'"
+                )
             if not _same_values(w, g):
-                return f"differs from the eager module on probe '{probe.name}' (output {output!r}: {_difference(w, g)})"
+                return (
+                    f"differs from the eager module on probe '{probe.name}' (output {output!r}:"
+                    f" {_difference(w, g)})"
+                )
     return None
 
 
@@ -216,7 +222,10 @@ def _as_tuple(outputs) -> tuple:
 
 
 def _quietly(function, *args):
-    """Call a torch.jit function without its deprecation notices (this library chose it knowingly)."""
+    """Call a torch.jit function without its deprecation notices.
+
+    This library chose that function knowingly.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)

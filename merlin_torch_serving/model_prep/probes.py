@@ -17,7 +17,7 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.samples import list_length
+from merlin_torch_serving.samples import padded_length
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _column_input(
     column: ColumnSchema, plan: _Plan, rng, observed, pad_value: float, pad_left: bool
 ) -> torch.Tensor:
     if wire.is_ragged(column):
-        max_length = list_length(column)
+        max_length = padded_length(column)
         lengths = _row_lengths(plan, max_length)
         values = _values(column, plan, rng, observed, lengths)
         return torch.from_numpy(_padded(values, lengths, max_length, pad_value, pad_left))
@@ -90,7 +90,7 @@ def _padded(
     """Rows of ``lengths`` values each, padded to ``max_length`` as ``WireModel`` pads them."""
     dense = np.full((len(lengths), max_length), pad_value, dtype=values.dtype)
     starts = wire.offsets_from_lengths(lengths, np.int64)[:-1]
-    for row, (start, length) in enumerate(zip(starts, lengths)):
+    for row, (start, length) in enumerate(zip(starts, lengths, strict=True)):
         columns = slice(max_length - length, max_length) if pad_left else slice(0, length)
         dense[row, columns] = values[start : start + length]
     return dense

@@ -44,7 +44,7 @@ def named_inputs(model: torch.nn.Module, sample, label: str) -> dict[str, torch.
                 ),
                 f"{len(values)} tensor(s) without names",
             )
-        items = dict(zip(names, values))
+        items = dict(zip(names, values, strict=False))
     return {name: _as_tensor(name, value, label) for name, value in items.items()}
 
 

@@ -40,7 +40,8 @@ def model_schemas(
             None,
             "the model's input_schema and output_schema",
             "a model that does not carry them",
-            f"pass {label}(model, input_schema=..., output_schema=...), or one sample input: {label}(model, sample=...)",
+            f"pass {label}(model, input_schema=..., output_schema=...), or one sample input:"
+            f" {label}(model, sample=...)",
         )
     return input_schema, output_schema
 

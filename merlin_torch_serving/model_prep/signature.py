@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Dict, Literal
+from typing import Literal
 
 import torch
 from merlin.schema import Schema
@@ -54,7 +55,7 @@ class ForwardSignature:
 def read_signature(model: torch.nn.Module) -> ForwardSignature:
     """The signature of a TorchScript module (from its compiled schema) or an eager one."""
     if isinstance(model, torch.jit.ScriptModule):
-        schema = model.forward.schema
+        schema = model.forward.schema  # type: ignore[attr-defined]  # a ScriptMethod, typed as a callable
         arguments = tuple(
             Argument(a.name, not a.has_default_value(), _script_kind(a.type))
             for a in schema.arguments[1:]
@@ -66,15 +67,15 @@ def read_signature(model: torch.nn.Module) -> ForwardSignature:
         hints = typing.get_type_hints(forward)
     except Exception:  # unresolvable string annotations: fall back to "unknown" kinds
         hints = {}
-    arguments = []
+    eager_arguments = []
     for parameter in inspect.signature(forward).parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         required = parameter.default is parameter.empty
-        arguments.append(
+        eager_arguments.append(
             Argument(parameter.name, required, _annotation_kind(hints.get(parameter.name)))
         )
-    return ForwardSignature(tuple(arguments))
+    return ForwardSignature(tuple(eager_arguments))
 
 
 def bind_arguments(
@@ -130,8 +131,10 @@ def bind_arguments(
 
 
 def needs_adapter(signature: ForwardSignature, arguments: dict[str, str] | None) -> bool:
-    """Whether the model must be wrapped in ``DictCall`` to take one dict and return a tensor or a
-    tuple of several."""
+    """Whether the model must be wrapped in ``DictCall``.
+
+    The wrapped model takes one dict and returns a tensor or a tuple of several.
+    """
     return arguments is not None or signature.returns not in ("tensor", "tuple")
 
 
@@ -152,7 +155,7 @@ class DictCall(torch.nn.Module):
         self.arguments = None if arguments is None else dict(arguments)
         self.output_names = list(output_names)
 
-    def forward(self, inputs: Dict[str, torch.Tensor]):
+    def forward(self, inputs: dict[str, torch.Tensor]):
         outputs = call_with_dict(self.model, self.arguments, inputs)
         if isinstance(outputs, Mapping):
             missing = [name for name in self.output_names if name not in outputs]
@@ -232,7 +235,7 @@ def _annotation_kind(annotation) -> ArgumentKind:
     if annotation is torch.Tensor:
         return "tensor"
     origin = typing.get_origin(annotation) or annotation
-    if origin is typing.Union:  # Optional[Tensor]
+    if origin in (typing.Union, types.UnionType):  # Optional[Tensor], Tensor | None
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _annotation_kind(members[0]) if len(members) == 1 else "other"
     if isinstance(origin, type) and issubclass(origin, Mapping):

@@ -28,7 +28,8 @@ def load_model(path: str | os.PathLike) -> tuple[torch.nn.Module, Schema | None]
         return _load_saved_folder(path)
     if not path.exists():
         raise FileNotFoundError(
-            f"no model at {str(path)!r}: pass a TorchScript file, a torch.save file or a saved model folder"
+            f"no model at {str(path)!r}: pass a TorchScript file, a torch.save file or a saved"
+            " model folder"
         )
     try:
         return torch.jit.load(os.fspath(path), map_location="cpu"), None
@@ -38,7 +39,8 @@ def load_model(path: str | os.PathLike) -> tuple[torch.nn.Module, Schema | None]
         except Exception:
             raise ModelPreparationError(
                 str(path),
-                f"is neither TorchScript nor a torch.save file ({str(script_error).splitlines()[0]})",
+                "is neither TorchScript nor a torch.save file"
+                f" ({str(script_error).splitlines()[0]})",
             ) from script_error
     if not isinstance(module, torch.nn.Module):
         raise ModelPreparationError(
@@ -59,10 +61,12 @@ def _load_saved_folder(folder: Path) -> tuple[torch.nn.Module, Schema | None]:
         found = ", ".join(p.name for p in pickles) or "none"
         raise ModelPreparationError(
             str(folder),
-            f"expected one model pickle ({T4R_MODEL_FILE}, as Transformers4Rec's Model.save() writes), found {found}",
+            f"expected one model pickle ({T4R_MODEL_FILE}, as Transformers4Rec's Model.save()"
+            f" writes), found {found}",
         )
     try:
-        import cloudpickle  # Transformers4Rec saves with it; classes defined by value need it to load
+        # Transformers4Rec saves with it; classes defined by value need it to load
+        import cloudpickle
     except ImportError:  # pragma: no cover - installed with Transformers4Rec
         cloudpickle = pickle
     with open(pickles[0], "rb") as file:

@@ -58,7 +58,8 @@ A minimal fusible operator::
             return {"column": self.column, "factor": self.factor}
 
         def torchscript(self, input_schema):
-            return ScaleModule(self.column, self.factor)  # forward(inputs) -> scale(inputs[column], factor)
+            # forward(inputs) -> scale(inputs[column], factor)
+            return ScaleModule(self.column, self.factor)
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ class ServingOperator(BaseOperator):
         super().__init_subclass__(**kwargs)
         if "load" in cls.__dict__:
             raise TypeError(
-                f"{cls.__qualname__} overrides ServingOperator.load; operators are rebuilt through __init__ only: "
-                "override the classmethod load_arguments(config, artifact_path) to return __init__'s keyword arguments"
+                f"{cls.__qualname__} overrides ServingOperator.load; operators are rebuilt through"
+                " __init__ only: override the classmethod load_arguments(config, artifact_path) to"
+                " return __init__'s keyword arguments"
             )
 
     # ---- graph building ---------------------------------------------------------------------
@@ -164,7 +166,8 @@ class ServingOperator(BaseOperator):
 
     def non_null_inputs(self) -> list[str]:
         """Input columns in which a null (NaN, None) is a broken request rather than a missing
-        value: ids, and keys that group rows. Requests holding one are refused at the step's entry."""
+        value: ids, and keys that group rows. Requests holding one are refused at the step's entry.
+        """
         return []
 
     def returned_columns(self) -> list[str]:
@@ -197,7 +200,10 @@ class ServingOperator(BaseOperator):
 
     @classmethod
     def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
-        """``__init__``'s keyword arguments from ``config()`` and the files ``save_artifacts`` wrote."""
+        """``__init__``'s keyword arguments, read back.
+
+        They come from ``config()`` and the files ``save_artifacts`` wrote.
+        """
         return dict(config)
 
     @classmethod
@@ -243,7 +249,7 @@ def _shapes_fit(want: ColumnSchema, got: ColumnSchema) -> bool:
             return True
         max_length = want_dims[1].max
         return max_length is None or (got_dims[1].is_fixed and got_dims[1].max <= max_length)
-    for want_dim, got_dim in zip(want_dims[1:], got_dims[1:]):
+    for want_dim, got_dim in zip(want_dims[1:], got_dims[1:], strict=True):
         if want_dim.is_fixed and (not got_dim.is_fixed or got_dim.max != want_dim.max):
             return False
     return True

@@ -6,7 +6,8 @@ Integer raw ids are also a TorchScript lookup, compiled into the libtorch model 
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,19 +25,21 @@ VOCABULARY_FILE = "vocabulary.npz"
 
 class DecodeIds(torch.nn.Module):
     """The ``decoded`` inputs looked up in ``raw_ids`` (-1 for ids outside it, which also marks the
-    ids that are not items), the ``passed`` ones unchanged, as ``CategoryVocabulary.decode`` does."""
+    ids that are not items), the ``passed`` ones unchanged, as ``CategoryVocabulary.decode`` does.
+    """
 
-    decoded: List[str]
-    passed: List[str]
+    decoded: list[str]
+    passed: list[str]
+    raw_ids: torch.Tensor
 
-    def __init__(self, raw_ids: torch.Tensor, decoded: List[str], passed: List[str]):
+    def __init__(self, raw_ids: torch.Tensor, decoded: list[str], passed: list[str]):
         super().__init__()
         self.decoded = decoded
         self.passed = passed
         self.register_buffer("raw_ids", raw_ids)
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        outputs: Dict[str, torch.Tensor] = {}
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        outputs: dict[str, torch.Tensor] = {}
         for name in self.passed:
             outputs[name] = inputs[name]
         size = self.raw_ids.shape[0]
@@ -86,7 +89,8 @@ class DecodeItemIds(ServingOperator):
                     self.label,
                     name,
                     "an int column of encoded ids",
-                    f"no such column (it receives {', '.join(map(repr, input_schema.column_names))})",
+                    "no such column (it receives"
+                    f" {', '.join(map(repr, input_schema.column_names))})",
                 )
             if column.dtype.element_type.value != "int":
                 raise SchemaError(
@@ -119,7 +123,7 @@ class DecodeItemIds(ServingOperator):
     def config(self) -> dict[str, Any]:
         return {"source_column": self.vocabulary.column, "columns": self.columns}
 
-    def torchscript(self, input_schema: Schema) -> Optional[DecodeIds]:
+    def torchscript(self, input_schema: Schema) -> DecodeIds | None:
         """A lookup when raw ids are integers and every column is scalar or fixed-length."""
         raw_values = self.vocabulary.raw_values
         if (
@@ -141,7 +145,8 @@ class DecodeItemIds(ServingOperator):
     def save_artifacts(self, artifact_path=None) -> None:
         raw_values = self.vocabulary.raw_values
         if raw_values.dtype == np.dtype(object):
-            # object arrays need pickle; strings are stored as fixed-width text, so loading needs none
+            # object arrays need pickle; strings are stored as fixed-width text, so loading needs
+            # none
             raw_values = np.array(
                 ["" if value is None else str(value) for value in raw_values], dtype=str
             )
@@ -156,7 +161,7 @@ class DecodeItemIds(ServingOperator):
         with np.load(os.path.join(artifact_path, VOCABULARY_FILE), allow_pickle=False) as saved:
             raw_values, is_item = saved["raw_values"], saved["is_item"]
         if raw_values.dtype.kind == "U":
-            raw_values = np.where(is_item, raw_values.astype(object), None)
+            raw_values = np.where(is_item, raw_values.astype(object), np.array(None, dtype=object))
         return {
             "vocabulary": CategoryVocabulary(config["source_column"], raw_values, is_item),
             **config,

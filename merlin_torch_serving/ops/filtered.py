@@ -4,11 +4,13 @@ Those sessions reach the model as placeholder rows (see ``session_rows``); their
 mean nothing, so every result downstream of the workflow is blanked on them: -1 for integers (the
 missing raw id of ``DecodeItemIds``), NaN for floats, False for booleans, empty strings, and
 empty lists. The ensemble adds this operator itself, at the end of the graph; ``blank_rows`` is
-TorchScript, so a libtorch step blanks its own outputs the same way (``BlankFilteredRows.torchscript``).
+TorchScript, so a libtorch step blanks its own outputs the same way
+(``BlankFilteredRows.torchscript``).
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,6 +19,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.ops.base import ServingOperator
+from merlin_torch_serving.wire import TableColumn
 
 
 def blank_rows(values: torch.Tensor, filtered: torch.Tensor) -> torch.Tensor:
@@ -49,23 +52,26 @@ class BlankRows(torch.nn.Module):
     """``blank_rows`` of each of ``columns`` on the rows where the ``filtered`` input is True."""
 
     filtered: str
-    columns: List[str]
+    columns: list[str]
 
-    def __init__(self, filtered: str, columns: List[str]):
+    def __init__(self, filtered: str, columns: list[str]):
         super().__init__()
         self.filtered = filtered
         self.columns = columns
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         mark = inputs[self.filtered]
-        outputs: Dict[str, torch.Tensor] = {}
+        outputs: dict[str, torch.Tensor] = {}
         for name in self.columns:
             outputs[name] = blank_rows(inputs[name], mark)
         return outputs
 
 
 class BlankFilteredRows(ServingOperator):
-    """Blanks ``columns`` on the rows where ``filtered_column`` is True; returns only ``columns``."""
+    """Blanks ``columns`` on the rows where ``filtered_column`` is True.
+
+    Only ``columns`` are returned.
+    """
 
     def __init__(self, filtered_column: str, columns: Sequence[str]):
         super().__init__()
@@ -81,7 +87,7 @@ class BlankFilteredRows(ServingOperator):
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         filtered = np.asarray(transformable[self.filtered_column].values, dtype=bool)
-        columns = {}
+        columns: dict[str, TableColumn] = {}
         for name in self.columns:
             column = transformable[name]
             values = np.asarray(column.values)
@@ -98,7 +104,7 @@ class BlankFilteredRows(ServingOperator):
     def config(self) -> dict[str, Any]:
         return {"filtered_column": self.filtered_column, "columns": self.columns}
 
-    def torchscript(self, input_schema: Schema) -> Optional[BlankRows]:
+    def torchscript(self, input_schema: Schema) -> BlankRows | None:
         """Blanking in TorchScript, for numbers and booleans that are not ragged lists (emptied
         lists and strings are left to ``transform``)."""
         columns = [input_schema[name] for name in self.columns]

@@ -37,7 +37,7 @@ from merlin_torch_serving.model_prep.sources import load_model
 from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.torch_module import WireModel
-from merlin_torch_serving.samples import list_length, sample_table
+from merlin_torch_serving.samples import padded_length, sample_table
 from merlin_torch_serving.schemas import catalog_limits, schema_from_json, schema_to_json
 
 MODEL_FILE = "model.pt"
@@ -83,9 +83,9 @@ class PredictPytorch(ServingOperator):
         How short sequences are padded. Transformers4Rec pads with 0 on the right.
     output
         ``"session_embedding"`` splits a Transformers4Rec next-item model at the session's vector:
-        the step returns that vector (float ``[-1, d]``, column ``session_embedding``) instead of the
-        catalog's scores, for ``RetrieveTopK(k, item_vectors=model)`` to rank the items with. The
-        user's model is not changed; nothing else is needed. ``None`` (the default) keeps the
+        the step returns that vector (float ``[-1, d]``, column ``session_embedding``) instead of
+        the catalog's scores, for ``RetrieveTopK(k, item_vectors=model)`` to rank the items with.
+        The user's model is not changed; nothing else is needed. ``None`` (the default) keeps the
         model's own outputs.
     """
 
@@ -110,7 +110,8 @@ class PredictPytorch(ServingOperator):
         _check_choice("output", output, (None, SESSION_EMBEDDING))
         if backend == "pytorch" and execution == "eager":
             raise ValueError(
-                "backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run eagerly"
+                "backend='pytorch' (libtorch) runs TorchScript only; pass backend='python' to run"
+                " eagerly"
             )
         saved_input_schema = None
         if isinstance(model, (str, os.PathLike)):
@@ -159,7 +160,7 @@ class PredictPytorch(ServingOperator):
         wire_model = WireModel(
             prepared.module,
             ragged_inputs=[c.name for c in self.model_input_schema if wire.is_ragged(c)],
-            max_lengths=[list_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
+            max_lengths=[padded_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
             dense_inputs=[c.name for c in self.model_input_schema if not wire.is_ragged(c)],
             pad_value=self.pad_value,
             pad_left=pad_side == "left",
@@ -193,9 +194,8 @@ class PredictPytorch(ServingOperator):
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         if not self._weights_on_huge_pages:  # once: a large item table then reads faster
-            collapse_onto_huge_pages(
-                itertools.chain(self.module.parameters(), self.module.buffers())
-            )
+            weights = itertools.chain(self.module.parameters(), self.module.buffers())
+            collapse_onto_huge_pages(weights)
             self._weights_on_huge_pages = True
         inputs = {
             name: torch.from_numpy(np.ascontiguousarray(array))
@@ -217,7 +217,7 @@ class PredictPytorch(ServingOperator):
         return TensorTable(
             {
                 column.name: tensor.numpy()
-                for column, tensor in zip(self.model_output_schema, outputs)
+                for column, tensor in zip(self.model_output_schema, outputs, strict=True)
             },
             _unsafe=True,
         )
@@ -253,7 +253,7 @@ class PredictPytorch(ServingOperator):
             "output_schema": schema_from_json(config["output_schema"]),
         }
 
-    def torchscript(self, input_schema: Schema) -> torch.jit.ScriptModule | None:
+    def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
         """The wrapped model, when it runs on libtorch (a python-backend model stays there)."""
         return self.module if self.backend_choice == "pytorch" else None
 
@@ -286,11 +286,12 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
         raise SchemaError(
             "PredictPytorch",
             None,
-            f"{len(declared)} output(s) as its output_schema declares ({', '.join(declared.column_names)})",
+            f"{len(declared)} output(s) as its output_schema declares"
+            f" ({', '.join(declared.column_names)})",
             f"{len(outputs)} tensor(s) from the model",
         )
     columns = []
-    for column, tensor in zip(declared, outputs):
+    for column, tensor in zip(declared, outputs, strict=True):
         dims = (None,) + tuple(int(d) for d in tensor.shape[1:])
         dtype = wire.tensor_numpy_dtype(tensor.dtype)
         columns.append(

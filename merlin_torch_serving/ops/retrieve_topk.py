@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -97,7 +98,8 @@ class RetrieveTopK(ServingOperator):
         )
         if self.k > available:
             raise ValueError(
-                f"k={self.k} is more than the {available} item(s) of the catalog that may be recommended"
+                f"k={self.k} is more than the {available} item(s) of the catalog that may be"
+                " recommended"
             )
 
     @property
@@ -150,7 +152,8 @@ class RetrieveTopK(ServingOperator):
             raise SchemaError(
                 self.label,
                 query.name,
-                f"float query vectors of shape [-1, {self.dimension}] (the item vectors' dimension)",
+                f"float query vectors of shape [-1, {self.dimension}] (the item vectors'"
+                " dimension)",
                 describe_column(query),
             )
         if self.seen_column is not None:
@@ -217,7 +220,8 @@ class RetrieveTopK(ServingOperator):
                     self.label,
                     self.query_name,
                     f"float query vectors of shape [-1, {self.dimension}]",
-                    f"no such column (it receives {', '.join(map(repr, input_schema.column_names))})",
+                    "no such column (it receives"
+                    f" {', '.join(map(repr, input_schema.column_names))})",
                 )
             return self.query_name
         candidates = [
@@ -253,8 +257,9 @@ def _vectors_and_temperature(
             and temperature != scoring.temperature
         ):
             raise ValueError(
-                f"temperature={temperature} differs from the model's softmax_temperature ({scoring.temperature}); "
-                "leave temperature out to rank and score as the model does"
+                f"temperature={temperature} differs from the model's softmax_temperature"
+                f" ({scoring.temperature}); leave temperature out to rank and score as the model"
+                " does"
             )
         return scoring.item_vectors, scoring.temperature if temperature is None else temperature
     vectors = torch.as_tensor(
@@ -262,7 +267,8 @@ def _vectors_and_temperature(
     )
     if vectors.dim() != 2 or not vectors.is_floating_point() or vectors.shape[0] == 0:
         raise ValueError(
-            "item_vectors must be a float [catalog, d] array or tensor (row i is item id i), a Transformers4Rec "
-            f"next-item model, or an ItemIndex; got {type(item_vectors).__name__} of shape {tuple(vectors.shape)}"
+            "item_vectors must be a float [catalog, d] array or tensor (row i is item id i), a"
+            f" Transformers4Rec next-item model, or an ItemIndex; got {type(item_vectors).__name__}"
+            f" of shape {tuple(vectors.shape)}"
         )
     return vectors.detach().to(torch.float32), temperature

@@ -9,6 +9,8 @@ A schema whose lists may hold more items than the model reads disagrees with the
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from merlin.schema import ColumnSchema, Schema
 
@@ -25,7 +27,7 @@ def model_sequence_lengths(model: torch.nn.Module) -> dict[str, int]:
     if not type(model).__module__.startswith("transformers4rec") or not hasattr(model, "heads"):
         return {}
     lengths: dict[str, int] = {}
-    for head in model.heads:
+    for head in cast(torch.nn.ModuleList, model.heads):
         sizes = (
             getattr(getattr(getattr(head, "body", None), "inputs", None), "input_size", None) or {}
         )
@@ -60,7 +62,8 @@ def with_model_lengths(
             raise SchemaError(
                 OPERATOR,
                 name,
-                f"the model's own sequence length, {length} (its Transformers4Rec sequence features are built for it)",
+                f"the model's own sequence length, {length} (its Transformers4Rec sequence features"
+                " are built for it)",
                 f"max_sequence_length={max_sequence_length}",
                 "leave max_sequence_length out: the model's own length is used",
             )
@@ -90,7 +93,10 @@ def with_model_lengths(
 
 
 def _padded_to(column: ColumnSchema, length: int, source: str) -> ColumnSchema:
-    """``column`` as a ragged list of up to ``length`` items, if its schema allows no longer lists."""
+    """``column`` as a ragged list of up to ``length`` items.
+
+    Its schema must allow no longer lists.
+    """
     longest = _longest_list(column)
     if longest is not None and longest > length:
         raise SchemaError(
@@ -98,8 +104,8 @@ def _padded_to(column: ColumnSchema, length: int, source: str) -> ColumnSchema:
             column.name,
             f"lists of at most {length} items ({source} {length})",
             f"a schema that allows lists of {longest} items",
-            f"slice the workflow's lists to the model's length (nvt.ops.ListSlice(-{length})) so the "
-            f"{length} most recent items reach the model, or give the model a matching schema",
+            f"slice the workflow's lists to the model's length (nvt.ops.ListSlice(-{length})) so"
+            f" the {length} most recent items reach the model, or give the model a matching schema",
         )
     return column.with_shape((None, (0, length)))
 

@@ -33,15 +33,16 @@ def line_up_sessions(
     unknown = np.setdiff1d(output_keys, answer_keys)
     if len(unknown):
         raise ValueError(
-            f"the workflow answered for {key!r} values the request did not send ({unknown[:5].tolist()}); "
-            f"it changes the key it groups by, so its sessions cannot be matched to the request's. "
-            "Pass TransformWorkflow(..., keep_request_order=False) to take its rows as they come"
+            f"the workflow answered for {key!r} values the request did not send"
+            f" ({unknown[:5].tolist()}); it changes the key it groups by, so its sessions cannot be"
+            " matched to the request's. Pass TransformWorkflow(..., keep_request_order=False) to"
+            " take its rows as they come"
         )
     missing = rows < 0
     if missing.any() and filtered_column is None:
         raise ValueError(
-            f"the workflow dropped the session(s) {answer_keys[missing][:5].tolist()} although it has no "
-            "Filter; every session of a request needs a row"
+            f"the workflow dropped the session(s) {answer_keys[missing][:5].tolist()} although it"
+            " has no Filter; every session of a request needs a row"
         )
     if missing.any():
         table = _with_placeholders(table, key, answer_keys[missing])

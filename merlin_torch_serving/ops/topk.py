@@ -5,7 +5,8 @@ and compiled into the libtorch model whose scores it ranks (``TopK.torchscript``
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
-from typing import Any, Dict, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,9 +25,9 @@ def top_k_items(
     scores: torch.Tensor,
     k: int,
     excluded_ids: torch.Tensor,
-    seen_values: Optional[torch.Tensor] = None,
-    seen_offsets: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    seen_values: torch.Tensor | None = None,
+    seen_offsets: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ids and scores of the ``k`` highest-scoring items per row, best first.
 
     ``excluded_ids`` are never returned (padding and reserved ids); ``seen_values`` /
@@ -70,6 +71,7 @@ class TopKSelection(torch.nn.Module):
     scores: str
     seen: str
     seen_ragged: bool
+    excluded_ids: torch.Tensor
 
     def __init__(
         self, k: int, excluded_ids: Sequence[int], scores: str, seen: str, seen_ragged: bool
@@ -81,9 +83,9 @@ class TopKSelection(torch.nn.Module):
         self.seen_ragged = seen_ragged
         self.register_buffer("excluded_ids", torch.tensor(list(excluded_ids), dtype=torch.int64))
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-        seen_values: Optional[torch.Tensor] = None
-        seen_offsets: Optional[torch.Tensor] = None
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        seen_values: torch.Tensor | None = None
+        seen_offsets: torch.Tensor | None = None
         if self.seen != "":
             if self.seen_ragged:
                 seen_values = inputs[self.seen + wire.VALUES_SUFFIX].to(torch.int64)
@@ -96,7 +98,8 @@ class TopKSelection(torch.nn.Module):
 
 
 class TopK(ServingOperator):
-    """Per row, the ``k`` best items of a ``[-1, catalog]`` score matrix: ids and scores ``[-1, k]``.
+    """Per row, the ``k`` best items of a ``[-1, catalog]`` score matrix: ids and scores ``[-1,
+    k]``.
 
     Parameters
     ----------
@@ -231,7 +234,8 @@ class TopK(ServingOperator):
                     self.label,
                     self.scores_name,
                     "a float score column of shape [-1, catalog]",
-                    f"no such column (it receives {', '.join(map(repr, input_schema.column_names))})",
+                    "no such column (it receives"
+                    f" {', '.join(map(repr, input_schema.column_names))})",
                 )
             return self.scores_name
         candidates = [

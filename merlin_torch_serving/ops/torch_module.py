@@ -5,8 +5,6 @@ Because the padding lives inside the scripted module, libtorch receives the wire
 (``c__values`` / ``c__offsets``) directly, and the python backend runs the very same graph.
 """
 
-from typing import Dict, List, Optional
-
 import torch
 
 from merlin_torch_serving import wire
@@ -123,22 +121,22 @@ class WireModel(torch.nn.Module):
     what libtorch matches to the config's outputs by position.
     """
 
-    ragged_inputs: List[str]
-    max_lengths: List[int]
-    dense_inputs: List[str]
+    ragged_inputs: list[str]
+    max_lengths: list[int]
+    dense_inputs: list[str]
     pad_value: float
     pad_left: bool
-    id_limits: Dict[str, int]
+    id_limits: dict[str, int]
 
     def __init__(
         self,
         model: torch.nn.Module,
-        ragged_inputs: List[str],
-        max_lengths: List[int],
-        dense_inputs: List[str],
+        ragged_inputs: list[str],
+        max_lengths: list[int],
+        dense_inputs: list[str],
         pad_value: float = 0.0,
         pad_left: bool = False,
-        id_limits: Optional[Dict[str, int]] = None,
+        id_limits: dict[str, int] | None = None,
     ):
         super().__init__()
         self.model = model
@@ -149,8 +147,8 @@ class WireModel(torch.nn.Module):
         self.pad_left = pad_left
         self.id_limits = dict(id_limits or {})
 
-    def forward(self, inputs: Dict[str, torch.Tensor]):
-        features: Dict[str, torch.Tensor] = {}
+    def forward(self, inputs: dict[str, torch.Tensor]):
+        features: dict[str, torch.Tensor] = {}
         first, expected_rows = "", -1
         for name in self.ragged_inputs + self.dense_inputs:
             # rows of different counts would broadcast silently inside the model

@@ -35,7 +35,7 @@ def session_requests(workflow, session_key: str | None) -> list[TensorTable]:
 def _session(
     schema: Schema, session_key: str | None, known: dict, length: int, constant
 ) -> TensorTable:
-    columns = {}
+    columns: dict[str, wire.TableColumn] = {}
     for position, column in enumerate(schema):
         dtype = wire.column_numpy_dtype(column)
         if wire.is_ragged(column):

@@ -86,7 +86,10 @@ class TransformWorkflow(ServingOperator):
         self._compiled = compile_workflow(workflow, kernels=fast_path)
 
     def compiled_workflow(self) -> CompiledWorkflow:
-        """The workflow compiled for the fast path (or step by step through NVTabular, without it)."""
+        """The workflow compiled for the fast path.
+
+        Without the fast path, it runs step by step through NVTabular.
+        """
         return self._compiled
 
     @property

@@ -4,4 +4,4 @@ ranking (``exact``), and building, saving, loading and searching indexes (``inde
 from merlin_torch_serving.retrieval.indexes import ItemIndex
 from merlin_torch_serving.retrieval.specs import ExactIndex, HNSWIndex, IVFIndex
 
-__all__ = ["ExactIndex", "HNSWIndex", "ItemIndex", "IVFIndex"]
+__all__ = ["ExactIndex", "HNSWIndex", "IVFIndex", "ItemIndex"]

@@ -10,8 +10,6 @@ Transformers4Rec model computes, element by element, so the ids and scores are t
 TorchScript-compatible, so it runs the same in-process, in the python backend and in libtorch.
 """
 
-from typing import Optional, Tuple
-
 import torch
 
 #: items per block: at a million items, scoring and selecting 65,536 items at a time took 1 session
@@ -25,11 +23,11 @@ def exact_top_k(
     item_vectors: torch.Tensor,
     k: int,
     excluded_ids: torch.Tensor,
-    seen_values: Optional[torch.Tensor] = None,
-    seen_offsets: Optional[torch.Tensor] = None,
+    seen_values: torch.Tensor | None = None,
+    seen_offsets: torch.Tensor | None = None,
     temperature: float = 0.0,
     block_items: int = DEFAULT_BLOCK_ITEMS,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ids and scores of the ``k`` highest ``queries @ item_vectors.T`` per row, best first.
 
     ``excluded_ids`` are never returned; ``seen_values`` / ``seen_offsets`` (a ragged list per
@@ -71,8 +69,8 @@ def exact_top_k(
 
 
 def seen_pairs(
-    rows: int, seen_values: Optional[torch.Tensor], seen_offsets: Optional[torch.Tensor]
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    rows: int, seen_values: torch.Tensor | None, seen_offsets: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(row, item id) of every seen item, as two int64 vectors."""
     if seen_values is None:
         empty = torch.zeros(0, dtype=torch.int64)

@@ -75,6 +75,8 @@ def load_index(spec: IndexSpec, directory: str, catalog_size: int) -> ItemIndex:
 class ExactItems(ItemIndex):
     """Every item scored (``retrieval.exact``): the model's own ranking."""
 
+    spec: ExactIndex
+
     def __init__(self, spec: ExactIndex, item_vectors: torch.Tensor):
         self.spec = spec
         self.item_vectors = item_vectors.detach().to(torch.float32).contiguous()
@@ -98,7 +100,10 @@ class ExactItems(ItemIndex):
 
 
 class FaissItems(ItemIndex):
-    """A faiss index of the recommendable items (their ids as faiss ids), searched by inner product."""
+    """A faiss index of the recommendable items, searched by inner product.
+
+    The items' ids are their faiss ids.
+    """
 
     def __init__(self, spec: HNSWIndex | IVFIndex, index, catalog_size: int):
         self.spec = spec
@@ -115,7 +120,7 @@ class FaissItems(ItemIndex):
     @classmethod
     def build(
         cls, spec: HNSWIndex | IVFIndex, item_vectors: torch.Tensor, excluded_ids: list[int]
-    ) -> "FaissItems":
+    ) -> FaissItems:
         faiss = _faiss()
         vectors = np.ascontiguousarray(item_vectors.detach().to(torch.float32).numpy())
         catalog, dimension = vectors.shape
@@ -176,14 +181,14 @@ def _seen_matrix(
     """Each row's seen ids as a dense ``[rows, longest]`` int64 matrix padded with -1."""
     if values is None:
         return np.full((rows, 0), -1, dtype=np.int64)
-    values = values.numpy().astype(np.int64, copy=False)
+    seen = values.numpy().astype(np.int64, copy=False)
     if offsets is None:
-        return values.reshape(rows, -1)
-    offsets = offsets.numpy().astype(np.int64, copy=False)
-    lengths = np.diff(offsets)
+        return seen.reshape(rows, -1)
+    row_offsets = offsets.numpy().astype(np.int64, copy=False)
+    lengths = np.diff(row_offsets)
     dense = np.full((rows, int(lengths.max(initial=0))), -1, dtype=np.int64)
-    columns = np.arange(len(values)) - np.repeat(offsets[:-1], lengths)
-    dense[np.repeat(np.arange(rows), lengths), columns] = values
+    columns = np.arange(len(seen)) - np.repeat(row_offsets[:-1], lengths)
+    dense[np.repeat(np.arange(rows), lengths), columns] = seen
     return dense
 
 

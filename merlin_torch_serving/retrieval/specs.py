@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from merlin_torch_serving.retrieval.exact import DEFAULT_BLOCK_ITEMS
 
@@ -65,22 +65,23 @@ class IVFIndex:
         _check_positive(self)
 
 
-IndexSpec = Union[ExactIndex, HNSWIndex, IVFIndex]
+IndexSpec = ExactIndex | HNSWIndex | IVFIndex
 _KINDS = {spec.kind: spec for spec in (ExactIndex, HNSWIndex, IVFIndex)}
 
 
 def index_spec(value: IndexSpec | str | dict[str, Any]) -> IndexSpec:
     """An index description from a spec, a kind name with default knobs (``"exact"``, ``"hnsw"``,
     ``"ivf"``), or a ``to_config`` dict."""
-    if isinstance(value, tuple(_KINDS.values())):
+    if isinstance(value, (ExactIndex, HNSWIndex, IVFIndex)):
         return value
-    config = {"kind": value} if isinstance(value, str) else value
+    config: object = {"kind": value} if isinstance(value, str) else value
     if isinstance(config, dict) and config.get("kind") in _KINDS:
         knobs = {name: item for name, item in config.items() if name != "kind"}
         return _KINDS[config["kind"]](**knobs)
     kinds = ", ".join(repr(kind) for kind in _KINDS)
     raise ValueError(
-        f"index must be ExactIndex(), HNSWIndex(...), IVFIndex(...) or one of {kinds}, got {value!r}"
+        f"index must be ExactIndex(), HNSWIndex(...), IVFIndex(...) or one of {kinds}, got"
+        f" {value!r}"
     )
 
 

@@ -55,7 +55,8 @@ def test_the_demo_maps_the_columns_of_a_foreign_click_log_and_prints_only_its_st
     assert result.returncode == 0, result.stderr[-4000:]
     # stderr: the progress bar only (tqdm redraws it with carriage returns)
     redraws = [part for part in re.split(r"[\r\n]+", result.stderr) if part.strip()]
-    assert redraws and all(part.startswith("training:") for part in redraws), result.stderr
+    assert redraws, result.stderr
+    assert all(part.startswith("training:") for part in redraws), result.stderr
     steps = re.findall(r"^== (\d)/6 ", result.stdout, flags=re.M)
     assert steps == ["1", "2", "3", "4", "5", "6"]
     assert not re.search(r"warn|error|traceback|experimental", result.stdout, flags=re.I), (

@@ -1,9 +1,10 @@
 """Runs notebooks/session_based_recommendations.ipynb top to bottom, small, on a real tritonserver.
 
-The kernel is ipykernel on this interpreter (``sys.executable``), whatever kernelspecs are installed,
-with the checkout on its path as the project's kernel has it (see ``./run notebook``). The committed
-notebook carries the outputs of this run: ``MTS_NOTEBOOK_UPDATE=1`` makes the run write them back
-into it, and a test checks that the committed outputs come from the code that is committed.
+The kernel is ipykernel on this interpreter (``sys.executable``), whatever kernelspecs are
+installed, with the checkout on its path as the project's kernel has it (see ``./run notebook``).
+The committed notebook carries the outputs of this run: ``MTS_NOTEBOOK_UPDATE=1`` makes the run
+write them back into it, and a test checks that the committed outputs come from the code that is
+committed.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def test_committed_outputs_are_the_suites_run_of_the_committed_code(executed_not
     assert [cell.source for cell in code_cells] == [
         cell.source for cell in executed.cells if cell.cell_type == "code"
     ], (
-        "a code cell changed since the committed outputs were made; run this test with MTS_NOTEBOOK_UPDATE=1"
+        "a code cell changed since the committed outputs were made; run this test with"
+        " MTS_NOTEBOOK_UPDATE=1"
     )
     assert [cell.execution_count for cell in code_cells] == list(range(1, len(code_cells) + 1))
     assert all(cell.outputs for cell in code_cells if cell.id != "parameters")
@@ -137,7 +139,8 @@ def test_the_notebook_shows_the_operator_chain_and_needs_no_path_workaround():
         for cell in nbformat.read(NOTEBOOK, as_version=4).cells
         if cell.cell_type == "code"
     )
-    assert "sys.path" not in code and "from examples.session_based.demo" not in code
+    assert "sys.path" not in code
+    assert "from examples.session_based.demo" not in code
     for operator in (
         "TransformWorkflow(workflow)",
         "PredictPytorch(session_model",
@@ -190,19 +193,20 @@ def test_notebook_writes_the_workflow_and_the_repository_into_the_output_dir(exe
     assert "; the mixed repository: TransformWorkflow on the python backend" in listing
     assert "session_recs/    config.pbtxt: name 'session_recs', platform 'ensemble'" in listing
     assert (
-        "session_recs-0-transformworkflow/    config.pbtxt: name 'session_recs-0-transformworkflow', backend 'python'"
-        in listing
+        "session_recs-0-transformworkflow/    config.pbtxt: name"
+        " 'session_recs-0-transformworkflow', backend 'python'" in listing
     )
     assert (
         "session_recs-1-predictpytorch_topk_decodeitemids/    config.pbtxt: name "
-        "'session_recs-1-predictpytorch_topk_decodeitemids', backend 'pytorch'"
-    ) in listing
+        "'session_recs-1-predictpytorch_topk_decodeitemids', backend 'pytorch'" in listing
+    )
 
 
 def test_notebook_serves_the_in_process_recommendations_and_stops_the_server(executed_notebook):
     notebook, _ = executed_notebook
     served = outputs_text(code_cell(notebook, "serve"))
-    assert "item_ids" in served and "item_scores" in served
+    assert "item_ids" in served
+    assert "item_scores" in served
     assert "from the mixed repository" in served
     assert "tritonserver stopped: True" in served
     pid = int(re.search(r"tritonserver \(pid (\d+)\)", served).group(1))
@@ -235,19 +239,22 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [
-            str(ROOT / "run"),
-            "notebook",
-            "--no-browser",
-            f"--port={port}",
-            "--IdentityProvider.token=t",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    # JupyterLab logs to stderr: a file, since a pipe nobody reads would fill and stall it
+    log = tmp_path / "notebook.log"
+    with log.open("wb") as log_file:
+        process = subprocess.Popen(
+            [
+                str(ROOT / "run"),
+                "notebook",
+                "--no-browser",
+                f"--port={port}",
+                "--IdentityProvider.token=t",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            start_new_session=True,
+        )
 
     def get(path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?token=t", timeout=10) as answer:
@@ -260,9 +267,7 @@ def test_run_notebook_opens_it_in_jupyterlab_with_the_projects_kernel(tmp_path):
                 specs = get("/api/kernelspecs")
             except OSError:
                 time.sleep(0.5)
-        assert specs is not None, (
-            process.stderr.read().decode() if process.poll() is not None else "no answer"
-        )
+        assert specs is not None, log.read_text() if process.poll() is not None else "no answer"
         notebook = get("/api/contents/notebooks/session_based_recommendations.ipynb")
     finally:
         if process.poll() is None:

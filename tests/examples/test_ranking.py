@@ -4,6 +4,7 @@ mixed export checked the way each backend runs it (the served runs are in tests/
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,10 @@ def eager_scores(ranking, rows: pd.DataFrame) -> np.ndarray:
 
 
 def request_rows(ranking, n: int = 40) -> pd.DataFrame:
-    """Held-out impressions without the label, with unseen ids, an unseen device and missing values."""
+    """Held-out impressions without the label.
+
+    They include unseen ids, an unseen device and missing values.
+    """
     rows = ranking.held_out.head(n).drop(columns=[data.LABEL_COLUMN]).copy()
     rows.loc[rows.index[:3], "user_id"] = [1, 2, 3]  # never seen in training
     rows.loc[rows.index[3], "device"] = "smart-tv"
@@ -50,7 +54,9 @@ def test_impressions_are_seeded_and_miss_some_continuous_values():
 
 
 def test_split_rejects_a_fraction_outside_zero_and_one():
-    with pytest.raises(ValueError, match="held_out_fraction must be between 0 and 1, got 1.0"):
+    with pytest.raises(
+        ValueError, match=re.escape("held_out_fraction must be between 0 and 1, got 1.0")
+    ):
         data.split(data.generate_impressions(100), held_out_fraction=1.0)
 
 
@@ -69,7 +75,8 @@ def test_workflow_keeps_one_row_per_impression_in_order_with_no_missing_values(r
         == transformed["user_id"].iloc[2]
     )
     normalized = features.transform(ranking.workflow, ranking.train)["price"]
-    assert abs(normalized.mean()) < 1e-6 and abs(normalized.std() - 1) < 1e-3
+    assert abs(normalized.mean()) < 1e-6
+    assert abs(normalized.std() - 1) < 1e-3
 
 
 def test_the_model_beats_the_item_click_rate_baseline_on_held_out_rows(ranking):
@@ -104,7 +111,8 @@ def test_the_in_process_ensemble_scores_like_the_eager_model(ranking):
     )
     rows = request_rows(ranking)
     scored = ensemble.transform(rows)
-    assert list(scored.columns) == [model.OUTPUT_COLUMN] and len(scored) == len(rows)
+    assert list(scored.columns) == [model.OUTPUT_COLUMN]
+    assert len(scored) == len(rows)
     np.testing.assert_array_equal(
         scored[model.OUTPUT_COLUMN].to_numpy(), eager_scores(ranking, rows)
     )

@@ -3,6 +3,8 @@ small enough to run in seconds (the full-size demo is not a unit test)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -182,7 +184,7 @@ def test_reading_a_file_with_an_unknown_suffix_asks_for_parquet_or_csv(tmp_path)
 
 
 def test_reading_a_missing_file_names_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nowhere.parquet"):
+    with pytest.raises(FileNotFoundError, match=re.escape("nowhere.parquet")):
         data.read_interactions(tmp_path / "nowhere.parquet")
 
 
@@ -245,7 +247,8 @@ def test_workflow_output_schema_has_ragged_int64_lists_with_the_model_tags(workf
     assert Tags.ITEM not in categories.tags
     for column in (items, categories):
         assert column.dtype.name == "int64"
-        assert column.is_list and column.is_ragged
+        assert column.is_list
+        assert column.is_ragged
         assert column.properties["value_count"]["max"] == MAX_SEQUENCE_LENGTH
 
 
@@ -261,7 +264,7 @@ def test_workflow_keeps_each_sessions_last_clicks_in_time_order(workflow, split,
     decoded = {
         session: raw_item_of[np.asarray(items)].tolist()
         for session, items in zip(
-            processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN]
+            processed_train["session_id"], processed_train[features.ITEM_LIST_COLUMN], strict=True
         )
     }
     assert decoded == expected.to_dict()
@@ -395,7 +398,8 @@ def test_training_twice_with_the_same_seed_gives_the_same_weights(workflow, proc
             workflow.output_schema, max_sequence_length=MAX_SEQUENCE_LENGTH, d_model=16
         )
         losses = model.train(session_model, processed_train, epochs=2, progress=False)
-        assert len(losses) == 2 and all(np.isfinite(losses))
+        assert len(losses) == 2
+        assert all(np.isfinite(losses))
         weights.append(session_model.state_dict())
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])

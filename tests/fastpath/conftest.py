@@ -1,4 +1,7 @@
-"""Fitted workflows shared by the fast-path tests (fitting takes seconds, so each is fitted once)."""
+"""Fitted workflows shared by the fast-path tests.
+
+Fitting takes seconds, so each is fitted once.
+"""
 
 from __future__ import annotations
 

@@ -37,7 +37,10 @@ def request_frame(columns: dict[str, np.ndarray], input_schema: Schema) -> pd.Da
 
 
 def oracle(workflow: nvt.Workflow, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``workflow.transform`` on the request's DataFrame, in the wire format of the output schema."""
+    """``workflow.transform`` on the request's DataFrame.
+
+    The result is in the wire format of the output schema.
+    """
     output = workflow.transform(request_frame(columns, workflow.input_schema))
     return wire_from_frame(output, workflow.output_schema)
 
@@ -52,7 +55,7 @@ def wire_from_frame(frame: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray
             continue
         rows = [list(row) for row in series]
         flat = list(itertools.chain.from_iterable(rows))
-        values = _cast(np.array(flat, dtype=object if dtype == object else None), dtype)
+        values = _cast(np.array(flat, dtype=object if dtype == np.dtype(object) else None), dtype)
         lengths = np.array([len(row) for row in rows], dtype=np.int64)
         if column.is_ragged:
             arrays[column.name + VALUES] = values
@@ -91,7 +94,7 @@ def assert_wire_equal(got: dict[str, np.ndarray], expected: dict[str, np.ndarray
         assert have.dtype == want.dtype, f"{name!r}: dtype {have.dtype} != {want.dtype}"
         assert have.shape == want.shape, f"{name!r}: shape {have.shape} != {want.shape}"
         if want.dtype == object:
-            for position, (a, b) in enumerate(zip(have.tolist(), want.tolist())):
+            for position, (a, b) in enumerate(zip(have.tolist(), want.tolist(), strict=True)):
                 same = (
                     (a is None and b is None)
                     or (a == b and type(a) is type(b))
@@ -163,7 +166,10 @@ def session_workflow(
 
 
 def rich_session_workflow(train: pd.DataFrame, categories_path: str) -> nvt.Workflow:
-    """Sessions with string item ids, a continuous feature, a LambdaOp, a session Filter and padding."""
+    """A workflow on sessions with string item ids.
+
+    It has a continuous feature, a LambdaOp, a session Filter and padding.
+    """
     categorify = ["item_id", "category"] >> nvt.ops.Categorify(out_path=categories_path)
     price_log = ["price"] >> nvt.ops.LogOp() >> nvt.ops.Rename(postfix="_log")
     price_norm = ["price"] >> nvt.ops.Normalize() >> nvt.ops.Rename(postfix="_norm")

@@ -1,4 +1,7 @@
-"""Hypothesis strategies for raw interaction requests: shuffled sessions, ties, unseen and null ids."""
+"""Hypothesis strategies for raw interaction requests.
+
+They draw shuffled sessions, ties, and unseen and null ids.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +22,11 @@ def session_requests(
     """Rows of a few sessions in shuffled order.
 
     Sessions run from 1 row to beyond the ListSlice length; timestamps come from a small range so
-    that sessions have ties; item ids mix known, never-seen and (for float and string ids) null values.
+    that sessions have ties; item ids mix known, never-seen and (for float and string ids) null
+    values.
     """
     session_count = draw(st.integers(1, max_sessions))
-    per_session = dict(min_size=session_count, max_size=session_count)
+    per_session = {"min_size": session_count, "max_size": session_count}
     session_ids = draw(st.lists(st.integers(0, 10**6), unique=True, **per_session))
     lengths = draw(st.lists(st.integers(1, max_length), **per_session))
     if max(lengths) < min_longest:
@@ -42,7 +46,7 @@ def session_requests(
         # NVTabular cannot encode a column that holds nulls only (see test_categorify)
         items[0] = known_items[0]
     item_dtype = {"int": np.int64, "float": np.float64, "str": object}[item_kind]
-    per_row = dict(min_size=rows, max_size=rows)
+    per_row = {"min_size": rows, "max_size": rows}
     columns = {
         "session_id": np.repeat(np.array(session_ids, dtype=np.int64), lengths)[order],
         "timestamp": np.array(draw(st.lists(st.integers(0, 40), **per_row)), dtype=np.int64) * 1000,

@@ -1,8 +1,9 @@
-"""Compiled LambdaOp and Filter: numpy calls where they match pandas on probe data, NVTabular otherwise."""
+"""Compiled LambdaOp and Filter.
+
+They compile to numpy calls where those match pandas on probe data; otherwise NVTabular runs them.
+"""
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import nvtabular as nvt
@@ -70,7 +71,7 @@ def test_filter_on_columns_is_compiled_and_equals_nvtabular(row_filter, request)
 
 
 @pytest.mark.parametrize(
-    "columns, function",
+    ("columns", "function"),
     [
         (["s"], lambda col: col.str.upper()),
         (["b"], lambda col: col.fillna(0.0)),
@@ -168,7 +169,8 @@ def test_a_function_of_the_whole_batch_sees_the_requests_rows_like_nvtabular(dat
 def test_filter_returning_a_dataframe_runs_through_nvtabular():
     workflow = fit(["a", "b"] >> nvt.ops.Filter(f=lambda df: df[df["a"] > 0]), TRAIN)
     compiled = compile_workflow(workflow)
-    assert len(compiled.fallbacks) == 1 and compiled.fallbacks[0][0] == "Filter"
+    assert len(compiled.fallbacks) == 1
+    assert compiled.fallbacks[0][0] == "Filter"
     request = {"a": np.array([1, -1, 5]), "b": np.array([1.5, 2.5, np.nan])}
     got = compiled.transform(request)
     np.testing.assert_array_equal(got["a"], [1, 5])

@@ -1,5 +1,7 @@
-"""The compiled FillMissing, LogOp, Normalize and NormalizeMinMax: the same bits as NVTabular's pandas
-arithmetic."""
+"""The compiled FillMissing, LogOp, Normalize and NormalizeMinMax.
+
+They give the same bits as NVTabular's pandas arithmetic.
+"""
 
 from __future__ import annotations
 
@@ -82,15 +84,16 @@ def ragged_log():
 def test_log_op_of_a_ragged_request_column_equals_nvtabular(ragged_log, rows):
     request = {
         "prices" + VALUES: np.array([value for row in rows for value in row], dtype=np.float64),
-        "prices" + OFFSETS: np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(
-            np.int32
+        "prices" + OFFSETS: (
+            np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int32)
         ),
     }
     assert_wire_equal(compile_workflow(ragged_log).transform(request), oracle(ragged_log, request))
 
 
 def test_fill_missing_with_a_value_float32_cannot_hold_equals_nvtabular():
-    # pandas moves such a column to float64 when it has a NaN to fill; the kernel leaves it to NVTabular
+    # pandas moves such a column to float64 when it has a NaN to fill; the kernel leaves it to
+    # NVTabular
     workflow = fit(["x32"] >> nvt.ops.FillMissing(fill_val=0.1), TRAIN[["x32"]])
     request = {"x32": np.array([np.nan, 1.0], dtype=np.float32)}
     assert_wire_equal(compile_workflow(workflow).transform(request), oracle(workflow, request))

@@ -1,4 +1,7 @@
-"""Operators without a kernel run through NVTabular, say so once, and still give NVTabular's result."""
+"""Operators without a kernel run through NVTabular.
+
+They say so once, and still give NVTabular's result.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The compiled Groupby: pandas' sort and group order, every compiled aggregation, NVTabular's casts."""
+"""The compiled Groupby.
+
+Covered: pandas' sort and group order, every compiled aggregation, and NVTabular's casts.
+"""
 
 from __future__ import annotations
 
@@ -56,7 +59,10 @@ def by_two_keys_two_sorts():
 
 @st.composite
 def grouped_rows(draw, two_keys: bool = False):
-    """Rows with repeated keys (some null), tied and null sort values, and floats of wide magnitude."""
+    """Rows with repeated keys (some null), and tied and null sort values.
+
+    Their floats are of wide magnitude.
+    """
     rows = draw(st.integers(1, 60))
     floats = st.one_of(
         st.floats(-1e6, 1e6, allow_nan=False),
@@ -116,7 +122,8 @@ def test_groupby_drops_rows_with_a_null_key_and_orders_groups_by_key(by_k):
         got["v-list__values"], [3, 4, 1]
     )  # group 3 sorted by t: 4 (t=1) then 1 (t=2)
     np.testing.assert_array_equal(got["f-count"], [0, 2])  # count skips NaN
-    assert got["f-count"].dtype == np.int32 and got["v-sum"].dtype == np.float32
+    assert got["f-count"].dtype == np.int32
+    assert got["v-sum"].dtype == np.float32
     np.testing.assert_array_equal(got["f-sum"], [0.0, 1.5])  # a sum of nothing is 0
     np.testing.assert_array_equal(got["f-min"], [np.nan, 0.5])  # a minimum of nothing is NaN
     np.testing.assert_array_equal(
@@ -180,7 +187,7 @@ def datetime_first_last():
     )
 )
 def test_groupby_first_last_and_list_of_datetimes_equal_nvtabular(datetime_first_last, rows):
-    keys, times, seconds = map(np.array, zip(*rows))
+    keys, times, seconds = map(np.array, zip(*rows, strict=True))
     request = {
         "k": keys,
         "t": times,
@@ -189,3 +196,16 @@ def test_groupby_first_last_and_list_of_datetimes_equal_nvtabular(datetime_first
     compiled = compile_workflow(datetime_first_last)
     assert compiled.fallbacks == []
     assert_wire_equal(compiled.transform(request), oracle(datetime_first_last, request))
+
+
+def test_groupby_min_and_max_of_equal_zeros_keep_the_first_sign_as_pandas_does(by_k):
+    # fmin and fmax keep the last of equal values; pandas keeps the first, 0.0 and -0.0 included
+    request = {
+        "k": np.array([1.0, 1.0, 1.0, 2.0, 2.0, 3.0]),
+        "t": np.array([0.0, 1.0, 2.0, 0.0, 1.0, 0.0]),
+        "v": np.arange(6, dtype=np.int32),
+        "f": np.array([np.nan, -0.0, 0.0, 0.0, -0.0, -0.0]),
+    }
+    got = compile_workflow(by_k).transform(request)
+    assert np.signbit(got["f-min"]).tolist() == [True, False, True]
+    assert_wire_equal(got, oracle(by_k, request))

@@ -13,14 +13,14 @@ from merlin_torch_serving.fastpath import compile_workflow
 from tests.fastpath.helpers import OFFSETS, VALUES, assert_wire_equal, fit, oracle, request_frame
 
 SLICES = [
-    dict(start=-20),
-    dict(start=2),
-    dict(start=1, end=4),
-    dict(start=-5, end=-1),
-    dict(start=-4, end=2),
-    dict(start=-3, pad=True),
-    dict(start=1, end=4, pad=True, pad_value=-1),
-    dict(start=5, pad=True, pad_value=0.5),
+    {"start": -20},
+    {"start": 2},
+    {"start": 1, "end": 4},
+    {"start": -5, "end": -1},
+    {"start": -4, "end": 2},
+    {"start": -3, "pad": True},
+    {"start": 1, "end": 4, "pad": True, "pad_value": -1},
+    {"start": 5, "pad": True, "pad_value": 0.5},
 ]
 
 

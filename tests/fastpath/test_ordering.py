@@ -1,4 +1,7 @@
-"""Row orders against pandas itself: sort_values (ties, nulls, both directions) and groupby's groups."""
+"""Row orders against pandas itself.
+
+Covered: sort_values (ties, nulls, both directions) and groupby's groups.
+"""
 
 from __future__ import annotations
 

@@ -105,7 +105,8 @@ def test_empty_request_gives_empty_outputs_where_nvtabular_fails(
     got = compiled_session.transform(request)
     assert got["item_id-list__values"].dtype == np.int64
     np.testing.assert_array_equal(got["item_id-list__offsets"], [0])
-    assert got["item_id-count"].dtype == np.int32 and got["item_id-count"].shape == (0,)
+    assert got["item_id-count"].dtype == np.int32
+    assert got["item_id-count"].shape == (0,)
 
 
 def test_padded_workflow_empty_request_gives_zero_rows_of_the_fixed_width(padded_session_workflow):
@@ -119,7 +120,10 @@ def test_padded_workflow_empty_request_gives_zero_rows_of_the_fixed_width(padded
 
 @pytest.fixture(scope="module")
 def filtered_value_count_workflow(train, categories_path):
-    """Sessions of two or more clicks, then ValueCount on the lists: the getting-started example's tail."""
+    """Sessions of two or more clicks, then ValueCount on the lists.
+
+    This is the getting-started example's tail.
+    """
     import nvtabular as nvt
 
     from tests.fastpath.helpers import fit
@@ -153,7 +157,8 @@ def test_value_count_after_a_filter_is_compiled_and_equals_nvtabular(
     request = data.draw(session_requests(known_ids(workflow, "item_id")))
     got = compiled.transform(request)
     if len(set(request["session_id"])) == len(request["session_id"]):
-        # one click per session: the filter keeps none; NVTabular fails where the fast path has no rows
+        # one click per session: the filter keeps none; NVTabular fails where the fast path has no
+        # rows
         assert got["session_id"].shape == (0,)
         return
     assert_wire_equal(got, oracle(workflow, request))

@@ -79,11 +79,14 @@ def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory, pytorch_
     return built
 
 
-# ---- the cases ------------------------------------------------------------------------------------
+# ---- the cases -----------------------------------------------------------------------------------
 
 
 def clicks(n_sessions=3, seed=40, **changes):
-    """Raw clicks of the toy interactions as a dict of lists, with columns changed or dropped (None)."""
+    """Raw clicks of the toy interactions as a dict of lists.
+
+    ``changes`` replace columns, or drop them when None.
+    """
     data = {
         name: values.tolist()
         for name, values in toy_session.interactions(n_sessions, seed=seed).items()
@@ -117,15 +120,18 @@ def many_sessions(rows: int) -> dict:
 
 
 def sessions(values, offsets, categories=None) -> dict:
-    """Wire arrays of the sessions ensemble: item lists as given, category lists of the same shape."""
+    """Wire arrays of the sessions ensemble.
+
+    Item lists are as given; category lists have the same shape.
+    """
     values = np.asarray(values, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int32)
     return {
         "item_id-list__values": values,
         "item_id-list__offsets": offsets,
-        "category-list__values": np.ones(len(values), dtype=np.int64)
-        if categories is None
-        else categories[0],
+        "category-list__values": (
+            np.ones(len(values), dtype=np.int64) if categories is None else categories[0]
+        ),
         "category-list__offsets": offsets if categories is None else categories[1],
     }
 
@@ -284,7 +290,7 @@ CASES += [
 ]
 
 
-# ---- the paths ------------------------------------------------------------------------------------
+# ---- the paths -----------------------------------------------------------------------------------
 
 
 def send(path: str, case: Case, ensemble: Ensemble, server) -> tuple[pd.DataFrame | None, str]:
@@ -293,9 +299,12 @@ def send(path: str, case: Case, ensemble: Ensemble, server) -> tuple[pd.DataFram
     try:
         if path == "in-process":
             if case.wire:
-                return frames.table_to_frame(
-                    ensemble.run(wire.from_wire(case.request, ensemble.input_schema))
-                ), ""
+                return (
+                    frames.table_to_frame(
+                        ensemble.run(wire.from_wire(case.request, ensemble.input_schema))
+                    ),
+                    "",
+                )
             return ensemble.transform(case.request), ""
         if path.startswith("client"):
             protocol = path.split("-")[1]
@@ -303,11 +312,14 @@ def send(path: str, case: Case, ensemble: Ensemble, server) -> tuple[pd.DataFram
                 server.grpc_url if protocol == "grpc" else server.http_url, protocol
             ) as client:
                 if case.wire:
-                    return frames.table_to_frame(
-                        client.infer_table(
-                            model, wire.from_wire(case.request, ensemble.input_schema)
-                        )
-                    ), ""
+                    return (
+                        frames.table_to_frame(
+                            client.infer_table(
+                                model, wire.from_wire(case.request, ensemble.input_schema)
+                            )
+                        ),
+                        "",
+                    )
                 return client.infer(model, case.request), ""
         names = output_names(ensemble)
         served = raw_infer(
@@ -320,9 +332,8 @@ def send(path: str, case: Case, ensemble: Ensemble, server) -> tuple[pd.DataFram
     except InputError as error:
         return None, str(error)
     except InferenceServerException as error:
-        assert path == "raw-tritonclient", (
-            f"tritonclient's error escaped the library on {path}: {error}"
-        )
+        if path != "raw-tritonclient":
+            pytest.fail(f"tritonclient's error escaped the library on {path}: {error}")
         return None, error.message()
 
 
@@ -354,7 +365,10 @@ def output_names(ensemble: Ensemble) -> dict:
 
 
 def requests_sent(path: str, case: Case, ensemble: Ensemble) -> list:
-    """The request tables ``path`` sent for ``case``: the Client splits what the server would refuse."""
+    """The request tables ``path`` sent for ``case``.
+
+    The Client splits what the server would refuse.
+    """
     table = (
         wire.from_wire(raw_arrays(case, ensemble), ensemble.input_schema)
         if case.wire

@@ -7,10 +7,8 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +19,8 @@ from merlin_torch_serving.backends.bundle import (
     pytriton_libraries,
     pytriton_server_root,
 )
-from merlin_torch_serving.bundling import bundle_repository, pack_environment
 from merlin_torch_serving.backends.layout import STUB_NAME
+from merlin_torch_serving.bundling import bundle_repository, pack_environment
 from merlin_torch_serving.bundling.repository import ENV_FOLDER
 from merlin_torch_serving.export import config as configs
 from tests import toy_session
@@ -57,8 +55,10 @@ def bundled(tmp_path_factory, toy_workflow, toy_model, packed_environment):
 
 @pytest.fixture(scope="module")
 def foreign_python_backend(tmp_path_factory):
-    """The bundled python backend with the Python 3.12 stub as its default: only a model's own
-    stub runs Python 3.11."""
+    """The bundled python backend, with the Python 3.12 stub as its default.
+
+    Only a model's own stub runs Python 3.11.
+    """
     backends = tmp_path_factory.mktemp("backends")
     shutil.copytree(
         pytriton_server_root() / "backends" / "python",
@@ -82,7 +82,8 @@ def test_the_launch_environment_cannot_import_the_library(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert checked.returncode != 0 and "No module named 'merlin_torch_serving'" in checked.stderr
+    assert checked.returncode != 0
+    assert "No module named 'merlin_torch_serving'" in checked.stderr
     on_path = subprocess.run(
         ["bash", "-c", "python3 -c 'import merlin_torch_serving'"],
         env={"PATH": SYSTEM_PATH},
@@ -152,7 +153,7 @@ def test_a_bundle_serves_where_python_lacks_the_library_and_answers_as_in_proces
         with torch_threads(SERVED_TORCH_THREADS):
             expected = ensemble.transform(rows)
         for column in expected.columns:
-            for got, want in zip(answer[column], expected[column]):
+            for got, want in zip(answer[column], expected[column], strict=True):
                 np.testing.assert_array_equal(got, want, err_msg=column)
         assert "python_env" not in log_path.read_text(), (
             "a folder environment is used in place, never extracted"

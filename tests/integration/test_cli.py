@@ -1,5 +1,6 @@
 """The command line: serve in the foreground, infer from a file, list models, stop on Ctrl-C."""
 
+import contextlib
 import json
 import os
 import re
@@ -153,9 +154,8 @@ def test_models_lists_versions_states_and_whether_stubs_answer(served_repository
 
 def first_error_line(result) -> str:
     assert result.returncode != 0, result.stdout
-    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, (
-        result.stderr
-    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "Exception ignored" not in result.stderr, result.stderr
     return result.stderr.strip().splitlines()[0]
 
 
@@ -168,24 +168,26 @@ def free_port() -> int:
 def test_a_url_with_a_scheme_is_refused_naming_the_address_to_pass(served_repository):
     _, urls, _ = served_repository
     result = run_cli("models", "--url", f"http://{urls['HTTP']}", "--protocol", "http")
-    assert first_error_line(result) == (
-        f"error: drop the scheme: Client('{urls['HTTP']}', protocol='http') (--url {urls['HTTP']}): "
-        f"the address must be host:port (got 'http://{urls['HTTP']}')"
+    assert (
+        first_error_line(result)
+        == f"error: drop the scheme: Client('{urls['HTTP']}', protocol='http') (--url"
+        f" {urls['HTTP']}): the address must be host:port (got 'http://{urls['HTTP']}')"
     )
     assert "_closed" not in result.stderr
 
 
 @pytest.mark.parametrize(
-    "protocol, port, other", [("http", "gRPC", "grpc"), ("grpc", "HTTP", "http")]
+    ("protocol", "port", "other"), [("http", "gRPC", "grpc"), ("grpc", "HTTP", "http")]
 )
 def test_the_wrong_protocol_for_the_port_names_the_other_protocol(
     served_repository, protocol, port, other
 ):
     _, urls, _ = served_repository
     result = run_cli("models", "--url", urls[port], "--protocol", protocol)
-    assert first_error_line(result) == (
-        f"error: {urls[port]} does not answer {protocol}: it looks like tritonserver's {other} port; "
-        f"pass protocol='{other}' (--protocol {other}) or the server's {protocol} port"
+    assert (
+        first_error_line(result)
+        == f"error: {urls[port]} does not answer {protocol}: it looks like tritonserver's {other}"
+        f" port; pass protocol='{other}' (--protocol {other}) or the server's {protocol} port"
     )
 
 
@@ -199,8 +201,9 @@ def test_no_server_running_says_to_start_serve_or_pass_the_url(tmp_path, command
     )
     result = run_cli(*arguments, "--url", f"127.0.0.1:{free_port()}")
     assert first_error_line(result).startswith(
-        "error: start a server (`merlin-torch-serving serve REPOSITORY`, or TritonServer(repository)) "
-        "or pass the address of a running one (--url HOST:PORT, Client(url))"
+        "error: start a server (`merlin-torch-serving serve REPOSITORY`, or"
+        " TritonServer(repository)) or pass the address of a running one (--url HOST:PORT,"
+        " Client(url))"
     )
 
 
@@ -232,9 +235,10 @@ def test_a_taken_port_is_found_before_any_model_loads_and_port_0_is_advised(serv
             "0",
             "--verbose",
         )
-    assert first_error_line(result) == (
-        f"error: pass --grpc-port 0 (the OS picks a free port, printed when ready) or another free port: "
-        f"the gRPC port {port} is already in use"
+    assert (
+        first_error_line(result)
+        == "error: pass --grpc-port 0 (the OS picks a free port, printed when ready) or another"
+        f" free port: the gRPC port {port} is already in use"
     )
     assert len(result.stderr.strip().splitlines()) == 1  # no tritonserver log: none was started
 
@@ -244,9 +248,10 @@ def test_serve_given_the_folder_above_a_repository_names_the_repository(served_r
     result = run_cli(
         "serve", str(served.parent), "--grpc-port", "0", "--http-port", "0", "--metrics-port", "0"
     )
-    assert first_error_line(result) == (
-        f"error: serve the repository itself, {str(served)!r}: {str(served.parent)!r} holds a model "
-        f"repository, not model folders"
+    assert (
+        first_error_line(result)
+        == f"error: serve the repository itself, {str(served)!r}: {str(served.parent)!r} holds a"
+        " model repository, not model folders"
     )
 
 
@@ -281,8 +286,9 @@ def test_renamed_columns_are_all_named_with_the_fix_and_then_mapped(
     renamed.to_parquet(tmp_path / "rows.parquet")
 
     refused = run_cli("infer", "reco", str(tmp_path / "rows.parquet"), "--url", urls["gRPC"])
-    assert first_error_line(refused) == (
-        "error: name the request's columns as the model's inputs, or map yours to them: "
+    assert (
+        first_error_line(refused)
+        == "error: name the request's columns as the model's inputs, or map yours to them: "
         "columns={'<your column>': 'item_id', ...} (--columns YOURS=item_id,...)"
     )
     assert (
@@ -330,7 +336,10 @@ def test_commands_and_the_import_print_no_third_party_warning(served_repository)
         [
             sys.executable,
             "-c",
-            "import merlin_torch_serving as m; m.Client, m.Ensemble, m.TransformWorkflow, m.TritonServer",
+            (
+                "import merlin_torch_serving as m; m.Client, m.Ensemble, m.TransformWorkflow,"
+                " m.TritonServer"
+            ),
         ],
         capture_output=True,
         text=True,
@@ -352,10 +361,8 @@ class PeakMemory:
         processes = [self.server, *self.server.children(recursive=True)]
         total = 0
         for process in processes:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 total += process.memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
         return total
 
     def __enter__(self):
@@ -414,7 +421,8 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
 
     assert result.returncode == 0, result.stderr
     progress = re.findall(r"^sent ([\d,]+) of 1,000,000 rows", result.stderr, flags=re.M)
-    assert len(progress) == rows // ROW_LIMIT and progress[-1] == "1,000,000"
+    assert len(progress) == rows // ROW_LIMIT
+    assert progress[-1] == "1,000,000"
     assert memory.peak_bytes - baseline < MEMORY_BOUND_BYTES, (memory.peak_bytes - baseline) / 2**20
     answer = pd.read_parquet(tmp_path / "answer.parquet")
     assert answer["session_id"].tolist() == list(pd.unique(clicks["session_id"]))

@@ -88,7 +88,10 @@ def test_client_maps_the_callers_column_names_to_the_inputs_and_back(served, cli
 def test_client_refuses_a_mapping_of_a_column_the_request_lacks(served, client):
     with pytest.raises(
         InputError,
-        match="input column 'visit': expected a column of the request .*fix the mapping visit=session_id",
+        match=(
+            r"input column 'visit': expected a column of the request .*fix the mapping"
+            r" visit=session_id"
+        ),
     ):
         client.infer("toy-client", toy_session.interactions(1), columns={"visit": "session_id"})
 
@@ -104,7 +107,7 @@ def test_an_unknown_model_lists_the_models_the_server_has(served, client):
 
 
 @pytest.mark.parametrize(
-    "url, protocol", [("http://localhost:8000", "http"), ("grpc://localhost:8001/", "grpc")]
+    ("url", "protocol"), [("http://localhost:8000", "http"), ("grpc://localhost:8001/", "grpc")]
 )
 def test_an_address_with_a_scheme_is_refused_before_tritonclient_sees_it(url, protocol):
     address = url.split("://")[1].rstrip("/")
@@ -150,7 +153,10 @@ def test_a_step_that_refuses_a_request_is_named_with_the_column_in_the_error_the
     request["item_id"] = frames.frame_to_table({"item_id": np.zeros(0, dtype=np.int64)})["item_id"]
     with pytest.raises(
         InputError,
-        match=rf"model 'toy-client-0-transformworkflow_predictpytorch_topk' refused the request: input column 'item_id': expected {len(rows)} rows",
+        match=(
+            r"model 'toy-client-0-transformworkflow_predictpytorch_topk' refused the request:"
+            rf" input column 'item_id': expected {len(rows)} rows"
+        ),
     ) as caught:
         client.infer_table("toy-client", request)
     assert caught.value.column == "item_id"
@@ -199,11 +205,11 @@ def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(prot
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
-    with Client(url, protocol, retries=2) as client:
-        with pytest.raises(
-            ServerUnavailableError, match=rf"tritonserver at {url} is not available"
-        ):
-            client.models()
+    with (
+        Client(url, protocol, retries=2) as client,
+        pytest.raises(ServerUnavailableError, match=rf"tritonserver at {url} is not available"),
+    ):
+        client.models()
     assert len(waits) == 2
 
 

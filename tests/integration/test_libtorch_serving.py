@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pandas as pd
@@ -104,8 +103,8 @@ def test_the_model_its_top_k_and_decoding_run_in_one_libtorch_model_behind_the_p
     assert steps == [("python", ["TransformWorkflow"]), ("pytorch", libtorch_ops)]
     libtorch_step = manifest["steps"][1]["model"]
     assert (
-        f"Intra op thread count is set to {SERVED_TORCH_THREADS} for model instance '{libtorch_step}'"
-        in triton_server.logs()
+        f"Intra op thread count is set to {SERVED_TORCH_THREADS} for model instance"
+        f" '{libtorch_step}'" in triton_server.logs()
     )
 
 
@@ -147,7 +146,7 @@ def test_served_mixed_ensemble_equals_the_eager_model(
 class IndexNamedOutputs(torch.nn.Module):
     """Returns (scores, lengths), declared as outputs ``scores__0`` and ``lengths__1``."""
 
-    def forward(self, inputs: Dict[str, torch.Tensor]):
+    def forward(self, inputs: dict[str, torch.Tensor]):
         items = inputs["item_id-list"]
         return items.to(torch.float32) * 0.5, (items != 0).sum(1)
 

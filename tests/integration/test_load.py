@@ -34,7 +34,7 @@ def served(triton_server, toy_workflow, toy_model):
 
 
 def traffic(server, served) -> Traffic:
-    ensemble, result, requests, expected = served
+    _ensemble, result, requests, expected = served
     return Traffic(
         {"grpc": server.grpc_url, "http": server.http_url}, result.name, requests, expected
     )

@@ -20,7 +20,10 @@ QUIET_STEP = f"{QUIET}-0-transformworkflow"
 
 @pytest.fixture(scope="module")
 def counting_workflow(tmp_path_factory):
-    """Categorify -> Groupby -> Filter (sessions on a block list), and a Clip without a fast-path kernel."""
+    """Categorify -> Groupby -> Filter (sessions on a block list), and a Clip.
+
+    The Clip has no fast-path kernel.
+    """
     import nvtabular as nvt
     from merlin.io import Dataset
 
@@ -64,7 +67,10 @@ def scrape(metrics_url):
 
 
 def scrape_when_published(metrics_url, model, requests, timeout_s=15.0):
-    """The metrics once the step's thread has published ``requests`` requests (it does every second)."""
+    """The metrics once the step's thread has published ``requests`` requests.
+
+    The thread publishes every second.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         text = scrape(metrics_url)

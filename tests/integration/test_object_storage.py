@@ -53,7 +53,8 @@ def test_export_to_s3_writes_the_repository_there_and_no_local_folder(
     result = toy_ensemble.export(url, "reco", storage_options=local_s3.storage_options)
     local = toy_ensemble.export(tmp_path / "local", "reco")
 
-    assert result.path == url and result.models == local.models
+    assert result.path == url
+    assert result.models == local.models
     assert not any("s3:" in str(path) for path in tmp_path.rglob("*")), (
         "a local 's3:' folder was created"
     )
@@ -65,7 +66,8 @@ def test_export_to_s3_writes_the_repository_there_and_no_local_folder(
         if p.is_file()
     )
     assert remote_files(fs, root) == local_files
-    # files that two exports write alike (pickles, their hashes in step.json, and manifests differ run to run)
+    # files that two exports write alike (pickles, their hashes in step.json, and manifests differ
+    # run to run)
     deterministic = [
         f for f in local_files if f.endswith(("config.pbtxt", "model.py")) or "/warmup/" in f
     ]
@@ -79,7 +81,8 @@ def test_export_to_s3_writes_the_repository_there_and_no_local_folder(
             json.loads(fs.cat_file(f"{root}/{relative}")),
             json.loads((tmp_path / "local" / relative).read_bytes()),
         )
-        assert uploaded.keys() == written.keys() and uploaded["calls"] == written["calls"], relative
+        assert uploaded.keys() == written.keys(), relative
+        assert uploaded["calls"] == written["calls"], relative
         assert uploaded["artifacts"].keys() == written["artifacts"].keys(), relative
 
 
@@ -118,7 +121,7 @@ def test_a_repository_exported_to_s3_serves_from_s3_and_answers_as_in_process(
         answer = Client(server.grpc_url).infer("reco", rows)
     expected = toy_ensemble.transform(rows)
     for column in expected.columns:
-        for got, want in zip(answer[column], expected[column]):
+        for got, want in zip(answer[column], expected[column], strict=True):
             np.testing.assert_array_equal(got, want, err_msg=column)
 
 

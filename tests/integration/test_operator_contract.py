@@ -6,7 +6,6 @@ TorchScript form the same operator runs in a python step, rebuilt from its ``con
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
 import json
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pytest
@@ -43,12 +42,15 @@ class TemperatureModule(torch.nn.Module):
         self.column = column
         self.temperature = temperature
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return divide(inputs[self.column], self.temperature)
 
 
 class Temperature(ServingOperator):
-    """Scores divided by a temperature (sharper or flatter rankings), in-process and in TorchScript."""
+    """Scores divided by a temperature, for sharper or flatter rankings.
+
+    It runs in-process and in TorchScript.
+    """
 
     def __init__(self, temperature: float, column: str = "next-item"):
         super().__init__()

@@ -84,7 +84,8 @@ def test_served_hnsw_retrieval_equals_in_process_and_reaches_the_recall_floor(
     recall = recall_at_k(served["item_ids"], exact["item_ids"])
     record_property("served_hnsw_recall_at_10", recall)
     print(
-        f"served HNSWIndex(m=8, ef_search=16) recall@10 against exact over {len(exact)} held-out sessions: {recall:.4f}"
+        f"served HNSWIndex(m=8, ef_search=16) recall@10 against exact over {len(exact)} held-out"
+        f" sessions: {recall:.4f}"
     )
     assert recall >= RECALL_FLOOR, f"recall@10 {recall:.4f} is below {RECALL_FLOOR}"
 

@@ -1,4 +1,5 @@
-"""TritonServer against the real tritonserver: serving, explicit model control, every start error, cleanup.
+"""TritonServer against the real tritonserver: serving, explicit model control, every start error,
+cleanup.
 
 Error cases and the "none" mode start short-lived servers of their own; the rest share one server.
 """
@@ -162,7 +163,8 @@ def test_load_raises_model_load_error_with_the_reason_when_initialize_raises(tri
 
 def test_load_raises_model_load_error_with_the_parse_error_when_config_is_invalid(triton_server):
     write_invalid_config(triton_server.repository, "invalid_config")
-    # The server's answer only says the folder could not be polled; the parse error comes from its log.
+    # The server's answer only says the folder could not be polled; the parse error comes from its
+    # log.
     with pytest.raises(
         ModelLoadError, match=r"'invalid_config': .*no field named \"no_such_field\".*config\.pbtxt"
     ) as caught:
@@ -180,8 +182,11 @@ def test_load_raises_backend_not_available_naming_the_missing_and_present_backen
     available = triton_server.backends()
     with pytest.raises(
         BackendNotAvailableError,
-        match=r"model 'needs_onnx' needs backend 'onnxruntime', which this tritonserver does not have "
-        rf"\(it has: {re.escape(', '.join(available))}\).*backend_directory=",
+        match=(
+            r"model 'needs_onnx' needs backend 'onnxruntime', which this tritonserver does not"
+            r" have "
+            rf"\(it has: {re.escape(', '.join(available))}\).*backend_directory="
+        ),
     ) as caught:
         triton_server.load("needs_onnx")
     assert caught.value.missing == {"needs_onnx": "onnxruntime"}
@@ -222,42 +227,39 @@ def test_none_mode_loads_every_model_at_start_and_stop_leaves_no_process(tmp_pat
 
 def test_no_process_outlives_a_parent_killed_with_sigkill(tmp_path):
     write_doubler(tmp_path / "repository", "served")
-    parent_script = textwrap.dedent(
-        """
+    parent_script = textwrap.dedent("""
         import sys, time
         from merlin_torch_serving.server import TritonServer
         server = TritonServer(sys.argv[1], start_timeout_s=60).start()
         print(server.pid, flush=True)
         time.sleep(600)
-        """
-    )
-    parent = subprocess.Popen(
+        """)
+    with subprocess.Popen(
         [sys.executable, "-c", parent_script, str(tmp_path / "repository")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-    )
-    server_pid = None
-    try:
-        ready, _, _ = select.select([parent.stdout], [], [], 90)
-        assert ready, "the parent process printed no server pid within 90 s"
-        line = parent.stdout.readline().decode().strip()
-        assert line.isdigit(), (
-            f"the parent did not start a server: {line!r} {parent.stderr.read1().decode()!r}"
-        )
-        server_pid = int(line)
-        stubs = stub_pids(server_pid)
-        assert stubs, "the served model should run in a python-backend stub"
+    ) as parent:
+        try:
+            ready, _, _ = select.select([parent.stdout], [], [], 90)
+            assert ready, "the parent process printed no server pid within 90 s"
+            line = parent.stdout.readline().decode().strip()
+            assert line.isdigit(), (
+                f"the parent did not start a server: {line!r} {parent.stderr.read1().decode()!r}"
+            )
+            server_pid = int(line)
+            stubs = stub_pids(server_pid)
+            assert stubs, "the served model should run in a python-backend stub"
 
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=10)
-
-        assert wait_until_gone([server_pid, *stubs]) == []
-    finally:
-        if parent.poll() is None:
-            parent.kill()
+            parent.send_signal(signal.SIGKILL)
             parent.wait(timeout=10)
-        for pid in processes_using(tmp_path / "repository"):
-            os.kill(pid, signal.SIGKILL)
+
+            assert wait_until_gone([server_pid, *stubs]) == []
+        finally:
+            if parent.poll() is None:
+                parent.kill()
+                parent.wait(timeout=10)
+            for pid in processes_using(tmp_path / "repository"):
+                os.kill(pid, signal.SIGKILL)
 
 
 def shared_memory_prefix(server_pid: int) -> str:
@@ -308,7 +310,9 @@ def test_start_raises_one_error_naming_every_failing_model_and_the_missing_backe
     server = TritonServer(tmp_path)
     with pytest.raises(
         BackendNotAvailableError,
-        match=r"model 'needs_onnx' needs backend 'onnxruntime'.*\(it has: ensemble, python.*NGC image",
+        match=(
+            r"model 'needs_onnx' needs backend 'onnxruntime'.*\(it has: ensemble, python.*NGC image"
+        ),
     ) as caught:
         server.start()
     error = caught.value

@@ -62,7 +62,7 @@ def test_recommendations_leave_out_clicked_items_and_reserved_ids(client, ensemb
     rows = request_rows(held_out, 7, seed=5)
     answer = client.infer(MODEL_NAME, rows)
     clicked = rows.groupby("session_id")["item_id"].apply(set)
-    for session_id, ids in zip(answer["session_id"], answer["item_ids"]):
+    for session_id, ids in zip(answer["session_id"], answer["item_ids"], strict=True):
         repeated = set(ids) & clicked[session_id]
         # only clicks older than the model's window may come back
         recent = set(

@@ -108,7 +108,10 @@ def cycled_sin(col, max_value):
 
 
 def workflow(categories_path: str) -> nvt.Workflow:
-    """The notebook's workflow, unfitted, with ``pd.to_datetime`` where it calls ``cudf.to_datetime``."""
+    """The notebook's workflow, unfitted.
+
+    It uses ``pd.to_datetime`` where the notebook calls ``cudf.to_datetime``.
+    """
     categories = ColumnSelector(["category", "item_id"]) >> nvt.ops.Categorify(
         out_path=categories_path
     )
@@ -175,7 +178,10 @@ def workflow(categories_path: str) -> nvt.Workflow:
 
 
 def model(schema, *, d_model: int = 32, seed: int = 0) -> tr.Model:
-    """The notebook's model at a smaller width (one layer, two heads), returning the top TOP_K items."""
+    """The notebook's model, returning the top TOP_K items.
+
+    It is of a smaller width: one layer, two heads.
+    """
     schema = schema.select_by_name(MODEL_COLUMNS)
     with torch.random.fork_rng():
         torch.manual_seed(seed)

@@ -1,5 +1,6 @@
 """An official example made ready for the tests: fitted workflow, trained model, serving graph, and
-raw requests shaped like the sessions users send (shuffled rows, one-click, over-long, unseen items).
+raw requests shaped like the sessions users send (shuffled rows, one-click, over-long, unseen
+items).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ class Example:
 
     @property
     def scores_column(self) -> str:
-        """Transformers4Rec names the scores of its own top k ``item_id_scores``; TopK ``item_scores``."""
+        """The name of the scores column.
+
+        Transformers4Rec names the scores of its own top k ``item_id_scores``; TopK ``item_scores``.
+        """
         return "item_id_scores" if self.has_top_k else "item_scores"
 
     @property

@@ -40,14 +40,17 @@ def interactions(
     frame["age_days"] = rng.uniform(0, 1, rows).astype(np.float32)
     frame["weekday_sin"] = rng.uniform(0, 1, rows).astype(np.float32)
     day_of_session = dict(
-        zip(frame.session_id.unique(), rng.integers(1, 10, frame.session_id.nunique()))
+        zip(frame.session_id.unique(), rng.integers(1, 10, frame.session_id.nunique()), strict=True)
     )
     frame["day"] = frame.session_id.map(day_of_session)
     return frame
 
 
 def workflow(categories_path: str) -> nvt.Workflow:
-    """The notebook's workflow, unfitted (Categorify writes its vocabularies under ``categories_path``)."""
+    """The notebook's workflow, unfitted.
+
+    Categorify writes its vocabularies under ``categories_path``.
+    """
     categories = ["item_id", "category"] >> nvt.ops.Categorify(out_path=categories_path)
     grouped = (categories + ["session_id", "day", "age_days", "weekday_sin"]) >> nvt.ops.Groupby(
         groupby_cols=["session_id"],

@@ -29,7 +29,7 @@ def assert_like_eager(answer: pd.DataFrame, expected: pd.DataFrame, scores_colum
     """Same ids in the same order, except where two eager scores are closer than the tolerance
     (a near tie may swap); scores within the tolerance."""
     for session_id, ids, scores in zip(
-        answer["session_id"], answer["item_ids"], answer[scores_column]
+        answer["session_id"], answer["item_ids"], answer[scores_column], strict=True
     ):
         want = expected.loc[session_id]
         np.testing.assert_allclose(
@@ -39,7 +39,7 @@ def assert_like_eager(answer: pd.DataFrame, expected: pd.DataFrame, scores_colum
             atol=SCORE_TOLERANCE,
             err_msg=f"session {session_id}",
         )
-        for rank, (got, wanted) in enumerate(zip(ids, want["item_ids"])):
+        for rank, (got, wanted) in enumerate(zip(ids, want["item_ids"], strict=True)):
             if got != wanted:
                 assert abs(scores[rank] - want["item_scores"][rank]) <= SCORE_TOLERANCE
                 if (
@@ -64,8 +64,11 @@ def test_in_process_answers_every_session_like_the_eager_model(
     assert (
         filtered.sum() == 1
     )  # the one-click session: the Filter drops it, the answer keeps its row
-    for ids, scores in zip(answer["item_ids"][filtered], answer[example.scores_column][filtered]):
-        assert (ids == -1).all() and np.isnan(scores).all()
+    for ids, scores in zip(
+        answer["item_ids"][filtered], answer[example.scores_column][filtered], strict=True
+    ):
+        assert (ids == -1).all()
+        assert np.isnan(scores).all()
 
     expected = eager_answer(example, rows)
     assert sorted(expected.index) == sorted(answer["session_id"][~filtered])

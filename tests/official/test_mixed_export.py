@@ -28,7 +28,7 @@ def exported(tmp_path_factory, getting_started_example, end_to_end_example):
 
 
 def test_mixed_export_is_one_python_step_and_one_libtorch_step(exported, example):
-    _, repository, result = exported[example.name]
+    _, repository, _ = exported[example.name]
     steps = json.loads((repository / "reco" / "1" / "manifest.json").read_text())["steps"]
     assert [step["backend"] for step in steps] == ["python", "pytorch"]
     assert steps[0]["fused_operators"] == ["TransformWorkflow"]

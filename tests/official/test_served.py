@@ -70,5 +70,6 @@ def test_a_one_click_session_alone_is_answered_and_marked(
     rows = request_rows(getting_started_example, 1, seed=7)
     answer = Client(triton_server.grpc_url).infer(name, rows)
     assert answer["filtered_out"].tolist() == [True]
-    assert (answer["item_ids"][0] == -1).all() and np.isnan(answer["item_scores"][0]).all()
+    assert (answer["item_ids"][0] == -1).all()
+    assert np.isnan(answer["item_scores"][0]).all()
     assert_same_answer(answer, ensemble.transform(rows))

@@ -35,7 +35,10 @@ def train(
     epochs: int = 2,
     seed: int = 0,
 ) -> None:
-    """A few epochs of Adam with masked language modeling, batches of 64; leaves the model in eval mode."""
+    """A few epochs of Adam with masked language modeling, batches of 64.
+
+    Leaves the model in eval mode.
+    """
     inputs = padded(sessions, columns, length)
     count = len(sessions)
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)

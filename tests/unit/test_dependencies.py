@@ -7,7 +7,10 @@ from packaging.utils import canonicalize_name
 
 
 def requirement_closure(name: str, extras: frozenset = frozenset()) -> set[str]:
-    """Every distribution an install of ``name[extras]`` requires, through the installed metadata."""
+    """Every distribution an install of ``name[extras]`` requires.
+
+    Found through the installed metadata.
+    """
     seen, pending = set(), [(canonicalize_name(name), extras)]
     while pending:
         current, current_extras = pending.pop()
@@ -17,7 +20,7 @@ def requirement_closure(name: str, extras: frozenset = frozenset()) -> set[str]:
         for text in metadata.requires(current) or []:
             requirement = Requirement(text)
             wanted = requirement.marker is None or any(
-                requirement.marker.evaluate({"extra": extra}) for extra in (current_extras or {""})
+                requirement.marker.evaluate({"extra": extra}) for extra in current_extras or {""}
             )
             if wanted:
                 pending.append((canonicalize_name(requirement.name), frozenset(requirement.extras)))

@@ -1,6 +1,7 @@
 """The deployment files: rendered from one place, the repository's deploy/ equal to the defaults,
 every Kubernetes object valid against Kubernetes' own schemas (offline, kubernetes-validate), the
-KServe InferenceService's pod and container parts too, and the Dockerfile copying only what exists."""
+KServe InferenceService's pod and container parts too, and the Dockerfile copying only what exists.
+"""
 
 import re
 import shlex
@@ -97,7 +98,8 @@ def test_the_inference_services_pod_and_container_parts_validate_against_kuberne
         "scaleMetric",
         "containerConcurrency",
     }
-    assert model["modelFormat"] == {"name": "triton"} and model["protocolVersion"] == "v2"
+    assert model["modelFormat"] == {"name": "triton"}
+    assert model["protocolVersion"] == "v2"
     assert model["storageUri"].startswith("s3://")
     container = {key: value for key, value in model.items() if key not in kserve_model_fields}
     pod = {key: value for key, value in predictor.items() if key not in kserve_component_fields}
@@ -140,7 +142,8 @@ def test_the_dockerfile_copies_only_files_of_the_repository():
             f"deploy/Dockerfile copies {source!r}, which the repository does not have"
         )
     assert re.search(r"^FROM python:3\.11", text, flags=re.MULTILINE)
-    assert '".[server,s3]"' in text and "build-backend pytorch" in text
+    assert '".[server,s3]"' in text
+    assert "build-backend pytorch" in text
 
 
 def test_deploy_files_renders_the_settings_given(tmp_path, capsys):
@@ -161,7 +164,8 @@ def test_deploy_files_renders_the_settings_given(tmp_path, capsys):
     )
     (deploy,) = documents((tmp_path / "k8s" / "deployment.yaml").read_text())
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == "registry.example/reco:7" and deploy["spec"]["replicas"] == 3
+    assert container["image"] == "registry.example/reco:7"
+    assert deploy["spec"]["replicas"] == 3
     assert {"name": "MODEL_REPOSITORY", "value": "s3://b/m"} in container["env"]
     (hpa,) = documents((tmp_path / "k8s" / "hpa.yaml").read_text())
     assert hpa["spec"]["minReplicas"] == 3

@@ -1,7 +1,5 @@
-import numpy as np
 import pandas as pd
 import pytest
-import torch
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import (
@@ -54,8 +52,11 @@ def test_a_missing_column_names_the_operator_the_column_and_what_came(toy_workfl
     )
     with pytest.raises(
         SchemaError,
-        match=r"column 'category-list' at the input of PredictPytorch\[pytorch\]: expected int64 ragged "
-        r"list, got no such column \(its parents provide 'session_id', 'item_id-list'\)",
+        match=(
+            r"column 'category-list' at the input of PredictPytorch\[pytorch\]: expected int64"
+            r" ragged "
+            r"list, got no such column \(its parents provide 'session_id', 'item_id-list'\)"
+        ),
     ):
         Ensemble(graph, toy_workflow.input_schema)
 
@@ -93,7 +94,7 @@ def test_a_request_column_missing_from_the_input_schema_is_a_schema_error(toy_wo
 def test_non_serving_operators_are_rejected_with_a_hint(toy_workflow):
     import nvtabular as nvt
 
-    with pytest.raises(SchemaError, match="Categorify.*serving operator.*TransformWorkflow"):
+    with pytest.raises(SchemaError, match=r"Categorify.*serving operator.*TransformWorkflow"):
         Ensemble(["item_id"] >> nvt.ops.Categorify(), toy_workflow.input_schema)
 
 
@@ -114,7 +115,7 @@ def test_recommendations_leave_out_seen_and_reserved_items(toy_workflow, toy_mod
     rows = toy_session.interactions(10, seed=8)
     result = ensemble.transform(rows)
     features = toy_workflow.transform(rows).set_index("session_id")
-    for session, ids in zip(result["session_id"], result["item_ids"]):
+    for session, ids in zip(result["session_id"], result["item_ids"], strict=True):
         seen = set(features.loc[session, "item_id-list"])
         assert not (set(ids) & seen), session
         assert min(ids) >= 3

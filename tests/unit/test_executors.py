@@ -23,13 +23,13 @@ class RecordThreads(ServingOperator):
         )
 
 
-@pytest.fixture()
+@pytest.fixture
 def ensemble():
     schema = Schema([ColumnSchema("x", dtype="int64")])
     return Ensemble(["x"] >> RecordThreads(), schema)
 
 
-@pytest.fixture()
+@pytest.fixture
 def two_threads():
     previous = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -43,7 +43,9 @@ def test_safe_casts_are_applied_silently():
 def test_extra_columns_are_refused_and_missing_ones_named():
     with pytest.raises(
         InputError,
-        match="input column 'extra': expected no such column \\(the inputs are 'session_id', 'items'",
+        match=(
+            "input column 'extra': expected no such column \\(the inputs are 'session_id', 'items'"
+        ),
     ):
         frames.frame_to_table(request(extra=[0, 0]), SCHEMA)
     data = request()
@@ -51,10 +53,14 @@ def test_extra_columns_are_refused_and_missing_ones_named():
     with pytest.raises(MissingColumnsError) as refused:
         frames.frame_to_table(data, SCHEMA)
     assert str(refused.value).splitlines() == [
-        "name the request's columns as the model's inputs, or map yours to them: "
-        "columns={'<your column>': 'items', ...} (--columns YOURS=items,...)",
-        "missing input columns: 'items' (int64 ragged list), 'embedding' (float32 fixed list [-1, 2]); "
-        "the request has 'session_id'",
+        (
+            "name the request's columns as the model's inputs, or map yours to them: "
+            "columns={'<your column>': 'items', ...} (--columns YOURS=items,...)"
+        ),
+        (
+            "missing input columns: 'items' (int64 ragged list), 'embedding' (float32 fixed list"
+            " [-1, 2]); the request has 'session_id'"
+        ),
     ]
     assert (refused.value.column, refused.value.missing.keys()) == ("items", {"items", "embedding"})
 
@@ -80,7 +86,7 @@ def test_values_that_would_change_are_refused():
 
 
 def test_missing_values_are_named_as_such():
-    with pytest.raises(InputError, match="'session_id'.*missing \\(null\\) values"):
+    with pytest.raises(InputError, match=r"'session_id'.*missing \(null\) values"):
         frames.frame_to_table(request(session_id=[1, None]), SCHEMA)
 
 
@@ -110,7 +116,8 @@ def test_empty_sessions_keep_the_column_dtype():
 
 def test_a_request_without_rows_gives_empty_columns_of_every_shape():
     table = frames.frame_to_table({"session_id": [], "items": [], "embedding": []}, SCHEMA)
-    assert table["session_id"].values.dtype == np.int64 and len(table["session_id"].values) == 0
+    assert table["session_id"].values.dtype == np.int64
+    assert len(table["session_id"].values) == 0
     assert table["items"].offsets.tolist() == [0]
     assert table["embedding"].values.shape == (0, 2)
 

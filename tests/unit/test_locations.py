@@ -13,7 +13,7 @@ from merlin_torch_serving.locations import (
 
 
 @pytest.mark.parametrize(
-    "location, protocol",
+    ("location", "protocol"),
     [
         ("s3://bucket/models", "s3"),
         ("GS://bucket/m", "gs"),

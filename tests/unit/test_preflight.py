@@ -19,7 +19,10 @@ def test_the_folder_above_a_repository_is_told_apart_from_a_repository(tmp_path)
     assert nested_repository(tmp_path / "output" / "repository") is None
     with pytest.raises(
         ServerError,
-        match=r"^serve the repository itself, '.*/output/repository': '.*/output' holds a model repository",
+        match=(
+            r"^serve the repository itself, '.*/output/repository': '.*/output' holds a model"
+            r" repository"
+        ),
     ):
         check(tmp_path / "output", {})
 

@@ -16,7 +16,8 @@ def test_string_columns_keep_a_string_dtype_through_json(dtype):
         ]
     )
     back = schema_from_json(schema_to_json(schema))
-    assert back["device"].dtype.name == "str" and back["device"].shape.as_tuple == ((0, None),)
+    assert back["device"].dtype.name == "str"
+    assert back["device"].shape.as_tuple == ((0, None),)
     assert back["n"].dtype.name == "int32"
 
 

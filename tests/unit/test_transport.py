@@ -17,7 +17,7 @@ def mapped(error, model="reco"):
 
 
 @pytest.mark.parametrize(
-    "error, kind, retried",
+    ("error", "kind", "retried"),
     [
         (ConnectionRefusedError(111, "Connection refused"), ServerUnavailableError, True),
         (ConnectionResetError(104, "Connection reset by peer"), ServerUnavailableError, True),
@@ -61,18 +61,24 @@ def test_transport_errors_become_library_errors_and_only_safe_ones_are_retried(
     error, kind, retried
 ):
     result, retryable = mapped(error)
-    assert type(result) is kind and retryable is retried
+    assert type(result) is kind
+    assert retryable is retried
 
 
 def test_a_timeout_names_the_model_and_the_timeout():
     result, _ = mapped(TimeoutError("timed out"))
-    assert "no answer within timeout_s=2.5 s" in str(result) and "'reco'" in str(result)
+    assert "no answer within timeout_s=2.5 s" in str(result)
+    assert "'reco'" in str(result)
 
 
 def test_a_served_refusal_of_an_input_is_an_input_error_naming_the_step_and_column():
-    message = "in ensemble 'reco', model 'reco-0-step': input column 'item_id': expected 3 rows, like 'timestamp', got 2 rows; every column needs one entry per row"
+    message = (
+        "in ensemble 'reco', model 'reco-0-step': input column 'item_id': expected 3 rows, like"
+        " 'timestamp', got 2 rows; every column needs one entry per row"
+    )
     result, retryable = mapped(InferenceServerException(message, status="400"))
-    assert isinstance(result, InputError) and not retryable
+    assert isinstance(result, InputError)
+    assert not retryable
     assert (result.model, result.column, result.expected, result.got) == (
         "reco-0-step",
         "item_id",
@@ -100,8 +106,10 @@ def test_retryable_errors_are_tried_again_with_growing_waits(monkeypatch):
             timeout_s=1,
             policy=transport.RetryPolicy(retries=3, backoff_s=0.1),
         )
-    assert len(attempts) == 4 and len(waits) == 3
-    assert 0.05 <= waits[0] <= 0.15 and 0.2 <= waits[2] <= 0.6  # 0.1, 0.2, 0.4, each +-50 %
+    assert len(attempts) == 4
+    assert len(waits) == 3
+    assert 0.05 <= waits[0] <= 0.15
+    assert 0.2 <= waits[2] <= 0.6
 
 
 def test_errors_that_are_not_safe_to_retry_are_raised_at_once(monkeypatch):

@@ -45,7 +45,7 @@ def test_a_request_with_no_rows_passes():
 
 
 @pytest.mark.parametrize(
-    "offsets, got",
+    ("offsets", "got"),
     [
         ([1, 3, 4], "a first offset of 1"),
         ([0, 3, 3], "a last offset of 3"),  # ends before the values
@@ -84,7 +84,7 @@ def test_columns_of_different_producers_may_differ_in_rows():
 
 
 @pytest.mark.parametrize(
-    "override, message",
+    ("override", "message"),
     [
         (
             {"session_id": np.array([7, 8], dtype=np.int32)},

@@ -41,7 +41,8 @@ def test_a_version_before_the_monthly_numbering_has_no_known_release():
 def test_the_wheel_s_renamed_libtritonserver_is_found():
     library = bundle.libtritonserver()
     assert library.parent == bundle.pytriton_libraries()
-    assert library.name.startswith("libtritonserver") and library.is_file()
+    assert library.name.startswith("libtritonserver")
+    assert library.is_file()
 
 
 def test_cache_root_is_mts_cache_dir_else_under_xdg_cache_home_else_under_home(

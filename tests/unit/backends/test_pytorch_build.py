@@ -13,11 +13,11 @@ import pytest
 from merlin_torch_serving import cli
 from merlin_torch_serving.backends import bundle
 from merlin_torch_serving.backends.pytorch_build import (
-    SOURCE_FOLDERS,
     TorchInstall,
     build_folder,
     build_pytorch_backend,
 )
+from merlin_torch_serving.backends.pytorch_sources import SOURCE_FOLDERS
 from merlin_torch_serving.exceptions import BackendBuildError
 
 # Writes the options the build passes into the "library", so the test can read them back.
@@ -70,14 +70,13 @@ def test_build_runs_cmake_offline_on_the_sources_reports_progress_and_caches_the
     assert built.built_now
     assert built.folder == build_folder(server_version(), torch.version, tmp_path / "cache")
     recorded = dict(item.split("=", 1) for item in built.library.read_text().split(";"))
-    assert recorded["gpu"] == "OFF" and recorded["offline"] == "ON"
+    assert recorded["gpu"] == "OFF"
+    assert recorded["offline"] == "ON"
     assert recorded["torch_lib"] == str(torch.lib)
     assert recorded["core"].endswith("/core")
     record = json.loads((built.folder / "build.json").read_text())
-    assert (
-        record["torch_version"] == torch.version
-        and record["tritonserver_version"] == server_version()
-    )
+    assert record["torch_version"] == torch.version
+    assert record["tritonserver_version"] == server_version()
     assert record["sources"] == str(sources.resolve())
     assert any(line.startswith("configuring with cmake") for line in lines)
     assert any(line.strip().startswith("[1/") for line in lines), lines  # one line per build step
@@ -129,7 +128,10 @@ def test_sources_without_the_five_folders_name_the_missing_ones(tmp_path):
     (tmp_path / "sources" / "pytorch_backend").mkdir(parents=True)
     with pytest.raises(
         BackendBuildError,
-        match=r"lack the folder\(s\) backend, core, common, rapidjson: expected .* found pytorch_backend",
+        match=(
+            r"lack the folder\(s\) backend, core, common, rapidjson: expected .* found"
+            r" pytorch_backend"
+        ),
     ):
         build_pytorch_backend(sources=tmp_path / "sources", cache_dir=tmp_path / "cache")
 
@@ -144,7 +146,8 @@ def test_a_failing_cmake_step_raises_with_the_end_of_its_output_and_keeps_the_lo
     assert "cmake configure failed (exit code 1); the last lines of its output:" in message
     assert "broken on purpose" in message
     kept = Path(message.rsplit("full build log: ", 1)[1])
-    assert kept.is_file() and "broken on purpose" in kept.read_text()
+    assert kept.is_file()
+    assert "broken on purpose" in kept.read_text()
     assert sorted(path.name for path in (tmp_path / "cache").iterdir()) == [kept.name], (
         "nothing but the log is left"
     )
@@ -166,9 +169,10 @@ def test_the_command_builds_then_reports_the_cached_build(tmp_path, monkeypatch,
         server_version(), TorchInstall.running().version, tmp_path / "cache" / "builds"
     )
     assert f"(built now): {library / 'libtriton_pytorch.so'}" in built
-    assert cached.strip() == (
-        f"pytorch backend for torch {TorchInstall.running().version} and tritonserver {server_version()} "
-        f"(already built): {library / 'libtriton_pytorch.so'}"
+    assert (
+        cached.strip()
+        == f"pytorch backend for torch {TorchInstall.running().version} and tritonserver"
+        f" {server_version()} (already built): {library / 'libtriton_pytorch.so'}"
     )
 
 

@@ -5,7 +5,6 @@ column, and leaves the repository untouched (none of these models reaches a serv
 from __future__ import annotations
 
 import warnings
-from typing import Dict, List, Tuple
 
 import pytest
 import torch
@@ -17,27 +16,27 @@ from tests import toy_session
 
 
 class ListOfScores(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> List[torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         return [inputs["x"].to(torch.float32).unsqueeze(1).repeat(1, 4)]
 
 
 class DictOfScores(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {"scores": inputs["x"].to(torch.float32).unsqueeze(1)}
 
 
 class ScoresAsFloat(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]):
+    def forward(self, inputs: dict[str, torch.Tensor]):
         return inputs["x"].to(torch.float32).unsqueeze(1).repeat(1, 4)
 
 
 class IdsAsUint64(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]):
+    def forward(self, inputs: dict[str, torch.Tensor]):
         return inputs["x"].to(torch.uint64).unsqueeze(1)
 
 
 class ScoresAndCounts(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         scores = inputs["x"].to(torch.float32).unsqueeze(1)
         return scores, (scores > 0).sum(1)
 
@@ -63,7 +62,7 @@ def test_a_model_returning_a_list_of_tensors_reaches_libtorch_as_a_tensor(tmp_pa
     result = export_libtorch(
         ListOfScores(), one_column(), Schema([ColumnSchema("scores")]), tmp_path / "repo", then
     )
-    step = [model for model in result.models if model != "reco"][0]
+    step = next(model for model in result.models if model != "reco")
     module = torch.jit.load(str(tmp_path / "repo" / step / "1" / "model.pt"))
     returned = module.forward.schema.returns[0].type
     assert returned.kind() in ("TensorType", "TupleType")
@@ -74,8 +73,11 @@ def test_a_model_returning_a_dict_is_rejected():
     # PredictPytorch turns dict results into tuples; the check guards libtorch regardless
     with pytest.raises(
         ModelCheckError,
-        match=r"model 'reco-0-predictpytorch' failed the libtorch check: the model expected forward\(\) to return a "
-        r"Tensor or a tuple of Tensors, got a Dict\[str, Tensor\]",
+        match=(
+            r"model 'reco-0-predictpytorch' failed the libtorch check: the model expected"
+            r" forward\(\) to return a "
+            r"Tensor or a tuple of Tensors, got a Dict\[str, Tensor\]"
+        ),
     ):
         check_libtorch_return_type("reco-0-predictpytorch", torch.jit.script(DictOfScores()))
 
@@ -84,9 +86,13 @@ def test_a_model_returning_a_dict_is_rejected():
 def test_an_unsigned_input_wider_than_a_byte_is_rejected_naming_the_column(tmp_path, dtype):
     with pytest.raises(
         ModelCheckError,
-        match=rf"model 'reco-0-predictpytorch' failed the libtorch check: input column 'x' expected a dtype Triton's "
-        rf"pytorch backend accepts \(BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64\), got "
-        rf"{dtype.upper()} \({dtype}\); cast the column to a signed integer or float type",
+        match=(
+            rf"model 'reco-0-predictpytorch' failed the libtorch check: input column 'x' expected a"
+            rf" dtype Triton's "
+            rf"pytorch backend accepts \(BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32,"
+            rf" FP64\), got "
+            rf"{dtype.upper()} \({dtype}\); cast the column to a signed integer or float type"
+        ),
     ):
         export_libtorch(
             ScoresAsFloat(), one_column(dtype), Schema([ColumnSchema("scores")]), tmp_path / "repo"
@@ -107,8 +113,11 @@ def test_text_columns_cannot_cross_a_libtorch_step():
     names = Schema([ColumnSchema("item_name", dtype="str", dims=(None, (0, None)))])
     with pytest.raises(
         ModelCheckError,
-        match=r"model 'reco-1-predictpytorch' failed the libtorch check: input column 'item_name' \(tensor "
-        r"'item_name__values'\) expected a dtype .* got BYTES \(object\)",
+        match=(
+            r"model 'reco-1-predictpytorch' failed the libtorch check: input column 'item_name'"
+            r" \(tensor "
+            r"'item_name__values'\) expected a dtype .* got BYTES \(object\)"
+        ),
     ):
         check_libtorch_schemas("reco-1-predictpytorch", names, Schema([]))
 
@@ -118,8 +127,11 @@ def test_outputs_named_with_indexes_that_disagree_with_their_positions_are_rejec
     swapped = Schema([ColumnSchema("scores__1"), ColumnSchema("counts__0")])
     with pytest.raises(
         ModelCheckError,
-        match=r"output 'scores__1' expected to be the model's result number 1, since every output name ends in "
-        r"'__<index>' .* got it at position 0; rename the output columns",
+        match=(
+            r"output 'scores__1' expected to be the model's result number 1, since every output"
+            r" name ends in "
+            r"'__<index>' .* got it at position 0; rename the output columns"
+        ),
     ):
         export_libtorch(ScoresAndCounts(), one_column(), swapped, tmp_path / "repo")
 
@@ -143,15 +155,20 @@ def test_libtorch_models_asking_for_different_thread_counts_in_one_repository_wa
     Ensemble(graph, toy_workflow.input_schema).export(
         tmp_path, "one-thread", options=ModelOptions(torch_threads=1)
     )
-    with pytest.warns(
-        UserWarning,
-        match=r"the repository's libtorch models ask for different INTRA_OP_THREAD_COUNTs \("
-        r"'one-thread-1-predictpytorch_topk': 1, 'two-threads-1-predictpytorch_topk': 2\); Triton's pytorch "
-        r"backend sets torch's threads for the whole server process",
-    ):
+    # recorded rather than pytest.warns: that re-emits the other warnings of the export (torch's
+    # TorchScript deprecation) from its own frame, where the named exception no longer matches
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         Ensemble(graph, toy_workflow.input_schema).export(
             tmp_path, "two-threads", options=ModelOptions(torch_threads=2)
         )
+    assert [str(w.message) for w in caught if "INTRA_OP_THREAD_COUNT" in str(w.message)] == [
+        "the repository's libtorch models ask for different INTRA_OP_THREAD_COUNTs"
+        " ('one-thread-1-predictpytorch_topk': 1, 'two-threads-1-predictpytorch_topk': 2);"
+        " Triton's pytorch backend sets torch's threads for the whole server process, so all"
+        " of them run with the count of whichever model loads last. Export them with the same"
+        " ModelOptions(torch_threads=...)"
+    ]
 
 
 def test_libtorch_models_asking_for_the_same_thread_count_do_not_warn(

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from merlin_torch_serving import Ensemble, ModelOptions
-from tests import toy_session
 from merlin_torch_serving.export import config as configs
+from tests import toy_session
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -71,7 +71,7 @@ def test_warmup_can_be_turned_off(toy_workflow, toy_model, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "backend, model, parameter",
+    ("backend", "model", "parameter"),
     [
         (
             "python",
@@ -137,12 +137,13 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
     )
     assert "EXECUTION_ENV_PATH" not in libtorch_step.parameters  # a python-backend setting
     assert python_step.parameters[configs.METRICS_PARAMETER].string_value == "false"
-    assert ensemble.response_cache.enable and not python_step.response_cache.enable
+    assert ensemble.response_cache.enable
+    assert not python_step.response_cache.enable
     assert list(ensemble.version_policy.specific.versions) == [1, 2]
 
 
 @pytest.mark.parametrize(
-    "policy, field, value",
+    ("policy", "field", "value"),
     [("all", "all", None), (3, "latest", 3), (None, None, None)],
 )
 def test_version_policy_forms(policy, field, value):
@@ -162,7 +163,7 @@ def _tiny_schemas():
 
 
 @pytest.mark.parametrize(
-    "options, message",
+    ("options", "message"),
     [
         ({"instance_kind": "gpu"}, r"instance_kind must be one of \('KIND_CPU'"),
         ({"version_policy": 0}, "version_policy must be None, 'all', a number of newest versions"),

@@ -2,7 +2,6 @@
 catalog's scores are needed nowhere else."""
 
 import json
-from typing import Dict, Tuple
 
 import numpy as np
 import pytest
@@ -36,7 +35,8 @@ def test_fused_libtorch_model_returns_the_in_process_top_k_exactly(
     request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
     expected = ensemble.run(request)
 
-    # what the libtorch step receives: the workflow step's outputs, keyed by the config's input names
+    # what the libtorch step receives: the workflow step's outputs, keyed by the config's input
+    # names
     features = wire.to_wire(TransformWorkflow(toy_workflow).transform(ColumnSelector(), request))
     module = torch.jit.load(str(tmp_path / "reco-1-predictpytorch_topk" / "1" / "model.pt"))
     with torch.inference_mode():  # as the config asks of libtorch
@@ -133,13 +133,16 @@ def test_decoding_joins_the_fused_libtorch_model_and_returns_raw_ids(
 
 
 class ScoresAndIds(torch.nn.Module):
-    """A model that ranks by itself, like Transformers4Rec with top_k: (scores, ids) of the 3 best."""
+    """A model that ranks by itself, like Transformers4Rec with top_k.
+
+    It returns (scores, ids) of the 3 best.
+    """
 
     def __init__(self, scorer: torch.nn.Module):
         super().__init__()
         self.scorer = scorer
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         best = torch.topk(self.scorer(inputs), 3)
         return best.values, best.indices
 
@@ -191,11 +194,10 @@ def test_blanking_joins_a_single_output_libtorch_model(filtered_workflow, tmp_pa
 
     assert_same_arrays(served, expected)
     filtered = expected["filtered_out"]
-    assert filtered.any() and not filtered.all()
-    assert (
-        np.isnan(expected["next-item"][filtered]).all()
-        and not np.isnan(expected["next-item"][~filtered]).any()
-    )
+    assert filtered.any()
+    assert not filtered.all()
+    assert np.isnan(expected["next-item"][filtered]).all()
+    assert not np.isnan(expected["next-item"][~filtered]).any()
 
 
 @pytest.mark.parametrize("order", ["model order", "reversed"])
@@ -222,8 +224,8 @@ def test_blanking_joins_a_two_output_libtorch_model_in_either_output_order(
 
 class FourOutputs(torch.nn.Module):
     def forward(
-        self, inputs: Dict[str, torch.Tensor]
-    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         x = inputs["x"]
         return x.sum(1), x * 2.0, x.max(1).values, x.min(1).values
 

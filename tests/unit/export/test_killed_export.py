@@ -59,7 +59,7 @@ def exported_k(path) -> int:
 
 
 @pytest.mark.parametrize(
-    "mode, k_after_kill",
+    ("mode", "k_after_kill"),
     [("before the exchange", 2), ("after the exchange", 3), ("between the two renames", None)],
 )
 def test_a_killed_export_leaves_a_whole_repository(tmp_path, mode, k_after_kill):

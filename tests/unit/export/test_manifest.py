@@ -33,9 +33,8 @@ def exported(toy_workflow, toy_model, tmp_path_factory):
 
 def test_manifest_records_the_library_version_and_a_digest_of_every_step_file(exported):
     manifest = json.loads((exported / "reco" / "1" / "manifest.json").read_text())
-    assert (
-        manifest["library_version"] == "0.1.0" and manifest["format_version"] == STEP_FORMAT_VERSION
-    )
+    assert manifest["library_version"] == "0.1.0"
+    assert manifest["format_version"] == STEP_FORMAT_VERSION
     libtorch = manifest["steps"][1]
     assert libtorch["artifacts"] == {
         "model.pt": sha256_of(exported / "reco-1-predictpytorch_topk" / "1" / "model.pt")
@@ -56,7 +55,10 @@ def test_a_step_refuses_to_load_a_file_changed_after_the_export(exported, tmp_pa
         file.write(b"tampered")
     with pytest.raises(
         ArtifactError,
-        match=r"step 'reco-0-transformworkflow' cannot be loaded: its file .*workflow\.pkl' has sha256 .* not the .* recorded at export",
+        match=(
+            r"step 'reco-0-transformworkflow' cannot be loaded: its file .*workflow\.pkl' has"
+            r" sha256 .* not the .* recorded at export"
+        ),
     ):
         HostedStep.load(str(step_dir))
 
@@ -69,7 +71,9 @@ def test_verify_export_finds_a_missing_libtorch_model(exported, tmp_path):
     (copy / "reco-1-predictpytorch_topk" / "1" / "model.pt").unlink()
     with pytest.raises(
         ArtifactError,
-        match=r"step 'reco-1-predictpytorch_topk' cannot be loaded: its file .*model\.pt' is missing",
+        match=(
+            r"step 'reco-1-predictpytorch_topk' cannot be loaded: its file .*model\.pt' is missing"
+        ),
     ):
         verify_export(copy, "reco")
 
@@ -84,7 +88,10 @@ def test_a_step_in_another_format_refuses_to_load_naming_both_versions(exported,
     (step_dir / "step.json").write_text(json.dumps(spec))
     with pytest.raises(
         ArtifactError,
-        match=rf"exported by merlin-torch-serving 9\.0\.0 in step format {STEP_FORMAT_VERSION + 1}, and this is 0\.1\.0.*re-export",
+        match=(
+            rf"exported by merlin-torch-serving 9\.0\.0 in step format {STEP_FORMAT_VERSION + 1},"
+            r" and this is 0\.1\.0.*re-export"
+        ),
     ):
         HostedStep.load(str(step_dir))
 
@@ -100,7 +107,10 @@ def test_a_manifest_in_another_format_is_refused_by_verify_export(exported, tmp_
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(
         ArtifactError,
-        match=rf"ensemble 'reco' cannot be loaded: it was exported by merlin-torch-serving 0\.0\.9 in step format {STEP_FORMAT_VERSION - 1}, and this is 0\.1\.0",
+        match=(
+            r"ensemble 'reco' cannot be loaded: it was exported by merlin-torch-serving 0\.0\.9 in"
+            rf" step format {STEP_FORMAT_VERSION - 1}, and this is 0\.1\.0"
+        ),
     ):
         verify_export(copy, "reco")
 
@@ -118,9 +128,13 @@ def test_an_operator_saved_in_another_format_of_its_own_refuses_to_load_naming_i
     (step_dir / "step.json").write_text(json.dumps(spec))
     with pytest.raises(
         ArtifactError,
-        match=rf"step 'reco-0-transformworkflow' cannot be loaded: its operator TransformWorkflow was saved in format "
-        rf"{TransformWorkflow.format_version + 1} of merlin_torch_serving\.ops\.workflow\.TransformWorkflow, and that "
-        rf"class reads format {TransformWorkflow.format_version}; re-export",
+        match=(
+            rf"step 'reco-0-transformworkflow' cannot be loaded: its operator TransformWorkflow was"
+            rf" saved in format "
+            rf"{TransformWorkflow.format_version + 1} of"
+            r" merlin_torch_serving\.ops\.workflow\.TransformWorkflow, and that "
+            rf"class reads format {TransformWorkflow.format_version}; re-export"
+        ),
     ):
         HostedStep.load(str(step_dir))
 
@@ -152,7 +166,10 @@ def test_every_export_failure_is_an_export_error_with_the_cause_chained(tmp_path
     schema = Schema([ColumnSchema("scores", dtype="float32", dims=(None, 5))])
     with pytest.raises(
         ExportError,
-        match=r"exporting ensemble 'e' to .* failed while writing step 'e-0-unsaveable' \(TopK\(k=2\)\): PermissionError",
+        match=(
+            r"exporting ensemble 'e' to .* failed while writing step 'e-0-unsaveable'"
+            r" \(TopK\(k=2\)\): PermissionError"
+        ),
     ) as caught:
         Ensemble(["scores"] >> Unsaveable(2), schema).export(tmp_path / "repo", "e")
     assert isinstance(caught.value.__cause__, PermissionError)

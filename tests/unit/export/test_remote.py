@@ -1,4 +1,7 @@
-"""Export to an fsspec URL (fsspec's in-memory filesystem here; s3:// runs in the integration tests)."""
+"""Export to an fsspec URL, here on fsspec's in-memory filesystem.
+
+s3:// runs in the integration tests.
+"""
 
 import fsspec
 import pytest
@@ -52,7 +55,10 @@ def test_a_failed_upload_publishes_no_ensemble(ensemble, memory_fs, monkeypatch)
     monkeypatch.setattr(MemoryFileSystem, "put_file", failing_put)
     with pytest.raises(
         ExportError,
-        match=r"uploading the repository to 'memory://exports/failed' failed: connection reset.*not published",
+        match=(
+            r"uploading the repository to 'memory://exports/failed' failed: connection reset.*not"
+            r" published"
+        ),
     ):
         ensemble.export("memory://exports/failed", "reco")
     assert not memory_fs.exists("/exports/failed/reco/config.pbtxt")

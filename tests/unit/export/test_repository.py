@@ -1,7 +1,6 @@
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pytest
@@ -14,7 +13,6 @@ from merlin_torch_serving import (
     ModelCheckError,
     PredictPytorch,
     RepositoryExistsError,
-    TopK,
     frames,
     wire,
 )
@@ -30,7 +28,7 @@ def snapshot(path: Path) -> dict:
     }
 
 
-@pytest.fixture()
+@pytest.fixture
 def ensemble(toy_workflow, toy_model):
     return Ensemble(
         toy_session.session_graph(toy_workflow, toy_model, backend="pytorch"),
@@ -89,7 +87,7 @@ def test_export_refuses_to_overwrite_unless_asked(ensemble, tmp_path):
     before = snapshot(tmp_path)
     with pytest.raises(
         RepositoryExistsError,
-        match="already holds model\\(s\\) 'reco-0-transformworkflow'.*overwrite=True",
+        match=r"already holds model\(s\) 'reco-0-transformworkflow'.*overwrite=True",
     ):
         ensemble.export(tmp_path, "reco")
     assert snapshot(tmp_path) == before
@@ -141,7 +139,7 @@ def test_export_keeps_models_it_does_not_own(ensemble, tmp_path):
 class ShapeShifter(torch.nn.Module):
     """Declares [-1, 3] when traced with 2 rows but returns [rows, 4] for a single row."""
 
-    def forward(self, inputs: Dict[str, torch.Tensor]):
+    def forward(self, inputs: dict[str, torch.Tensor]):
         rows = inputs["item_id-list"].shape[0]
         return torch.zeros(rows, 3 if rows > 1 else 4)
 
@@ -159,7 +157,10 @@ def test_a_failed_export_leaves_the_previous_repository_as_it_was(ensemble, toy_
     )
     with pytest.raises(
         ModelCheckError,
-        match="model 'reco-0-predictpytorch' failed the libtorch check: output 's' expected dims \\[-1, 3\\], got shape \\[1, 4\\]",
+        match=(
+            "model 'reco-0-predictpytorch' failed the libtorch check: output 's' expected dims"
+            " \\[-1, 3\\], got shape \\[1, 4\\]"
+        ),
     ):
         bad.export(tmp_path / "repo", "reco", overwrite=True)
     assert snapshot(tmp_path / "repo") == before

@@ -1,4 +1,7 @@
-"""Replacing a repository so its path always holds a whole tree, and cleaning up after a killed export."""
+"""Replacing a repository, and cleaning up after a killed export.
+
+A replaced repository's path always holds a whole tree.
+"""
 
 import errno
 import os
@@ -79,7 +82,8 @@ def test_recover_leaves_the_staging_folders_of_running_exports_alone(tmp_path):
     stale = tmp_path / f".repository.export-{dead_pid()}-x3"
     tree(stale / swap.STAGED_DIR, "abandoned")
     swap.recover(tmp_path / "repository")
-    assert running.exists() and not stale.exists()
+    assert running.exists()
+    assert not stale.exists()
     assert marker(tmp_path / "repository") == "live"
 
 

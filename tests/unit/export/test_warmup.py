@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import nvtabular as nvt
-import pytest
 from merlin.io import Dataset
 
 from merlin_torch_serving import Ensemble, TransformWorkflow
@@ -43,7 +42,8 @@ def test_warm_up_request_is_a_session_long_enough_for_a_count_filter(tmp_path):
     )
 
     session = warmup_session(tmp_path / "repo", "reco-0-transformworkflow")
-    assert len(session) >= 3 and len(set(session)) == 1
+    assert len(session) >= 3
+    assert len(set(session)) == 1
     assert result.warnings == []
 
 

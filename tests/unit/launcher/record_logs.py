@@ -7,6 +7,7 @@ path is written as /srv/models, and this interpreter's prefix as /home/user/.ven
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -43,7 +44,10 @@ def write_ensemble(repository: Path, name: str, step: str) -> None:
 
 
 class Recorder:
-    """Runs each situation in a fresh repository and writes what the server said, paths shortened."""
+    """Runs each situation in a fresh repository and writes what the server said.
+
+    Paths in it are shortened.
+    """
 
     def __init__(self, root: Path):
         self._root = root
@@ -54,10 +58,9 @@ class Recorder:
         repository = self._root / name / "models"
         repository.mkdir(parents=True)
         log = self._root / name / "server.log"
-        try:
+        # the error is the situation; the log says what the server did
+        with contextlib.suppress(MerlinTorchServingError):
             run(repository, log)
-        except MerlinTorchServingError:
-            pass  # the error is the situation; the log says what the server did
         if keep_log:
             self.write(f"{name}.log", log.read_text(), repository)
         print(f"recorded {name}", flush=True)

@@ -37,7 +37,8 @@ def test_the_log_holds_stdout_and_stderr_and_reads_from_an_offset(tmp_path):
     wait_for(lambda: process.exit_code() is not None)
     assert process.exit_code() == 3
     assert log.text() == "out\nerr\n"
-    assert log.since(4) == "err\n" and log.size() == 8
+    assert log.since(4) == "err\n"
+    assert log.size() == 8
     process.stop(graceful=True, timeout_s=1.0)
 
 
@@ -78,7 +79,8 @@ def test_stop_kills_the_whole_group_when_sigint_is_ignored(tmp_path):
     started = time.monotonic()
     process.stop(graceful=True, timeout_s=0.3)
     assert time.monotonic() - started < 5.0
-    assert is_gone(process.pid) and is_gone(grandchild)
+    assert is_gone(process.pid)
+    assert is_gone(grandchild)
     process.stop(graceful=True, timeout_s=0.3)  # a second stop does nothing
 
 
@@ -90,7 +92,8 @@ def test_stop_removes_the_shared_memory_under_the_servers_prefix_only(tmp_path):
     try:
         process = start("exit 0", ServerLog(tmp_path / "server.log"), shm_prefix=prefix)
         process.stop(graceful=False, timeout_s=1.0)
-        assert not ours.exists() and theirs.exists()
+        assert not ours.exists()
+        assert theirs.exists()
     finally:
         for path in (ours, theirs):
             path.unlink(missing_ok=True)
@@ -117,7 +120,8 @@ def test_a_temporary_log_is_removed_with_its_owner_and_reads_as_empty_before_the
     assert (log.text(), log.size()) == ("", 0)
     log.open_for_writing().close()
     path = log.path
-    assert path is not None and path.exists()
+    assert path is not None
+    assert path.exists()
     del log
     gc.collect()
     assert not path.exists()
@@ -125,4 +129,5 @@ def test_a_temporary_log_is_removed_with_its_owner_and_reads_as_empty_before_the
 
 def test_free_ports_are_distinct():
     ports = free_ports(3)
-    assert len(set(ports)) == 3 and all(0 < port < 65536 for port in ports)
+    assert len(set(ports)) == 3
+    assert all(0 < port < 65536 for port in ports)

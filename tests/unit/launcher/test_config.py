@@ -126,7 +126,8 @@ def test_options_are_normalized(tmp_path):
         2,
         Path("x.log"),
     )
-    assert isinstance(config.poll_interval_s, int) and isinstance(config.start_timeout_s, float)
+    assert isinstance(config.poll_interval_s, int)
+    assert isinstance(config.start_timeout_s, float)
 
 
 @pytest.mark.parametrize(
@@ -185,6 +186,6 @@ def test_a_server_that_was_never_started_has_no_ports_yet(tmp_path):
     with pytest.raises(
         ServerError, match=r"the grpc port is chosen when the server starts; call start\(\) first"
     ):
-        server.grpc_url
+        _ = server.grpc_url
     with pytest.raises(ServerError, match=r"tritonserver is not running; call start\(\)"):
         server.models()

@@ -70,28 +70,33 @@ def test_the_log_tail_leaves_out_what_every_start_on_a_cpu_machine_prints():
     )
 
 
-# -- a rejected argument ----------------------------------------------------------------------------
+# -- a rejected argument ---------------------------------------------------------------------------
 
 
 def test_a_rejected_argument_keeps_its_line_and_drops_the_usage_text():
     error = diagnostics.exit_error(1, recorded("rejected_argument.log"))
-    assert type(error) is ServerExitedError and error.returncode == 1
+    assert type(error) is ServerExitedError
+    assert error.returncode == 1
     assert error.log_tail.splitlines() == [
-        "/home/user/.venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver: "
-        "unrecognized option '--no-such-option'",
+        (
+            "/home/user/.venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver: "
+            "unrecognized option '--no-such-option'"
+        ),
         "(usage text left out; run `tritonserver --help`)",
     ]
 
 
-# -- models failing at start ------------------------------------------------------------------------
+# -- models failing at start -----------------------------------------------------------------------
 
 
 def test_each_failing_model_is_explained_by_its_own_error_lines():
     log = recorded("start_with_failing_models.log")
-    assert diagnostics.model_errors(log, "invalid_config") == (
-        'Error parsing text-format inference.ModelConfig: 2:14: Message type "inference.ModelConfig" has no field '
-        "named \"no_such_field\".; Poll failed for model directory 'invalid_config': failed to read text proto from "
-        "/srv/models/invalid_config/config.pbtxt"
+    assert (
+        diagnostics.model_errors(log, "invalid_config")
+        == "Error parsing text-format inference.ModelConfig: 2:14: Message type"
+        ' "inference.ModelConfig" has no field named "no_such_field".; Poll failed for model'
+        " directory 'invalid_config': failed to read text proto from"
+        " /srv/models/invalid_config/config.pbtxt"
     )
     assert "unable to find backend library for backend 'onnxruntime'" in diagnostics.model_errors(
         log, "needs_onnx"
@@ -120,8 +125,8 @@ def test_models_that_need_a_backend_the_server_lacks_make_a_backend_not_availabl
         ["needs_onnx", "fails_in_initialize"],
     )
     assert (
-        "model 'needs_onnx' needs backend 'onnxruntime', which this tritonserver does not have (it has: ensemble, python)"
-        in str(error)
+        "model 'needs_onnx' needs backend 'onnxruntime', which this tritonserver does not have (it"
+        " has: ensemble, python)" in str(error)
     )
 
 
@@ -136,17 +141,19 @@ def test_models_that_fail_for_other_reasons_make_a_model_load_error():
     )
 
 
-# -- explicit loads -----------------------------------------------------------------------------------
+# -- explicit loads --------------------------------------------------------------------------------
 
 
 def test_a_load_refused_as_failed_to_poll_is_explained_by_the_log_written_since():
     log = recorded("explicit_loads.log")
     answer = recorded("load_answer_invalid_config.txt")
     assert answer == "failed to load 'invalid_config', failed to poll from model repository"
-    assert diagnostics.load_refusal(answer, log, "invalid_config") == (
-        f'{answer}: Error parsing text-format inference.ModelConfig: 2:14: Message type "inference.ModelConfig" has '
-        "no field named \"no_such_field\".; Poll failed for model directory 'invalid_config': failed to read text "
-        "proto from /srv/models/invalid_config/config.pbtxt"
+    assert (
+        diagnostics.load_refusal(answer, log, "invalid_config")
+        == f"{answer}: Error parsing text-format inference.ModelConfig: 2:14: Message type"
+        ' "inference.ModelConfig" has no field named "no_such_field".; Poll failed for model'
+        " directory 'invalid_config': failed to read text proto from"
+        " /srv/models/invalid_config/config.pbtxt"
     )
     missing = diagnostics.load_refusal(recorded("load_answer_not_written.txt"), log, "not_written")
     assert missing.endswith(
@@ -168,17 +175,17 @@ def test_an_ensemble_over_a_step_without_its_backend_names_the_step_as_the_one_m
     error = diagnostics.load_error(
         {"reco": recorded("load_answer_reco.txt")}, ["ensemble", "python"], ""
     )
-    assert isinstance(error, BackendNotAvailableError) and error.missing == {
-        "needs_onnx": "onnxruntime"
-    }
+    assert isinstance(error, BackendNotAvailableError)
+    assert error.missing == {"needs_onnx": "onnxruntime"}
 
 
 def test_an_ensemble_whose_step_failed_names_the_step_with_its_whole_traceback():
     answer = recorded("load_answer_reco_over_broken_step.txt")
     failures = diagnostics.with_dependency_failures({"reco_over_broken_step": answer})
     assert list(failures) == ["reco_over_broken_step", "broken_step"]
-    assert failures["broken_step"] == (
-        "version 1 is at UNAVAILABLE state: Internal: ValueError: no weights here\n\n"
+    assert (
+        failures["broken_step"]
+        == "version 1 is at UNAVAILABLE state: Internal: ValueError: no weights here\n\n"
         "At:\n  /srv/models/broken_step/1/model.py(16): initialize"
     )
     error = diagnostics.load_error(
@@ -194,8 +201,9 @@ def test_an_ensemble_whose_step_failed_names_the_step_with_its_whole_traceback()
 
 def test_two_failed_steps_of_an_ensemble_are_told_apart():
     answer = (
-        "load failed for model 'reco': ensemble 'reco' depends on 'a' which has no loaded version. Model 'a' loading "
-        "failed with error: version 1 is at UNAVAILABLE state: boom;  Model 'b' loading failed with error: bust;"
+        "load failed for model 'reco': ensemble 'reco' depends on 'a' which has no loaded version."
+        " Model 'a' loading failed with error: version 1 is at UNAVAILABLE state: boom;  Model 'b'"
+        " loading failed with error: bust;"
     )
     assert diagnostics.with_dependency_failures({"reco": answer}) == {
         "reco": answer,
@@ -204,18 +212,19 @@ def test_two_failed_steps_of_an_ensemble_are_told_apart():
     }
 
 
-# -- a start that times out ---------------------------------------------------------------------------
+# -- a start that times out ------------------------------------------------------------------------
 
 
 def test_a_start_that_timed_out_names_the_model_still_loading():
     log = recorded("still_loading.log")
     assert diagnostics.still_loading(log) == ["slow"]
-    assert diagnostics.start_awaits(log, [8001], "127.0.0.1:8000") == (
-        "model(s) 'slow' to finish loading; the endpoints open only after that"
+    assert (
+        diagnostics.start_awaits(log, [8001], "127.0.0.1:8000")
+        == "model(s) 'slow' to finish loading; the endpoints open only after that"
     )
 
 
-def test_a_start_that_timed_out_with_every_model_loaded_names_the_silent_ports_or_the_health_check():
+def test_a_start_timed_out_with_every_model_loaded_names_the_silent_ports_or_the_health_check():
     log = recorded("start_with_failing_models.log")
     assert diagnostics.still_loading(log) == []
     assert (
@@ -228,7 +237,7 @@ def test_a_start_that_timed_out_with_every_model_loaded_names_the_silent_ports_o
     )
 
 
-# -- reloads in poll mode -------------------------------------------------------------------------------
+# -- reloads in poll mode --------------------------------------------------------------------------
 
 
 def test_a_polled_reload_is_seen_to_succeed_then_to_fail():
@@ -246,7 +255,7 @@ def test_a_polled_reload_is_seen_to_succeed_then_to_fail():
     assert diagnostics.load_outcome(log, "other") is None
 
 
-# -- a dead stub ----------------------------------------------------------------------------------------
+# -- a dead stub -----------------------------------------------------------------------------------
 
 
 def test_a_dead_stubs_answer_says_the_stub_did_not_answer_and_is_worth_retrying():
@@ -255,11 +264,13 @@ def test_a_dead_stubs_answer_says_the_stub_did_not_answer_and_is_worth_retrying(
     answer = recorded("dead_stub_answer.txt")
     assert answer == "Stub process 'doubler_0' is not healthy."
     assert not stub_answered(answer)
-    assert stub_answered(None) and stub_answered("model 'doubler': input column 'x' is missing")
+    assert stub_answered(None)
+    assert stub_answered("model 'doubler': input column 'x' is missing")
     error, retryable = transport.mapped(
         InferenceServerException(answer, status="400"),
         url="127.0.0.1:8000",
         model="doubler",
         timeout_s=1.0,
     )
-    assert isinstance(error, InferenceError) and retryable
+    assert isinstance(error, InferenceError)
+    assert retryable

@@ -74,7 +74,8 @@ def test_a_missing_stub_and_a_stopped_one_make_the_model_unhealthy():
         for m in assess(READY, {("reco-0-step", 1): 2}, live, deaths, {})
         if m.name == "reco-0-step"
     ]
-    assert step.stubs_alive is False and "stopped" in step.last_error
+    assert step.stubs_alive is False
+    assert "stopped" in step.last_error
 
 
 def test_a_model_being_reloaded_is_reported_down_with_the_launchers_note():

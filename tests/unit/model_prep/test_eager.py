@@ -17,7 +17,8 @@ def test_an_importable_eager_model_is_saved_and_loads_with_its_state(tmp_path):
         model.weights.mul_(3)
     path = save_eager_model(model, tmp_path)  # also loaded by a fresh Python process
     loaded = load_eager_model(path)
-    assert isinstance(loaded, any_models.PositionalScorer) and not loaded.training
+    assert isinstance(loaded, any_models.PositionalScorer)
+    assert not loaded.training
     assert torch.equal(loaded.weights, model.weights)
 
 
@@ -28,7 +29,11 @@ def test_a_class_defined_in_a_function_is_named_in_the_export_error(tmp_path):
 
     with pytest.raises(
         ModelNotImportableError,
-        match=r"model class '.*test_a_class_defined_in_a_function_is_named_in_the_export_error\.<locals>\.Local' cannot be imported",
+        match=(
+            r"model class"
+            r" '.*test_a_class_defined_in_a_function_is_named_in_the_export_error\.<locals>\.Local'"
+            r" cannot be imported"
+        ),
     ):
         save_eager_model(Local(), tmp_path)
 
@@ -37,14 +42,18 @@ def test_a_class_only_this_process_can_import_is_named_in_the_export_error(tmp_p
     # a module that exists only in this interpreter, as one made in a notebook would
     module = types.ModuleType("made_in_a_notebook")
     exec(
-        "import torch\nclass Scorer(torch.nn.Module):\n    def forward(self, inputs):\n        return inputs['x']\n",
+        "import torch\nclass Scorer(torch.nn.Module):\n    def forward(self, inputs):\n       "
+        " return inputs['x']\n",
         module.__dict__,
     )
     monkeypatch.setitem(sys.modules, "made_in_a_notebook", module)
 
     with pytest.raises(
         ModelNotImportableError,
-        match=r"model class 'made_in_a_notebook.Scorer' cannot be imported by the server's Python \(ModuleNotFoundError: No module named 'made_in_a_notebook'\)",
+        match=(
+            r"model class 'made_in_a_notebook.Scorer' cannot be imported by the server's Python"
+            r" \(ModuleNotFoundError: No module named 'made_in_a_notebook'\)"
+        ),
     ) as error:
         save_eager_model(module.Scorer(), tmp_path)
     assert error.value.class_path == "made_in_a_notebook.Scorer"

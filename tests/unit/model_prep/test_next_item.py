@@ -58,7 +58,10 @@ def test_splitting_leaves_the_users_model_as_it_was(gpt2, inputs):
         after = gpt2.eager(dict(inputs))
     assert torch.equal(before, after)
     assert all(
-        a is b for a, b in zip(session_encoder(gpt2.eager).parameters(), gpt2.eager.parameters())
+        a is b
+        for a, b in zip(
+            session_encoder(gpt2.eager).parameters(), gpt2.eager.parameters(), strict=True
+        )
     )
 
 

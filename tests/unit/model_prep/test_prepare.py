@@ -22,8 +22,8 @@ def test_a_scriptable_eager_model_is_scripted_and_keeps_its_branches(caplog):
         )
     assert prepared.execution == "torchscript"
     assert (
-        "model PositionalScorer runs as TorchScript (scripted; equal to the eager module on 8 probe inputs)"
-        in caplog.text
+        "model PositionalScorer runs as TorchScript (scripted; equal to the eager module on 8 probe"
+        " inputs)" in caplog.text
     )
     price = torch.tensor([[-4.0, 1.0, 0.0]])
     score, _ = prepared.module({"price": price, "clicks": torch.tensor([0])})
@@ -56,7 +56,11 @@ def test_the_row_by_row_branch_runs_eagerly_and_answers_like_the_eager_model(cap
 def test_a_mismatching_trace_is_an_error_when_torchscript_is_required():
     with pytest.raises(
         ModelPreparationError,
-        match=r"model 'BatchSignBranch': cannot become TorchScript .*the trace differs from the eager module on probe '[^']+' \(output 'out': \d+ value\(s\) differ; at \[\d+\] the eager module gives",
+        match=(
+            r"model 'BatchSignBranch': cannot become TorchScript .*the trace differs from the eager"
+            r" module on probe '[^']+' \(output 'out': \d+ value\(s\) differ; at \[\d+\] the eager"
+            r" module gives"
+        ),
     ):
         prepare(any_models.BatchSignBranch(), require_torchscript=True)
 
@@ -68,8 +72,8 @@ def test_a_trace_that_warned_but_answers_right_is_kept_and_the_warning_logged(ca
     (record,) = [r for r in caplog.records if "CheckedInput" in r.getMessage()]
     assert record.levelno == logging.WARNING
     assert (
-        "traced; equal to the eager module on 8 probe inputs; torch warned while tracing: Converting a tensor"
-        in record.getMessage()
+        "traced; equal to the eager module on 8 probe inputs; torch warned while tracing:"
+        " Converting a tensor" in record.getMessage()
     )
     assert prepared.module({"x": torch.tensor([[-1.0, 0.0, 2.0, 5.0]])}).tolist() == [
         [-3.0, 0.0, 6.0, 15.0]
@@ -104,13 +108,15 @@ def test_a_given_torchscript_with_positional_arguments_keeps_its_control_flow_be
     score, weighted = prepared.module(
         {"price": torch.tensor([[-4.0, 1.0, 0.0]]), "clicks": torch.tensor([0])}
     )
-    assert score.tolist() == [3.0] and weighted.tolist() == [[-2.0, -1.0, 0.0]]
+    assert score.tolist() == [3.0]
+    assert weighted.tolist() == [[-2.0, -1.0, 0.0]]
 
 
 def test_a_given_torchscript_returning_a_dict_returns_a_tuple_in_output_order():
     prepared = prepare(torch.jit.script(any_models.DictScores()), X, ["largest", "total"])
     largest, total = prepared.module({"x": torch.tensor([[1.0, 2.0, 3.0, 4.0]])})
-    assert largest.tolist() == [4.0] and total.tolist() == [10.0]
+    assert largest.tolist() == [4.0]
+    assert total.tolist() == [10.0]
 
 
 def test_a_model_that_fails_on_inputs_built_from_its_schema_says_so():
@@ -125,7 +131,10 @@ def test_a_model_that_fails_on_inputs_built_from_its_schema_says_so():
 
     with pytest.raises(
         SchemaError,
-        match="a model that runs on inputs built from its input schema, got a model that fails on them",
+        match=(
+            "a model that runs on inputs built from its input schema, got a model that fails on"
+            " them"
+        ),
     ):
         prepare(NeedsFour(), narrow)
 

@@ -49,7 +49,8 @@ def test_outputs_are_named_tritons_way_or_by_the_keys_of_a_dict():
 
 def test_a_sample_without_a_batch_dimension_is_refused():
     with pytest.raises(
-        SchemaError, match="column 'x'.*a sample with a batch dimension.*got a 0-dimensional tensor"
+        SchemaError,
+        match=r"column 'x'.*a sample with a batch dimension.*got a 0-dimensional tensor",
     ):
         named_inputs(any_models.DictScores(), {"x": torch.tensor(1.0)}, "op")
 

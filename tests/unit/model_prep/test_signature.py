@@ -1,5 +1,3 @@
-from typing import Dict, Optional, Tuple
-
 import pytest
 import torch
 from merlin.schema import ColumnSchema, Schema
@@ -19,7 +17,12 @@ def columns(*names):
 
 
 class Positional(torch.nn.Module):
-    def forward(self, a: torch.Tensor, b: torch.Tensor, scale: Optional[torch.Tensor] = None):
+    def forward(self, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor | None = None):
+        return a + b if scale is None else (a + b) * scale
+
+
+class PositionalWithUnionSyntax(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor | None = None):
         return a + b if scale is None else (a + b) * scale
 
 
@@ -34,8 +37,11 @@ def test_positional_arguments_are_bound_to_columns_of_the_same_name(script):
     assert bind_arguments(read_signature(model), columns("b", "a"), "op") == {"a": "a", "b": "b"}
 
 
-def test_an_optional_argument_is_bound_when_a_column_has_its_name():
-    assert bind_arguments(read_signature(Positional()), columns("a", "b", "scale"), "op") == {
+@pytest.mark.parametrize(
+    "model", [Positional(), PositionalWithUnionSyntax()], ids=["Optional", "union"]
+)
+def test_an_optional_argument_is_bound_when_a_column_has_its_name(model):
+    assert bind_arguments(read_signature(model), columns("a", "b", "scale"), "op") == {
         "a": "a",
         "b": "b",
         "scale": "scale",
@@ -61,7 +67,10 @@ def test_a_forward_taking_one_dict_gets_the_whole_dict(model):
 def test_an_unbound_required_argument_is_named_with_the_columns_there_are():
     with pytest.raises(
         SchemaError,
-        match=r"column 'b' at the input of op: expected an input column named like the argument 'b' of forward\(a, b, scale=...\).*got input columns 'a', 'c'",
+        match=(
+            r"column 'b' at the input of op: expected an input column named like the argument 'b'"
+            r" of forward\(a, b, scale=...\).*got input columns 'a', 'c'"
+        ),
     ):
         bind_arguments(read_signature(Positional()), columns("a", "c"), "op")
 
@@ -69,7 +78,10 @@ def test_an_unbound_required_argument_is_named_with_the_columns_there_are():
 def test_a_column_no_argument_takes_is_named():
     with pytest.raises(
         SchemaError,
-        match=r"column 'extra'.*an argument of forward\(a, b, scale=...\) named like the column, got no such argument",
+        match=(
+            r"column 'extra'.*an argument of forward\(a, b, scale=...\) named like the column, got"
+            r" no such argument"
+        ),
     ):
         bind_arguments(read_signature(Positional()), columns("a", "b", "extra"), "op")
 
@@ -120,7 +132,7 @@ def test_eager_signature_reads_annotations():
 
 def test_a_dict_of_tensors_argument_annotated_in_typing_is_a_dict():
     class Typed(torch.nn.Module):
-        def forward(self, features: Dict[str, torch.Tensor]):
+        def forward(self, features: dict[str, torch.Tensor]):
             return features["a"]
 
     assert read_signature(Typed()).arguments[0].kind == "dict"
@@ -128,10 +140,11 @@ def test_a_dict_of_tensors_argument_annotated_in_typing_is_a_dict():
 
 def test_a_single_result_in_a_tuple_or_list_comes_back_as_its_tensor():
     class OneTuple(torch.nn.Module):
-        def forward(self, inputs: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor]:
+        def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor]:
             return (inputs["x"] * 2,)
 
     scripted = torch.jit.script(OneTuple())
     signature = read_signature(scripted)
-    assert signature.returns == "one-tuple" and needs_adapter(signature, None)
+    assert signature.returns == "one-tuple"
+    assert needs_adapter(signature, None)
     assert DictCall(scripted, None, ["doubled"])({"x": torch.ones(2)}).tolist() == [2.0, 2.0]

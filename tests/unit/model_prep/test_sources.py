@@ -19,7 +19,8 @@ def t4r_model(toy_workflow):
 def test_a_torchscript_file_loads_as_torchscript(tmp_path):
     torch.jit.save(torch.jit.script(any_models.DictScores()), str(tmp_path / "m.pt"))
     module, schema = load_model(tmp_path / "m.pt")
-    assert isinstance(module, torch.jit.ScriptModule) and schema is None
+    assert isinstance(module, torch.jit.ScriptModule)
+    assert schema is None
 
 
 def test_a_torch_save_file_of_a_module_loads_the_eager_module(tmp_path):
@@ -38,14 +39,15 @@ def test_a_state_dict_file_says_it_needs_its_model(tmp_path):
 
 
 def test_a_missing_path_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no model at .*nowhere.pt"):
+    with pytest.raises(FileNotFoundError, match=r"no model at .*nowhere\.pt"):
         load_model(tmp_path / "nowhere.pt")
 
 
 def test_a_transformers4rec_save_folder_loads_the_model_with_its_schemas(t4r_model, tmp_path):
     t4r_model.save(tmp_path)
     module, schema = load_model(tmp_path)
-    assert type(module) is type(t4r_model) and not module.training
+    assert type(module) is type(t4r_model)
+    assert not module.training
     assert schema is None
     assert module.input_schema.column_names == t4r_model.input_schema.column_names
     inputs = {
@@ -72,13 +74,13 @@ def test_a_schema_file_without_a_model_column_names_it(t4r_model, toy_workflow, 
     t4r_model.save(tmp_path)
     partial = toy_workflow.output_schema.select_by_name(["session_id", "item_id-list"])
     TensorflowMetadata.from_merlin_schema(partial).to_proto_text_file(str(tmp_path))
-    with pytest.raises(SchemaError, match="column 'category-list'.*schema.pbtxt"):
+    with pytest.raises(SchemaError, match=r"column 'category-list'.*schema\.pbtxt"):
         load_model(tmp_path)
 
 
 def test_a_folder_without_a_model_pickle_says_what_it_expected(tmp_path):
     with pytest.raises(
         ModelPreparationError,
-        match="expected one model pickle \\(t4rec_model_class.pkl.*found none",
+        match=r"expected one model pickle \(t4rec_model_class\.pkl.*found none",
     ):
         load_model(tmp_path)

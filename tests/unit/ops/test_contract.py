@@ -6,7 +6,6 @@ import inspect
 import json
 import re
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pytest
@@ -36,7 +35,7 @@ def negate(scores: torch.Tensor) -> torch.Tensor:
 
 
 class NegateModule(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return negate(inputs["scores"])
 
 
@@ -87,7 +86,8 @@ def test_every_built_in_operator_is_rebuilt_from_its_saved_form_through_init(bui
         assert type(loaded) is type(op)
         assert loaded.config() == op.config(), op.label
     topk = type(built_ins[2]).load(built_ins[2].config(), str(tmp_path))
-    assert topk.seen_column == "item_id-list" and topk.exclude_ids == [0, 2]
+    assert topk.seen_column == "item_id-list"
+    assert topk.exclude_ids == [0, 2]
 
 
 def test_a_new_pytorch_operator_starts_a_libtorch_step_that_later_torchscript_operators_join(
@@ -140,11 +140,14 @@ class Untyped(torch.nn.Module):
 
 
 @pytest.mark.parametrize(
-    "op, message",
+    ("op", "message"),
     [
         (
             Unknown(),
-            r"operator Unknown declares backend 'tensorflow'; an operator runs on one of python, pytorch",
+            (
+                r"operator Unknown declares backend 'tensorflow'; an operator runs on one of"
+                r" python, pytorch"
+            ),
         ),
         (
             NoTorchScript(),
@@ -165,7 +168,8 @@ def test_an_operator_that_breaks_the_contract_is_an_export_error_naming_it(op, m
 def test_a_torchscript_operator_after_a_python_step_stays_on_python():
     plan = Ensemble(["scores"] >> TopK(2), SCORES).plan
     (step,) = partition(plan, "e")
-    assert step.backend == "python" and step.torchscript == {}
+    assert step.backend == "python"
+    assert step.torchscript == {}
 
 
 def operator_classes() -> set[str]:

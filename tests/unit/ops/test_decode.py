@@ -24,7 +24,7 @@ def test_vocabulary_from_workflow_knows_reserved_ids_and_raw_values(toy_workflow
 
 def test_vocabulary_of_an_unknown_column_names_the_known_ones(toy_workflow):
     with pytest.raises(
-        ValueError, match="no fitted Categorify vocabulary for 'price'.*'category', 'item_id'"
+        ValueError, match=r"no fitted Categorify vocabulary for 'price'.*'category', 'item_id'"
     ):
         CategoryVocabulary.from_workflow(toy_workflow, "price")
 
@@ -58,6 +58,6 @@ def test_decode_item_ids_after_topk_keeps_scores_and_raw_dtype():
 def test_decode_item_ids_names_a_missing_column():
     schema = Schema([ColumnSchema("scores", dtype="float32", dims=(None, 6))])
     with pytest.raises(
-        SchemaError, match="'item_ids' at the input of DecodeItemIds\\('item_id'\\).*no such column"
+        SchemaError, match=r"'item_ids' at the input of DecodeItemIds\('item_id'\).*no such column"
     ):
         Ensemble(["scores"] >> DecodeItemIds(vocabulary()), schema)

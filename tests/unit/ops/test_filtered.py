@@ -29,7 +29,8 @@ def test_blanking_gives_minus_one_nan_false_empty_strings_and_empty_lists():
         [False, True, True],
     )
     assert result["ids"].values.tolist() == [[3, 4], [-1, -1], [-1, -1]]
-    assert result["scores"].values[0] == 0.5 and np.isnan(result["scores"].values[1:]).all()
+    assert result["scores"].values[0] == 0.5
+    assert np.isnan(result["scores"].values[1:]).all()
     assert result["seen"].values.tolist() == [True, False, False]
     assert result["names"].values.tolist() == ["a", "", ""]
     assert result["lists"].values.tolist() == [1, 2]

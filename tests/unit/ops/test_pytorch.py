@@ -1,5 +1,3 @@
-from typing import Dict
-
 import numpy as np
 import pytest
 import torch
@@ -17,7 +15,7 @@ ITEMS = ColumnSchema(
 class LastItemTopK(torch.nn.Module):
     """Scores = one-hot of the last item; returns (scores, ids) of the 2 best, like T4R's top_k."""
 
-    def forward(self, inputs: Dict[str, torch.Tensor]):
+    def forward(self, inputs: dict[str, torch.Tensor]):
         items = inputs["item_id-list"]
         scores = torch.nn.functional.one_hot(items[:, -1], 10).float()
         best = torch.topk(scores, 2)
@@ -81,13 +79,13 @@ def test_predict_pytorch_compiles_an_eager_module_from_its_schemas(toy_workflow)
 
 
 def test_predict_pytorch_needs_schemas_for_a_model_without_them():
-    with pytest.raises(SchemaError, match="input_schema and output_schema.*pass PredictPytorch"):
+    with pytest.raises(SchemaError, match=r"input_schema and output_schema.*pass PredictPytorch"):
         PredictPytorch(torch.jit.script(LastItemTopK()))
 
 
 def test_predict_pytorch_needs_a_maximum_length_for_ragged_inputs():
     unbounded = ColumnSchema("item_id-list", dtype="int64", dims=(None, None))
-    with pytest.raises(SchemaError, match="'item_id-list'.*maximum length.*max_sequence_length"):
+    with pytest.raises(SchemaError, match=r"'item_id-list'.*maximum length.*max_sequence_length"):
         PredictPytorch(
             torch.jit.script(LastItemTopK()),
             Schema([unbounded]),
@@ -97,7 +95,7 @@ def test_predict_pytorch_needs_a_maximum_length_for_ragged_inputs():
 
 def test_predict_pytorch_rejects_an_output_count_that_differs_from_the_schema():
     with pytest.raises(
-        SchemaError, match="1 output\\(s\\) as its output_schema declares.*got 2 tensor"
+        SchemaError, match=r"1 output\(s\) as its output_schema declares.*got 2 tensor"
     ):
         PredictPytorch(
             torch.jit.script(LastItemTopK()),
@@ -108,7 +106,7 @@ def test_predict_pytorch_rejects_an_output_count_that_differs_from_the_schema():
 
 def test_predict_pytorch_rejects_an_unknown_backend():
     with pytest.raises(
-        ValueError, match="backend must be one of None, .pytorch., .python., got .onnx."
+        ValueError, match=r"backend must be one of None, .pytorch., .python., got .onnx."
     ):
         PredictPytorch(
             torch.jit.script(LastItemTopK()), Schema([ITEMS]), Schema([]), backend="onnx"
@@ -131,7 +129,10 @@ def test_predict_pytorch_refuses_ids_outside_the_model_catalog_naming_the_column
     request = {"item_id-list": [[3, catalog + 1]], "category-list": [[1, 2]]}
     with pytest.raises(
         InputError,
-        match=rf"input column 'item_id-list': expected ids from 0 to {catalog} \(the model's catalog\), got ids from 3 to {catalog + 1}",
+        match=(
+            rf"input column 'item_id-list': expected ids from 0 to {catalog} \(the model's"
+            rf" catalog\), got ids from 3 to {catalog + 1}"
+        ),
     ):
         ensemble.transform(request)
 

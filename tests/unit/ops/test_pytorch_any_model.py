@@ -58,7 +58,7 @@ def test_a_positional_model_answers_like_the_eager_model_on_both_backends(
     np.testing.assert_array_equal(result["weighted"].values, expected_weighted)
 
     ensemble.export(tmp_path, "positional")
-    step = tmp_path / f"positional-0-predictpytorch" / "1"
+    step = tmp_path / "positional-0-predictpytorch" / "1"
     arrays = wire.to_wire(positional_request())
     if backend == "pytorch":  # as libtorch calls it: one Dict[str, Tensor], outputs by position
         module = torch.jit.load(str(step / "model.pt"))
@@ -137,7 +137,9 @@ def test_exporting_a_model_neither_scriptable_nor_importable_names_its_class_and
     )
     with pytest.raises(
         ModelNotImportableError,
-        match=r"model class '[\w.]*<locals>\.Unscriptable' cannot be imported by the server's Python",
+        match=(
+            r"model class '[\w.]*<locals>\.Unscriptable' cannot be imported by the server's Python"
+        ),
     ):
         ensemble.export(tmp_path / "repository", "local")
     assert not (tmp_path / "repository").exists()
@@ -149,7 +151,8 @@ def test_a_dict_returning_model_names_its_outputs_by_the_output_schema():
     result = Ensemble(op, any_models.SIGNED_INPUTS).run(
         TensorTable({"x": np.array([[1, 5, 2, 0]], dtype=np.float32)})
     )
-    assert result["largest"].values.tolist() == [5.0] and result["total"].values.tolist() == [8.0]
+    assert result["largest"].values.tolist() == [5.0]
+    assert result["total"].values.tolist() == [8.0]
 
 
 def test_a_schema_derived_from_a_sample_equals_the_hand_written_one(tmp_path):

@@ -1,5 +1,5 @@
-"""RetrieveTopK in-process: with the exact index it returns TopK's ids and scores for the same model,
-exclusions and decoding included; with an approximate index its recall@10 against exact over
+"""RetrieveTopK in-process: with the exact index it returns TopK's ids and scores for the same
+model, exclusions and decoding included; with an approximate index its recall@10 against exact over
 held-out sessions is reported and at least the stated floor."""
 
 import numpy as np
@@ -20,9 +20,9 @@ from merlin_torch_serving import (
 )
 from tests import any_models
 from tests.retrieval_graphs import (
-    K,
     QUERY_REQUEST,
     RECALL_FLOOR,
+    K,
     query_tower_graphs,
     query_tower_request,
     recall_at_k,
@@ -54,11 +54,12 @@ def test_exact_retrieval_returns_topks_ids_and_scores_for_the_same_model(
     ).transform(rows)
     changed = [
         row
-        for row, (a, b) in enumerate(zip(unfiltered["item_ids"], want["item_ids"]))
+        for row, (a, b) in enumerate(zip(unfiltered["item_ids"], want["item_ids"], strict=True))
         if list(a) != list(b)
     ]
     assert changed, (
-        "no session's answer is changed by leaving out its items and the reserved ids: the exclusions go untested"
+        "no session's answer is changed by leaving out its items and the reserved ids: the"
+        " exclusions go untested"
     )
 
 
@@ -88,7 +89,8 @@ def test_hnsw_recall_at_10_against_exact_over_held_out_sessions(
     recall = recall_at_k(got["item_ids"], want["item_ids"])
     record_property("hnsw_recall_at_10", recall)
     print(
-        f"HNSWIndex() recall@10 against exact over {len(want)} held-out sessions, 20,000 items: {recall:.4f}"
+        f"HNSWIndex() recall@10 against exact over {len(want)} held-out sessions, 20,000 items:"
+        f" {recall:.4f}"
     )
     assert recall >= RECALL_FLOOR, (
         f"recall@10 {recall:.4f} over {len(want)} held-out sessions is below {RECALL_FLOOR}"
@@ -113,7 +115,11 @@ def test_query_vectors_of_another_dimension_are_refused():
     schema = Schema([ColumnSchema("query", dtype="float32", dims=(None, 4))])
     with pytest.raises(
         SchemaError,
-        match=r"column 'query' at the input of RetrieveTopK\(k=3, exact\): expected float query vectors of shape \[-1, 8\] \(the item vectors' dimension\), got float32 fixed list \[-1, 4\]",
+        match=(
+            r"column 'query' at the input of RetrieveTopK\(k=3, exact\): expected float query"
+            r" vectors of shape \[-1, 8\] \(the item vectors' dimension\), got float32 fixed list"
+            r" \[-1, 4\]"
+        ),
     ):
         Ensemble(["query"] >> RetrieveTopK(3, np.ones((50, 8), dtype=np.float32)), schema)
 
@@ -122,7 +128,10 @@ def test_two_float_vectors_need_the_query_named():
     schema = Schema([ColumnSchema(name, dtype="float32", dims=(None, 8)) for name in ("a", "b")])
     with pytest.raises(
         SchemaError,
-        match=r"exactly one float column of shape \[-1, 8\] to query the index with, got 2 \('a', 'b'\); name it with RetrieveTopK\(..., query='column'\)",
+        match=(
+            r"exactly one float column of shape \[-1, 8\] to query the index with, got 2 \('a',"
+            r" 'b'\); name it with RetrieveTopK\(..., query='column'\)"
+        ),
     ):
         Ensemble(["a", "b"] >> RetrieveTopK(3, np.ones((50, 8), dtype=np.float32)), schema)
 
@@ -137,7 +146,10 @@ def test_more_items_than_the_catalog_can_recommend_are_refused():
 def test_item_vectors_must_be_a_matrix():
     with pytest.raises(
         ValueError,
-        match=r"item_vectors must be a float \[catalog, d\] array or tensor .* got ndarray of shape \(10,\)",
+        match=(
+            r"item_vectors must be a float \[catalog, d\] array or tensor .* got ndarray of shape"
+            r" \(10,\)"
+        ),
     ):
         RetrieveTopK(3, np.ones(10, dtype=np.float32))
 
@@ -186,6 +198,9 @@ def test_an_exported_index_loads_with_its_step_answers_the_same_and_is_integrity
         file.write(b"\x00\x01\x02\x03")
     with pytest.raises(
         ArtifactError,
-        match=rf"step 'retrieve-0-retrievetopk' cannot be loaded: its file .*{index_file.name}' has sha256",
+        match=(
+            rf"step 'retrieve-0-retrievetopk' cannot be loaded: its file .*{index_file.name}' has"
+            r" sha256"
+        ),
     ):
         HostedStep.load(str(step_dir))

@@ -1,8 +1,6 @@
 """The sequence length comes from the model: Transformers4Rec's sequence features, else the explicit
 argument, else the schema; a schema or argument that disagrees with the model is a SchemaError."""
 
-from typing import Dict, Optional
-
 import numpy as np
 import pytest
 import torch
@@ -16,7 +14,7 @@ MODEL_LENGTH = 20
 CATALOG = 30
 
 
-def item_lists(max_length: Optional[int]) -> Schema:
+def item_lists(max_length: int | None) -> Schema:
     """An item-id list column as ValueCount leaves it: value_count is the longest list seen."""
     dims = (None, (1, max_length)) if max_length else (None, None)
     return Schema(
@@ -33,7 +31,7 @@ def item_lists(max_length: Optional[int]) -> Schema:
 
 
 def xlnet(
-    schema: Schema, *, features_length: int = MODEL_LENGTH, model_length: Optional[int] = None
+    schema: Schema, *, features_length: int = MODEL_LENGTH, model_length: int | None = None
 ) -> tr.Model:
     torch.manual_seed(0)
     inputs = tr.TabularSequenceFeatures.from_schema(
@@ -99,7 +97,7 @@ class LastItem(torch.nn.Module):
         super().__init__()
         self.catalog = CATALOG
 
-    def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         items = inputs["item_id-list"]
         return torch.nn.functional.one_hot(items[:, -1], self.catalog).float()
 

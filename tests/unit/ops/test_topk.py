@@ -21,7 +21,7 @@ def random_scores(rows, catalog=CATALOG, seed=0):
 
 def brute_force_top_k(scores, k, excluded_per_row):
     ids, best = [], []
-    for row, excluded in zip(scores, excluded_per_row):
+    for row, excluded in zip(scores, excluded_per_row, strict=True):
         candidates = [i for i in np.argsort(-row, kind="stable") if i not in excluded]
         ids.append(candidates[:k])
         best.append(row[candidates[:k]])

@@ -1,5 +1,4 @@
 import re
-from typing import Dict
 
 import pytest
 import torch
@@ -17,7 +16,7 @@ def ragged(rows):
 
 
 @pytest.mark.parametrize(
-    "row, right_padded, left_padded",
+    ("row", "right_padded", "left_padded"),
     [
         ([7], [7, 0, 0, 0], [0, 0, 0, 7]),  # length 1
         ([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]),  # length max
@@ -61,7 +60,7 @@ def test_pad_dense_truncates_to_the_last_items_and_pads_by_side():
 
 
 class Echo(torch.nn.Module):
-    def forward(self, inputs: Dict[str, torch.Tensor]):
+    def forward(self, inputs: dict[str, torch.Tensor]):
         return inputs["items"], inputs["weight"]
 
 
@@ -83,19 +82,22 @@ def test_scripted_wire_model_accepts_an_already_padded_list():
 
 def scripted_wire_model():
     class Sum(torch.nn.Module):
-        def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+        def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
             return inputs["items"].sum(1)
 
     return torch.jit.script(WireModel(Sum(), ["items"], [MAX], [], id_limits={"items": 9}))
 
 
 @pytest.mark.parametrize(
-    "values, offsets, message",
+    ("values", "offsets", "message"),
     [
         (
             [1, 2, 3],
             [0, 2, 1, 3],
-            r"input column 'items__offsets': expected offsets from 0 up to len\('items__values'\) = 3",
+            (
+                r"input column 'items__offsets': expected offsets from 0 up to"
+                r" len\('items__values'\) = 3"
+            ),
         ),
         ([1, 2, 3], [1, 3], r"input column 'items__offsets': .*got offsets from 1 to 3"),
         ([1, 2, 3], [0, 2], r"input column 'items__offsets': .*got offsets from 0 to 2"),
@@ -103,7 +105,10 @@ def scripted_wire_model():
         (
             [1, 2, 30],
             [0, 3],
-            r"input column 'items': expected ids from 0 to 9 \(the model's catalog\), got ids from 1 to 30",
+            (
+                r"input column 'items': expected ids from 0 to 9 \(the model's catalog\), got ids"
+                r" from 1 to 30"
+            ),
         ),
         ([-1, 2], [0, 2], r"input column 'items': expected ids from 0 to 9 .*got ids from -1 to 2"),
     ],
@@ -141,7 +146,7 @@ def test_wire_model_answers_empty_sessions_and_requests_without_rows():
 
 def test_wire_model_refuses_inputs_of_different_row_counts_which_would_broadcast():
     class Sum(torch.nn.Module):
-        def forward(self, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+        def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
             return inputs["a"].sum(1) + inputs["b"].sum(1)
 
     model = torch.jit.script(WireModel(Sum(), ["a", "b"], [MAX, MAX], []))

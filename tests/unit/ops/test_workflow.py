@@ -1,10 +1,10 @@
 import numpy as np
 import pandas as pd
 import pytest
+from merlin.table import TensorTable
 
 from merlin_torch_serving import Ensemble, TransformWorkflow, frames
 from merlin_torch_serving.ops.session_rows import take_rows
-from merlin.table import TensorTable
 from tests import toy_session
 
 
@@ -81,7 +81,9 @@ def test_a_workflow_that_was_never_fitted_is_refused_naming_the_fix(tmp_path):
     unfitted = nvt.Workflow(["item_id", "category"] >> nvt.ops.Categorify(out_path=str(tmp_path)))
     with pytest.raises(WorkflowNotFittedError) as refused:
         TransformWorkflow(unfitted)
-    assert str(refused.value) == (
-        "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with "
-        "nvtabular.Workflow.load(path); this one is not fitted (operators without statistics: Categorify)"
+    assert (
+        str(refused.value)
+        == "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with"
+        " nvtabular.Workflow.load(path); this one is not fitted (operators without statistics:"
+        " Categorify)"
     )

@@ -58,7 +58,8 @@ def test_exact_top_k_divides_scores_by_the_temperature_as_the_model_does(items):
 def test_exact_top_k_marks_places_left_empty_when_fewer_items_remain():
     items = torch.eye(4)
     ids, scores = exact_top_k(torch.ones(1, 4), items, 3, torch.tensor([0, 1]), None, None)
-    assert ids[0].tolist()[2] == -1 and scores[0, 2].item() == float("-inf")
+    assert ids[0].tolist()[2] == -1
+    assert scores[0, 2].item() == float("-inf")
     assert sorted(ids[0].tolist()[:2]) == [2, 3]
 
 
@@ -68,4 +69,5 @@ def test_exact_top_k_scripts_and_answers_the_same(items):
     seen = torch.tensor([[3, 4], [5, 6], [7, 8], [9, 10]])
     got = scripted(q, items, 5, EXCLUDED, seen, None, 0.0, 333)
     want = exact_top_k(q, items, 5, EXCLUDED, seen, None, 0.0, 333)
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(got[0], want[0])
+    assert torch.equal(got[1], want[1])

@@ -1,4 +1,7 @@
-"""Item indexes: described by specs, built, saved and loaded, searched with each row's exclusions."""
+"""Item indexes: described by specs, built, saved and loaded, and searched.
+
+A search applies each row's exclusions.
+"""
 
 import numpy as np
 import pytest
@@ -48,8 +51,11 @@ def test_index_never_returns_excluded_or_seen_items(items, queries, spec):
     exact_ids, _ = search(build_index(ExactIndex(), items, EXCLUDED), queries)
     seen = seen_lists(exact_ids)
     ids, scores = search(build_index(spec, items, EXCLUDED), queries, seen)
-    for row, (values, seen_row) in enumerate(zip(ids.tolist(), seen[0].reshape(-1, 3).tolist())):
-        assert len(set(values)) == K and -1 not in values
+    for row, (values, seen_row) in enumerate(
+        zip(ids.tolist(), seen[0].reshape(-1, 3).tolist(), strict=True)
+    ):
+        assert len(set(values)) == K
+        assert -1 not in values
         assert not set(values) & (set(EXCLUDED) | set(seen_row)), f"row {row}"
     assert torch.all(scores[:, :-1] >= scores[:, 1:])  # best first
 
@@ -64,7 +70,9 @@ def test_ivf_probing_every_list_finds_the_exact_items(items, queries):
 def test_hnsw_recall_at_10_against_exact_is_at_least_0_95(items, queries):
     exact_ids, _ = search(build_index(ExactIndex(), items, EXCLUDED), queries)
     ids, _ = search(build_index(HNSWIndex(m=16), items, EXCLUDED), queries)
-    recall = np.mean([len(set(a) & set(b)) / K for a, b in zip(ids.tolist(), exact_ids.tolist())])
+    recall = np.mean(
+        [len(set(a) & set(b)) / K for a, b in zip(ids.tolist(), exact_ids.tolist(), strict=True)]
+    )
     assert recall >= 0.95, f"recall@10 {recall:.3f}"
 
 
@@ -85,9 +93,10 @@ def test_a_saved_index_loads_and_answers_the_same(items, queries, spec, tmp_path
     built = build_index(spec, items, EXCLUDED)
     built.save(str(tmp_path))
     loaded = load_index(index_spec(to_config(spec)), str(tmp_path), CATALOG)
-    for got, want in zip(search(loaded, queries), search(built, queries)):
+    for got, want in zip(search(loaded, queries), search(built, queries), strict=True):
         assert torch.equal(got, want)
-    assert loaded.spec == spec and (loaded.catalog_size, loaded.dimension) == (CATALOG, DIMENSION)
+    assert loaded.spec == spec
+    assert (loaded.catalog_size, loaded.dimension) == (CATALOG, DIMENSION)
 
 
 def test_index_spec_reads_names_and_configs():
@@ -99,7 +108,10 @@ def test_index_spec_reads_names_and_configs():
 def test_index_spec_refuses_unknown_kinds_and_bad_knobs():
     with pytest.raises(
         ValueError,
-        match=r"index must be ExactIndex\(\), HNSWIndex\(...\), IVFIndex\(...\) or one of 'exact', 'hnsw', 'ivf', got 'flat'",
+        match=(
+            r"index must be ExactIndex\(\), HNSWIndex\(...\), IVFIndex\(...\) or one of 'exact',"
+            r" 'hnsw', 'ivf', got 'flat'"
+        ),
     ):
         index_spec("flat")
     with pytest.raises(ValueError, match=r"HNSWIndex.ef_search must be a positive integer, got 0"):

@@ -1,0 +1,282 @@
+"""The command line's arguments: one parser, its subcommands and their options."""
+
+from __future__ import annotations
+
+import argparse
+
+from merlin_torch_serving import column_names
+from merlin_torch_serving.cli.commands import (
+    build_backend,
+    bundle,
+    deploy_fields,
+    deploy_files,
+    infer,
+    models,
+    serve,
+    version_report,
+)
+
+DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
+
+
+class _VersionAction(argparse.Action):
+    """--version, worked out only when asked for (finding the server's version runs it once)."""
+
+    def __init__(
+        self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None
+    ):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_report())
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="merlin-torch-serving",
+        description=(
+            "Serve session-based PyTorch recommenders and their NVTabular workflows on Triton."
+        ),
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show the versions of this library and tritonserver",
+    )
+    common.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="show tritonserver's log tail with server errors",
+    )
+    parser._add_action(common._actions[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve_parser = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="run tritonserver on a model repository (foreground)",
+        usage="%(prog)s REPOSITORY [options] [-- TRITONSERVER ARGS ...]",
+        epilog=(
+            "Arguments after '--' go to tritonserver as they are, e.g. "
+            "`-- --cache-config=local,size=104857600 --log-info=true`."
+        ),
+    )
+    serve_parser.add_argument(
+        "repository",
+        help=(
+            "the model repository: a folder (e.g. what Ensemble.export wrote) or an s3://, gs:// or"
+            " as:// URL (an S3-compatible store at an endpoint of its own:"
+            " s3://http://HOST:PORT/BUCKET/PATH)"
+        ),
+    )
+    for protocol, default in (
+        ("http", DEFAULT_HTTP_PORT),
+        ("grpc", DEFAULT_GRPC_PORT),
+        ("metrics", DEFAULT_METRICS_PORT),
+    ):
+        serve_parser.add_argument(
+            f"--{protocol}-port",
+            type=int,
+            default=default,
+            metavar="PORT",
+            help="default %(default)s; 0 lets the OS choose a free one",
+        )
+    serve_parser.add_argument(
+        "--model-control", choices=("none", "explicit", "poll"), default="none"
+    )
+    serve_parser.add_argument(
+        "--load", action="append", metavar="MODEL", help="with explicit control: load at start"
+    )
+    serve_parser.add_argument(
+        "--poll-interval",
+        type=int,
+        default=5,
+        metavar="SECONDS",
+        help="with poll control: how often the repository is read",
+    )
+    serve_parser.add_argument(
+        "--no-restart-failed-models",
+        dest="restart_failed_models",
+        action="store_false",
+        help="do not reload a model whose python-backend stub died (health is still reported)",
+    )
+    serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
+    serve_parser.set_defaults(run=serve)
+
+    bundle_parser = commands.add_parser(
+        "bundle",
+        parents=[common],
+        help=(
+            "copy a model repository so that it serves on a tritonserver whose Python lacks this"
+            " library"
+        ),
+        description=(
+            "Copy REPOSITORY to OUT, giving every python step a packed Python environment (this"
+            " Python, its standard library, and the installed distributions this library needs to"
+            " serve), the python-backend stub for that Python, and EXECUTION_ENV_PATH pointing at"
+            " it. NVIDIA's tritonserver containers then serve OUT without installing anything."
+        ),
+    )
+    bundle_parser.add_argument("out", help="the folder to write (must not exist)")
+    bundle_parser.add_argument(
+        "--with",
+        dest="with_distributions",
+        action="append",
+        metavar="DIST",
+        help=(
+            "also pack this installed distribution and its requirements (e.g. transformers4rec for"
+            " an eager model)"
+        ),
+    )
+    bundle_parser.add_argument(
+        "--archive",
+        action="store_true",
+        help=(
+            "ship the environment as python-env.tar.gz (one file, extracted by the server at load)"
+            " instead of a folder"
+        ),
+    )
+    bundle_parser.add_argument(
+        "--environment", metavar="FOLDER", help="reuse an environment packed by an earlier bundle"
+    )
+    bundle_parser.set_defaults(run=bundle)
+
+    deploy_parser = commands.add_parser(
+        "deploy-files",
+        parents=[common],
+        help=(
+            "write a Dockerfile, Kubernetes manifests and a KServe InferenceService for a"
+            " repository"
+        ),
+        description=(
+            "Render the deployment files (Dockerfile; k8s/ Deployment, Service,"
+            " HorizontalPodAutoscaler, PodDisruptionBudget, prometheus-adapter rule; kserve/"
+            " InferenceService) into OUT, from one set of settings so that ports, repository,"
+            " shared memory and cache agree. Unset options keep the defaults of the repository's"
+            " own deploy/ folder."
+        ),
+    )
+    deploy_parser.add_argument("out", help="the folder to write into (files there are replaced)")
+    for field in deploy_fields():
+        deploy_parser.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            type=type(field.default),
+            default=None,
+            help=f"default: {field.default}",
+        )
+    deploy_parser.set_defaults(run=deploy_files)
+
+    build_parser = commands.add_parser(
+        "build-backend",
+        parents=[common],
+        help=(
+            "build Triton's pytorch (libtorch) backend for the bundled tritonserver and this torch"
+            " (cached)"
+        ),
+        description=(
+            "Build libtriton_pytorch.so for the tritonserver bundled with nvidia-pytriton and the"
+            " torch of this interpreter, into the cache ($MTS_CACHE_DIR, else"
+            ' ~/.cache/merlin_torch_serving); TritonServer then serves `backend: "pytorch"` models.'
+            " Needs cmake, ninja or make, and a C++ compiler; takes under a minute on 2 cores, and"
+            " a second call with the same torch returns at once."
+        ),
+    )
+    build_parser.add_argument("backend", choices=("pytorch",), help="the backend to build")
+    build_parser.add_argument(
+        "--sources",
+        metavar="PATH",
+        help=(
+            "a .tar.gz or folder holding pytorch_backend/, backend/, core/, common/ and rapidjson/"
+            " at the server's release (builds offline); without it, the release is cloned from"
+            " upstream (needs git, the network and RapidJSON's headers)"
+        ),
+    )
+    build_parser.add_argument(
+        "--jobs", "-j", type=int, default=None, help="parallel compile jobs (default: all cores)"
+    )
+    build_parser.add_argument(
+        "--check", action="store_true", help="only say whether it is built (exit code 1 if not)"
+    )
+    build_parser.set_defaults(run=build_backend)
+
+    for name, function, help_text in (
+        (
+            "infer",
+            infer,
+            "send the rows of a parquet or CSV file to a served model and show the answer",
+        ),
+        ("models", models, "list the models the server knows, with version and state"),
+    ):
+        sub = commands.add_parser(name, parents=[common], help=help_text)
+        if name == "infer":
+            sub.add_argument("model", help="the ensemble's model name")
+            sub.add_argument("file", help="a .parquet or .csv file of raw rows")
+            sub.add_argument(
+                "--output",
+                "-o",
+                help="write the answer to .parquet, .csv or .json instead of printing",
+            )
+            sub.add_argument(
+                "--head",
+                type=int,
+                default=None,
+                metavar="N",
+                help="print only the first N rows of the answer",
+            )
+            sub.add_argument(
+                "--columns",
+                type=column_names.argument,
+                default=None,
+                metavar="YOURS=INPUT,...",
+                help=(
+                    "the file's column names for the model's inputs, e.g."
+                    " user_session=session_id,product=item_id"
+                ),
+            )
+            sub.add_argument(
+                "--max-rows",
+                type=int,
+                default=None,
+                metavar="ROWS",
+                help=(
+                    "rows per request; bigger files go in requests of whole sessions (default: the"
+                    " model's limit)"
+                ),
+            )
+            sub.add_argument(
+                "--wait",
+                type=float,
+                default=30.0,
+                metavar="SECONDS",
+                help="how long to wait for the model to be ready",
+            )
+            sub.add_argument(
+                "--retries",
+                type=int,
+                default=3,
+                help="how often to retry errors that are safe to retry",
+            )
+        sub.add_argument(
+            "--timeout", type=float, default=60.0, metavar="SECONDS", help="per request"
+        )
+        sub.add_argument(
+            "--url",
+            default=None,
+            help=(
+                f"host:port, no scheme (default: localhost:{DEFAULT_GRPC_PORT} for grpc,"
+                f" localhost:{DEFAULT_HTTP_PORT} for http)"
+            ),
+        )
+        sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+        sub.set_defaults(run=function)
+    return parser
+
+
+def default_url(args) -> None:
+    if getattr(args, "url", "") is None:
+        args.url = (
+            f"localhost:{DEFAULT_GRPC_PORT if args.protocol == 'grpc' else DEFAULT_HTTP_PORT}"
+        )
