@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"[{time.perf_counter() - began:7.1f} s] {message}", flush=True)
 
+    machine = describe_machine(Path(__file__).resolve().parent.parent)  # its load: at the start
     rows: list[Row] = []
     results: list[CatalogResult] = []
     with tempfile.TemporaryDirectory(prefix="catalog-sweep-") as scratch:
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += measured
     stem = "catalog-quick" if args.quick else "catalog"
     record = {
-        "machine": describe_machine(Path(__file__).resolve().parent.parent),
+        "machine": machine,
         "index": args.index,
         "index_spec": asdict(INDEXES[args.index]),
         "results": [asdict(r) for r in results],
