@@ -5,8 +5,9 @@ pages that is 65,536 page-table walks per pass; on 2 MB pages, 128. torch alloca
 on ordinary pages (numpy asks for huge ones), and the same ``session @ table.T`` read 1.3 to 2 times
 slower from a torch-allocated table than from a numpy-allocated copy of it (measured side by side,
 one thread, on a shared 2-core machine). Asking Linux (6.1 or newer) to collapse the table's pages
-in place gives the same speed without a copy and without changing a value, so answers stay equal
-bit for bit. Elsewhere (another OS, an older kernel, huge pages turned off) it does nothing.
+in place, without a copy and without changing a value (answers stay equal bit for bit), made one
+session's exact ranking at a million items 1.5 times faster in the same comparison. Elsewhere
+(another OS, an older kernel, huge pages turned off) it does nothing.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ _MADV_COLLAPSE = 25
 
 
 def collapse_onto_huge_pages(tensors: Iterable[torch.Tensor], min_bytes: int = MIN_BYTES) -> int:
-    """Ask the kernel to back each large CPU tensor's memory with 2 MB pages, now; returns the bytes
-    it moved (0 where it cannot). Values and addresses are unchanged."""
+    """Back each large CPU tensor's memory with 2 MB pages now, where the kernel allows it.
+
+    Returns the bytes moved (0 where it cannot). Values and addresses are unchanged.
+    """
     madvise = _madvise()
     if madvise is None:
         return 0

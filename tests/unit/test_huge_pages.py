@@ -1,5 +1,8 @@
-"""Moving a large tensor onto huge pages keeps its values and address; small tensors, shared
-storages counted twice and tensors off the CPU are left alone."""
+"""Moving a large tensor onto huge pages keeps its values and address.
+
+Small tensors and other systems than Linux are left alone; a storage several tensors share is
+moved once.
+"""
 
 import sys
 
