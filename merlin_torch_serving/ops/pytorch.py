@@ -8,6 +8,7 @@ In-process runs, the python backend and libtorch all call that same module.
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import InputError, SchemaError
+from merlin_torch_serving.huge_pages import collapse_onto_huge_pages
 from merlin_torch_serving.model_prep.eager import (
     EAGER_MODEL_FILE,
     load_eager_model,
@@ -170,6 +172,7 @@ class PredictPytorch(ServingOperator):
         self.model_output_schema = _observed_output_schema(
             self.module, self.model_input_schema, output_schema
         )
+        self._weights_on_huge_pages = False
 
     # `backend` is what the exporter reads; it is per instance here
     @property
@@ -190,6 +193,10 @@ class PredictPytorch(ServingOperator):
         return self.model_output_schema
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
+        if not self._weights_on_huge_pages:  # once: a large item table then reads faster
+            weights = itertools.chain(self.module.parameters(), self.module.buffers())
+            collapse_onto_huge_pages(weights)
+            self._weights_on_huge_pages = True
         inputs = {
             name: torch.from_numpy(np.ascontiguousarray(array))
             for name, array in wire.to_wire(transformable).items()

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
+from merlin_torch_serving.huge_pages import collapse_onto_huge_pages
 from merlin_torch_serving.retrieval.exact import exact_top_k
 from merlin_torch_serving.retrieval.specs import ExactIndex, HNSWIndex, IndexSpec, IVFIndex
 
@@ -79,6 +80,7 @@ class ExactItems(ItemIndex):
     def __init__(self, spec: ExactIndex, item_vectors: torch.Tensor):
         self.spec = spec
         self.item_vectors = item_vectors.detach().to(torch.float32).contiguous()
+        collapse_onto_huge_pages([self.item_vectors])
         self.catalog_size, self.dimension = self.item_vectors.shape
 
     def search(self, queries, k, excluded_ids, seen_values, seen_offsets, temperature):
