@@ -51,7 +51,8 @@ class RetrieveTopK(ServingOperator):
     index
         What to build over the vectors: ``ExactIndex()`` (every item scored, the model's own
         answer; the default), ``HNSWIndex(m, ef_construction, ef_search)`` or ``IVFIndex(lists,
-        probes)`` (faiss, approximate), or their names ``"exact"``, ``"hnsw"``, ``"ivf"``.
+        probes, codes, rerank)`` (faiss, approximate; ``codes="sq8"`` scans 8-bit codes and
+        re-ranks exactly), or their names ``"exact"``, ``"hnsw"``, ``"ivf"``.
     query
         The query column, float ``[-1, d]``; by default the only such column it receives.
     seen_items, exclude_ids

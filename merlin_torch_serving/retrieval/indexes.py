@@ -110,12 +110,7 @@ class FaissItems(ItemIndex):
         self.index = index
         self.catalog_size = int(catalog_size)
         self.dimension = int(index.d)
-        faiss = _faiss()
-        self.parameters = (
-            faiss.SearchParametersHNSW(efSearch=spec.ef_search)
-            if isinstance(spec, HNSWIndex)
-            else faiss.SearchParametersIVF(nprobe=spec.probes)
-        )
+        self.parameters = _search_parameters(spec)
 
     @classmethod
     def build(
@@ -133,14 +128,13 @@ class FaissItems(ItemIndex):
             inner = faiss.IndexHNSWFlat(dimension, spec.m, faiss.METRIC_INNER_PRODUCT)
             inner.hnsw.efConstruction = spec.ef_construction
         else:
-            lists = min(spec.lists, len(ids))
-            inner = faiss.IndexIVFFlat(
-                faiss.IndexFlatIP(dimension), dimension, lists, faiss.METRIC_INNER_PRODUCT
-            )
+            inner = _ivf(faiss, spec, dimension, min(spec.lists, len(ids)))
             training = np.random.default_rng(0).permutation(ids)[
-                : lists * _IVF_TRAINING_POINTS_PER_LIST
+                : inner.nlist * _IVF_TRAINING_POINTS_PER_LIST
             ]
             inner.train(vectors[np.sort(training)])
+            if spec.codes == "sq8":  # the float vectors kept beside the codes, for the re-rank
+                inner = faiss.IndexRefineFlat(inner)
         index = faiss.IndexIDMap(inner)
         for start in range(0, len(ids), _ADD_BATCH):
             batch = ids[start : start + _ADD_BATCH]
@@ -173,6 +167,28 @@ class FaissItems(ItemIndex):
 
     def save(self, directory: str) -> None:
         _faiss().write_index(self.index, os.path.join(directory, FAISS_FILE))
+
+
+def _ivf(faiss, spec: IVFIndex, dimension: int, lists: int):
+    """An untrained IVF index of ``spec``'s codes over ``lists`` clusters, by inner product."""
+    quantizer = faiss.IndexFlatIP(dimension)
+    if spec.codes == "sq8":
+        return faiss.IndexIVFScalarQuantizer(
+            quantizer, dimension, lists, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+        )
+    return faiss.IndexIVFFlat(quantizer, dimension, lists, faiss.METRIC_INNER_PRODUCT)
+
+
+def _search_parameters(spec: HNSWIndex | IVFIndex):
+    """faiss' search parameters for ``spec``'s knobs."""
+    faiss = _faiss()
+    if isinstance(spec, HNSWIndex):
+        return faiss.SearchParametersHNSW(efSearch=spec.ef_search)
+    probing = faiss.SearchParametersIVF(nprobe=spec.probes)
+    if spec.codes == "flat":
+        return probing
+    # faiss' wrapper keeps the nested parameters alive as long as the outer ones
+    return faiss.IndexRefineSearchParameters(k_factor=float(spec.rerank), base_index_params=probing)
 
 
 def _seen_matrix(

@@ -12,6 +12,7 @@ from examples.session_based import model
 from merlin_torch_serving import (
     Ensemble,
     HNSWIndex,
+    IVFIndex,
     ModelPreparationError,
     PredictPytorch,
     RetrieveTopK,
@@ -171,7 +172,11 @@ def test_predict_pytorch_refuses_an_unknown_output():
         PredictPytorch(torch.nn.Linear(4, 2), output="hidden")
 
 
-@pytest.mark.parametrize("index", ["exact", HNSWIndex(m=8)], ids=["exact", "hnsw"])
+@pytest.mark.parametrize(
+    "index",
+    ["exact", HNSWIndex(m=8), IVFIndex(lists=16, probes=4, codes="sq8")],
+    ids=["exact", "hnsw", "ivf-sq8"],
+)
 def test_an_exported_index_loads_with_its_step_answers_the_same_and_is_integrity_checked(
     index, tmp_path
 ):

@@ -44,8 +44,19 @@ def search(index, queries, seen=(None, None), temperature=0.0):
     return index.search(queries, K, torch.tensor(EXCLUDED), seen[0], seen[1], temperature)
 
 
+def name(spec):
+    return f"{spec.kind}-{spec.codes}" if isinstance(spec, IVFIndex) else spec.kind
+
+
 @pytest.mark.parametrize(
-    "spec", [ExactIndex(), HNSWIndex(m=16), IVFIndex(lists=32, probes=32)], ids=lambda s: s.kind
+    "spec",
+    [
+        ExactIndex(),
+        HNSWIndex(m=16),
+        IVFIndex(lists=32, probes=32),
+        IVFIndex(lists=32, probes=32, codes="sq8"),
+    ],
+    ids=name,
 )
 def test_index_never_returns_excluded_or_seen_items(items, queries, spec):
     exact_ids, _ = search(build_index(ExactIndex(), items, EXCLUDED), queries)
@@ -67,13 +78,40 @@ def test_ivf_probing_every_list_finds_the_exact_items(items, queries):
     torch.testing.assert_close(scores, exact_scores, rtol=0, atol=1e-4)
 
 
-def test_hnsw_recall_at_10_against_exact_is_at_least_0_95(items, queries):
-    exact_ids, _ = search(build_index(ExactIndex(), items, EXCLUDED), queries)
-    ids, _ = search(build_index(HNSWIndex(m=16), items, EXCLUDED), queries)
-    recall = np.mean(
-        [len(set(a) & set(b)) / K for a, b in zip(ids.tolist(), exact_ids.tolist(), strict=True)]
+def recall_at_k(ids, exact_ids) -> float:
+    return float(
+        np.mean(
+            [
+                len(set(a) & set(b)) / K
+                for a, b in zip(ids.tolist(), exact_ids.tolist(), strict=True)
+            ]
+        )
     )
+
+
+@pytest.mark.parametrize(
+    "spec", [HNSWIndex(m=16), IVFIndex(lists=64, probes=8, codes="sq8")], ids=name
+)
+def test_recall_at_10_against_exact_is_at_least_0_95(items, queries, spec):
+    exact_ids, _ = search(build_index(ExactIndex(), items, EXCLUDED), queries)
+    ids, _ = search(build_index(spec, items, EXCLUDED), queries)
+    recall = recall_at_k(ids, exact_ids)
     assert recall >= 0.95, f"recall@10 {recall:.3f}"
+
+
+def test_sq8_codes_rerank_to_the_exact_scores_of_what_they_find(items, queries):
+    ids, scores = search(
+        build_index(IVFIndex(lists=64, probes=8, codes="sq8"), items, EXCLUDED), queries
+    )
+    exact = (queries @ items.T).gather(1, ids)
+    torch.testing.assert_close(scores, exact, rtol=0, atol=1e-4)
+
+
+def test_sq8_codes_with_every_list_probed_find_the_exact_items(items, queries):
+    exact_ids, _ = search(build_index(ExactIndex(), items, EXCLUDED), queries)
+    spec = IVFIndex(lists=16, probes=16, codes="sq8")
+    ids, _ = search(build_index(spec, items, EXCLUDED), queries)
+    assert torch.equal(ids, exact_ids)
 
 
 def test_approximate_scores_are_divided_by_the_temperature(items, queries):
@@ -86,8 +124,13 @@ def test_approximate_scores_are_divided_by_the_temperature(items, queries):
 
 @pytest.mark.parametrize(
     "spec",
-    [ExactIndex(block_items=1_000), HNSWIndex(m=8, ef_search=40), IVFIndex(lists=8, probes=2)],
-    ids=lambda s: s.kind,
+    [
+        ExactIndex(block_items=1_000),
+        HNSWIndex(m=8, ef_search=40),
+        IVFIndex(lists=8, probes=2),
+        IVFIndex(lists=8, probes=2, codes="sq8", rerank=2),
+    ],
+    ids=name,
 )
 def test_a_saved_index_loads_and_answers_the_same(items, queries, spec, tmp_path):
     built = build_index(spec, items, EXCLUDED)
@@ -103,6 +146,8 @@ def test_index_spec_reads_names_and_configs():
     assert index_spec("hnsw") == HNSWIndex()
     assert index_spec({"kind": "ivf", "lists": 8, "probes": 2}) == IVFIndex(8, 2)
     assert index_spec(ExactIndex(block_items=512)) == ExactIndex(512)
+    sq8 = IVFIndex(lists=8, probes=2, codes="sq8", rerank=3)
+    assert index_spec(to_config(sq8)) == sq8
 
 
 def test_index_spec_refuses_unknown_kinds_and_bad_knobs():
@@ -116,3 +161,7 @@ def test_index_spec_refuses_unknown_kinds_and_bad_knobs():
         index_spec("flat")
     with pytest.raises(ValueError, match=r"HNSWIndex.ef_search must be a positive integer, got 0"):
         HNSWIndex(ef_search=0)
+    with pytest.raises(ValueError, match=r"IVFIndex.codes must be one of 'flat', 'sq8', got 'pq'"):
+        IVFIndex(codes="pq")
+    with pytest.raises(ValueError, match=r"IVFIndex.rerank must be a positive integer, got 0"):
+        IVFIndex(codes="sq8", rerank=0)
