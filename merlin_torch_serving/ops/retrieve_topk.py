@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from merlin.dag import Node
-from merlin.schema import ColumnSchema, Schema
+from merlin.schema import Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving.exceptions import SchemaError
@@ -27,6 +27,7 @@ from merlin_torch_serving.ops.topk import (
     ranked_items_schema,
     seen_tensors,
     set_selection,
+    with_seen_items,
 )
 from merlin_torch_serving.retrieval.indexes import ItemIndex, build_index, load_index
 from merlin_torch_serving.retrieval.specs import IndexSpec, index_spec, to_config
@@ -129,15 +130,9 @@ class RetrieveTopK(ServingOperator):
     # ---- schemas ---------------------------------------------------------------------------
 
     def expected_input_schema(self, input_schema: Schema) -> Schema:
-        expected = [input_schema[self._query_column(input_schema)]]
-        if self.seen_column is not None:
-            seen = input_schema.get(self.seen_column)
-            expected.append(
-                seen
-                if seen is not None
-                else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None))
-            )
-        return Schema(expected)
+        return with_seen_items(
+            input_schema[self._query_column(input_schema)], input_schema, self.seen_column
+        )
 
     def validate_schemas(
         self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False

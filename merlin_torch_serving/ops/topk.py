@@ -141,16 +141,9 @@ class TopK(ServingOperator):
         return [self.seen_node] if self.seen_node is not None else []
 
     def expected_input_schema(self, input_schema: Schema) -> Schema:
-        scores_name = self._scores_column(input_schema)
-        expected = [input_schema[scores_name]]
-        if self.seen_column is not None:
-            seen = input_schema.get(self.seen_column)
-            expected.append(
-                seen
-                if seen is not None
-                else ColumnSchema(self.seen_column, dtype="int64", dims=(None, None))
-            )
-        return Schema(expected)
+        return with_seen_items(
+            input_schema[self._scores_column(input_schema)], input_schema, self.seen_column
+        )
 
     def validate_schemas(
         self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
@@ -270,6 +263,17 @@ def single_column(source: Node | str) -> str:
             f"got {source!r}"
         )
     return names[0]
+
+
+def with_seen_items(first: ColumnSchema, input_schema: Schema, seen_column: str | None) -> Schema:
+    """``first`` and, when the operator has one, its seen-items column (as the input has it, else
+    the int64 list of ids the operator expects there)."""
+    if seen_column is None:
+        return Schema([first])
+    seen = input_schema.get(seen_column)
+    if seen is None:
+        seen = ColumnSchema(seen_column, dtype="int64", dims=(None, None))
+    return Schema([first, seen])
 
 
 def check_seen_items(label: str, seen: ColumnSchema) -> None:
