@@ -41,7 +41,7 @@ from merlin_torch_serving import Client, LocalExecutor, TritonServer, frames
 from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.plan import REQUEST, Ref, run_calls
 from tests.official import getting_started
-from tests.official.example import prepare
+from tests.official.example import one_session_requests, prepare
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,12 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         example.ensemble(backend="pytorch").export(
             Path(work) / "repository", "getting_started_mixed"
         )
-        held_out = example.held_out
-        lengths = held_out.groupby("session_id").size()
-        sessions = [
-            held_out[held_out["session_id"] == s]
-            for s in lengths[lengths.between(3, 12)].index[:32]
-        ]
+        sessions = one_session_requests(example)
         print(
             f"{psutil.cpu_count()} cores; {len(sessions)} different "
             f"one-session requests of {min(map(len, sessions))} to {max(map(len, sessions))} clicks"

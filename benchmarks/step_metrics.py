@@ -46,7 +46,7 @@ from merlin_torch_serving import (
 from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export.python_model import HostedStep
 from tests.official import getting_started
-from tests.official.example import prepare
+from tests.official.example import one_session_requests, prepare
 
 EXPORTS = {"metrics on": ModelOptions(), "metrics off": ModelOptions(metrics=False)}
 PROBE_INCREMENTS = 2000
@@ -100,12 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             result = ensemble.export(Path(work) / "repository", name, options=options)
             names[label] = (name, [model for model in result.models if model != name])
         _write_probe(Path(work) / "repository")
-        held_out = example.held_out
-        lengths = held_out.groupby("session_id").size()
-        sessions = [
-            held_out[held_out["session_id"] == s]
-            for s in lengths[lengths.between(3, 12)].index[:32]
-        ]
+        sessions = one_session_requests(example)
         print(
             f"{psutil.cpu_count()} cores; {len(sessions)} one-session requests of "
             f"{min(map(len, sessions))} to {max(map(len, sessions))} clicks; steps: "

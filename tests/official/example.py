@@ -99,6 +99,15 @@ def request_rows(example: Example, n_sessions: int, seed: int) -> pd.DataFrame:
     return request.sample(frac=1.0, random_state=seed).reset_index(drop=True)
 
 
+def one_session_requests(example: Example, count: int = 32) -> list[pd.DataFrame]:
+    """The raw rows of the first ``count`` held-out sessions of 3 to 12 clicks, one per request:
+    what a real-time caller sends, session by session."""
+    rows = example.held_out
+    lengths = rows.groupby("session_id").size()
+    chosen = lengths[lengths.between(3, 12)].index[:count]
+    return [rows[rows["session_id"] == session] for session in chosen]
+
+
 def _lengthened(session: pd.DataFrame, items: np.ndarray, rng) -> pd.DataFrame:
     """The session stretched to OVER_LONG clicks of other known items, seconds apart in time."""
     longer = session.iloc[np.resize(np.arange(len(session)), OVER_LONG)].copy()
