@@ -18,6 +18,7 @@ from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.retrieval.exact import seen_pairs
+from merlin_torch_serving.retrieval.selection import best_of_rows
 from merlin_torch_serving.schemas import describe_column
 
 
@@ -37,8 +38,9 @@ def top_k_items(
     the remaining places.
 
     The scores are read once and never copied: each row's ``k`` plus as many more best items as
-    it may have to leave out are selected, and the first ``k`` it may keep are returned (a copy
-    of the whole ``[rows, catalog]`` matrix to mask it cost as much as the selection itself).
+    it may have to leave out are selected (``best_of_rows``), and the first ``k`` it may keep are
+    returned (a copy of the whole ``[rows, catalog]`` matrix to mask it cost as much as the
+    selection itself).
     """
     rows, catalog = scores.shape[0], scores.shape[1]
     seen_rows, seen_ids = seen_pairs(rows, seen_values, seen_offsets)
@@ -46,20 +48,20 @@ def top_k_items(
     seen_rows, seen_ids = seen_rows[inside], seen_ids[inside]
     most_seen = int(torch.bincount(seen_rows, minlength=rows).max()) if seen_rows.numel() > 0 else 0
     fetched = min(k + excluded_ids.numel() + most_seen, catalog)
-    best = torch.topk(scores, fetched, dim=1, largest=True, sorted=True)
-    refused = torch.isin(best.indices, excluded_ids)
+    best_values, best_ids = best_of_rows(scores, fetched)
+    refused = torch.isin(best_ids, excluded_ids)
     if seen_rows.numel() > 0:
-        matches = (best.indices[seen_rows] == seen_ids.unsqueeze(1)).to(torch.int32)
+        matches = (best_ids[seen_rows] == seen_ids.unsqueeze(1)).to(torch.int32)
         seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(
             0, seen_rows, matches
         )
         refused = refused | (seen_counts > 0)
     order = torch.argsort(refused.to(torch.int32), dim=1, stable=True)[:, :k]
-    values = torch.gather(best.values, 1, order)
+    values = torch.gather(best_values, 1, order)
     values = torch.where(
         torch.gather(refused, 1, order), torch.full_like(values, float("-inf")), values
     )
-    return torch.gather(best.indices, 1, order), values
+    return torch.gather(best_ids, 1, order), values
 
 
 class TopKSelection(torch.nn.Module):
