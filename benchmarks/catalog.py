@@ -5,8 +5,8 @@ exact block-wise index) and retrieved from an approximate index, in-process and 
     ./run bench --only catalog [--quick] [--sizes 20000,1000000] [--index hnsw|ivf] [--no-served]
 
 Per catalog and path: p50 and sessions/s for 1 and 32 sessions per request, with one and with two
-torch threads (paths interleaved round by round, so they meet the same machine, each timed request
-after an untimed one of its own path; one thread count after the other);
+torch threads (paths taking turns of twelve requests, so they meet the same machine, the first
+four of each turn untimed; one thread count after the other);
 recall@10 of retrieval against exact over every held-out session; index build time and size;
 served p50 over gRPC and the server's peak RSS (tritonserver and its stubs) with that export
 alone loaded. Models are built for each size without training on it (``catalog_models``).
@@ -41,6 +41,7 @@ from benchmarks.catalog_models import catalog_size, widened_model
 from benchmarks.catalog_records import (
     BLOCKWISE,
     EXACT,
+    MODEL_ALONE,
     RETRIEVAL,
     SESSION_COUNTS,
     CatalogResult,
@@ -80,6 +81,9 @@ INDEXES = {
     "ivf-flat": IVFIndex(lists=2048, probes=96),
     "hnsw": HNSWIndex(m=32, ef_construction=128, ef_search=256),
 }
+SEEN = "item_id-list"
+#: consecutive requests of one path in the in-process timing, the first UNTIMED of them untimed
+TURN, UNTIMED = 12, 4
 #: the session model is trained this many epochs on the example's clicks (after one, its session
 #: vectors barely differ: two distinct best items over 500 held-out sessions)
 EPOCHS = 4
@@ -186,13 +190,36 @@ def _sweep_catalog(workload, size, index_spec, rounds, held_out, scratch: Path, 
         f" exact RetrieveTopK {'returns' if same_ids else 'does NOT return'} TopK's ids"
     )
 
+    # the model and its ranking alone, fed the workflow's answers: how the figures this sweep
+    # compares with were measured
+    alone = {
+        path: Ensemble(
+            _graph(workflow, model, path, index_spec, alone=True), workflow.output_schema
+        )
+        for path in (EXACT, RETRIEVAL)
+    }
+    transform = Ensemble(
+        workflow.input_schema.column_names >> TransformWorkflow(workflow), workflow.input_schema
+    )
+    features = {
+        sessions: [transform.transform(frame) for frame in frames]
+        for sessions, frames in workload.requests.items()
+    }
     with OtherCpuLoad() as load:
         # one thread count at a time: a two-thread request leaves OpenMP workers spinning that slow
         # the one-thread request after it (interleaved, the 2k TopK p50 read 9 to 12 ms, alone 2.3)
         rows = []
         for threads, where in ((1, "in-process, 1 thread"), (2, "in-process, 2 threads")):
-            settings = [(path, where, LocalExecutor(threads)) for path in ensembles]
-            rows += _measure(settings, ensembles, workload.requests, rounds, catalog)
+            settings = [
+                (path, where, LocalExecutor(threads), ensemble, workload.requests)
+                for path, ensemble in ensembles.items()
+            ]
+            if threads == 1:
+                settings += [
+                    (path, MODEL_ALONE, LocalExecutor(1), ensemble, features)
+                    for path, ensemble in alone.items()
+                ]
+            rows += _measure(settings, rounds, catalog)
         rows.sort(key=lambda row: row.sessions)
     for row in rows:
         say(
@@ -234,10 +261,19 @@ def _sweep_catalog(workload, size, index_spec, rounds, held_out, scratch: Path, 
     return result, rows
 
 
-def _graph(workflow, model, path: str, index_spec, backend: str | None = None):
-    """The path's graph; ``backend="pytorch"`` puts the model (and a TopK after it) on libtorch."""
+def _graph(workflow, model, path: str, index_spec, backend: str | None = None, alone=False):
+    """The path's graph; ``backend="pytorch"`` puts the model (and a TopK after it) on libtorch;
+    ``alone``: the model and the ranking only, whose requests are the workflow's answers."""
+    if alone:
+        predict, rank = _model_and_ranking(model, path, index_spec, SEEN, backend)
+        return workflow.output_schema.column_names >> predict >> rank
     features_node = workflow.input_schema.column_names >> TransformWorkflow(workflow)
-    seen = features_node["item_id-list"]
+    predict, rank = _model_and_ranking(model, path, index_spec, features_node[SEEN], backend)
+    return features_node["session_id"] + (features_node >> predict >> rank)
+
+
+def _model_and_ranking(model, path: str, index_spec, seen, backend: str | None):
+    """PredictPytorch then the path's ranking, leaving out the ``seen`` items."""
     if path == EXACT:
         predict, rank = (
             PredictPytorch(model, backend=backend),
@@ -249,34 +285,36 @@ def _graph(workflow, model, path: str, index_spec, backend: str | None = None):
         rank = RetrieveTopK(
             TOP_K, model, index=index, seen_items=seen, exclude_ids=list(RESERVED_IDS)
         )
-    return features_node["session_id"] + (features_node >> predict >> rank)
+    return predict, rank
 
 
 def _operator(ensemble: Ensemble, kind: type):
     return next(call.op for call in ensemble.plan.calls if isinstance(call.op, kind))
 
 
-def _measure(settings, ensembles, requests, rounds: int, catalog: int) -> list[Row]:
-    """p50 per setting and request size, settings interleaved round by round.
+def _measure(settings, rounds: int, catalog: int) -> list[Row]:
+    """p50 per setting and request size, the settings taking turns of ``TURN`` requests.
 
-    In each round every setting answers one untimed request, then the timed one: a path is timed
-    in the caches it leaves itself, not in those the path before it left (an exact request at a
-    million items streams 256 MB through them; right after one, the retrieval path's p50 read 7 to
-    7.8 ms, after its own request 4.3 to 5.1 ms, on the shared machine). The untimed request is
-    another frame, so the timed one does not find its own answer's data in cache.
+    A path is timed in the state it leaves the machine in itself, as a server running that path
+    alone would be, not in the one another path left: an exact request at a million items streams
+    256 MB through the caches, and the retrieval requests after three exact ones ran 13, 7.6,
+    7.5, 6.6, 6.5, 5.9 ms and settled near 4.9 ms from the tenth on, where retrieval requests
+    after retrieval ones ran 4.2 to 5.3 ms (medians of six such turns, same run). So the first
+    ``UNTIMED`` requests of a turn are not timed. Every path answers the same frames in the same
+    order, each request another frame than the one before.
     """
     rows = []
     for sessions in SESSION_COUNTS:
-        frames = requests[sessions]
-        times = {(path, where): [] for path, where, _ in settings}
-        for round_ in range(rounds + 2):  # two warm-up rounds
-            frame, other = frames[round_ % len(frames)], frames[(round_ + 1) % len(frames)]
-            for path, where, executor in settings:
-                ensembles[path].transform(other, executor)
-                began = time.perf_counter()
-                ensembles[path].transform(frame, executor)
-                if round_ >= 2:
-                    times[(path, where)].append(time.perf_counter() - began)
+        times = {(path, where): [] for path, where, *_ in settings}
+        for round_ in range(-(-rounds // (TURN - UNTIMED))):
+            for path, where, executor, ensemble, requests in settings:
+                frames = requests[sessions]
+                for request in range(TURN):
+                    frame = frames[(round_ * TURN + request) % len(frames)]
+                    began = time.perf_counter()
+                    ensemble.transform(frame, executor)
+                    if request >= UNTIMED:
+                        times[(path, where)].append(time.perf_counter() - began)
         for (path, where), values in times.items():
             rows.append(_row(catalog, path, where, sessions, values))
     return rows

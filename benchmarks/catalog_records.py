@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 SESSION_COUNTS = (1, 32)
 EXACT, BLOCKWISE, RETRIEVAL = "exact, TopK", "exact, RetrieveTopK", "retrieval"
+#: where the model and its ranking run alone, on the workflow's answers (the figures before this
+#: sweep were measured so)
+MODEL_ALONE = "in-process, model and ranking alone, 1 thread"
 #: the exact path at 1,000,000 items before block-wise ranking and copy-free TopK: the model's
 #: forward and TopK in-process, one torch thread, p50 for 1 and 32 sessions
 EARLIER_EXACT_CATALOG = 1_000_000
@@ -64,11 +67,23 @@ def targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, bo
         p50(largest, RETRIEVAL, 1),
         p50(smallest, EXACT, 1),
     )
+    alone_exact, alone_retrieval = (
+        p50(largest, EXACT, 1, MODEL_ALONE),
+        p50(largest, RETRIEVAL, 1, MODEL_ALONE),
+    )
     targets = [
         (
             f"retrieval p50 at {largest:,} items, 1 session, at least 10x lower than exact",
             retrieval_1 * 10 <= exact_1,
             f"{retrieval_1:.2f} ms vs {exact_1:.2f} ms ({exact_1 / retrieval_1:.1f}x)",
+        ),
+        (
+            "the same, the model and its ranking alone (on the workflow's answers)",
+            alone_retrieval * 10 <= alone_exact,
+            (
+                f"{alone_retrieval:.2f} ms vs {alone_exact:.2f} ms"
+                f" ({alone_exact / alone_retrieval:.1f}x)"
+            ),
         ),
         (
             f"retrieval p50 at {largest:,} items within 2x the exact p50 at {smallest:,} items",
@@ -86,6 +101,7 @@ def targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, bo
     ]
     for sessions in SESSION_COUNTS:
         blockwise, exact = p50(largest, BLOCKWISE, sessions), p50(largest, EXACT, sessions)
+        exact_alone = p50(largest, EXACT, sessions, MODEL_ALONE)
         if abs(largest - EARLIER_EXACT_CATALOG) <= EARLIER_EXACT_CATALOG // 10:
             earlier = EARLIER_EXACT_1M_MS[sessions]
             if sessions == 1:
@@ -103,11 +119,10 @@ def targets(rows: list[Row], results: list[CatalogResult]) -> list[tuple[str, bo
                 (
                     (
                         f"exact scoring (TopK) at {largest:,} items, {sessions} session(s), no"
-                        f" slower than before ({earlier:.0f} ms, model and top-k alone; here the"
-                        " whole ensemble)"
+                        f" slower than before ({earlier:.0f} ms, model and top-k alone)"
                     ),
-                    exact <= earlier,
-                    f"{exact:.2f} ms",
+                    exact_alone <= earlier,
+                    f"{exact_alone:.2f} ms (the whole ensemble, workflow included: {exact:.2f} ms)",
                 )
             )
         targets.append(
