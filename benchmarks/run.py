@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             + (["--quick"] if arguments.quick else [])
             + ["--output-dir", str(arguments.output_dir)]
         )
+    if arguments.only == "idle":
+        from benchmarks import idle
+
+        return idle.main(rest + ["--output-dir", str(arguments.output_dir)])
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
@@ -133,10 +137,10 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog"],
+        choices=["catalog", "idle"],
         help=(
             "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
-            " --sizes, --index)"
+            " --sizes, --index) or the cost of a pause without requests (benchmarks/idle.py)"
         ),
     )
     parser.add_argument(
