@@ -16,8 +16,8 @@ from merlin_torch_serving.retrieval.selection import best_of_rows
 
 #: items per block: at a million items, scoring and selecting 65,536 items at a time took 32
 #: sessions 0.65 times as long as TopK's scoring of the whole catalog then selecting from it, and
-#: one session 1.1 to 1.2 times as long (the catalog sweep, one thread; before TopK selected long rows in
-#: two passes, one session took half as long here)
+#: one session 1.1 to 1.2 times as long (the catalog sweep, one thread; before TopK selected long
+#: rows in two passes, one session took half as long here)
 DEFAULT_BLOCK_ITEMS = 65536
 
 
