@@ -191,7 +191,7 @@ def _sweep_catalog(workload, size, index_spec, rounds, held_out, scratch: Path, 
     )
 
     # the model and its ranking alone, fed the workflow's answers: how the figures this sweep
-    # compares with were measured
+    # compares with were measured (the retrieval one builds its own copy of the index, untimed)
     alone = {
         path: Ensemble(
             _graph(workflow, model, path, index_spec, alone=True), workflow.output_schema
@@ -301,8 +301,8 @@ def _measure(settings, rounds: int, catalog: int) -> list[Row]:
     7.5, 6.6, 6.5, 5.9 ms and settled near 4.9 ms from the tenth on, where retrieval requests
     after retrieval ones ran 4.2 to 5.3 ms (medians of six such turns, same run; with four requests
     left untimed, the sweep's retrieval p50 read 6.9 ms). So the first ``UNTIMED`` requests of a
-    turn are not timed. Every path answers the same frames in the same
-    order, each request another frame than the one before.
+    turn are not timed. Every path answers the same frames in the same order, each request another
+    frame than the one before.
     """
     rows = []
     for sessions in SESSION_COUNTS:
