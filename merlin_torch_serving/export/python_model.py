@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from merlin.table import TensorTable
@@ -136,13 +136,7 @@ class HostedStep:
                 if parts is not None:
                     keep()
                     return list(parts)
-        return [self._answer_or_error(request) for request in run]
-
-    def _answer_or_error(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray] | Exception:
-        try:
-            return self._answer(arrays)
-        except Exception as error:  # one failing request must not fail the others
-            return error
+        return [_answer_or_error(self._answer, request) for request in run]
 
     def _entry(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The request's wire arrays (text as ``str``), once they are checked."""
@@ -177,6 +171,17 @@ class HostedStep:
                 return None
             found = names or found
         return found
+
+
+def _answer_or_error(
+    answer: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]],
+    arrays: Mapping[str, np.ndarray],
+) -> dict[str, np.ndarray] | Exception:
+    """``answer(arrays)``, or the error it raised: one failing request must not fail the others."""
+    try:
+        return answer(arrays)
+    except Exception as error:
+        return error
 
 
 def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
@@ -264,18 +269,12 @@ class TritonPythonModel:
             answers = (
                 self.step.run_batch(batch)
                 if self.batched
-                else [self._run_one(arrays) for arrays in batch]
+                else [_answer_or_error(self.step.run, arrays) for arrays in batch]
             )
         answered = sum(not isinstance(answer, Exception) for answer in answers)
         if self.metrics is not None and collected is not None and answered:
             self.metrics.publish(collected, answered)
         return answers
-
-    def _run_one(self, arrays):
-        try:
-            return self.step.run(arrays)
-        except Exception as error:
-            return error
 
     def _request_arrays(self, request) -> dict[str, np.ndarray]:
         arrays = {}
