@@ -219,21 +219,19 @@ def python_model_config(
         EXECUTION_ENV_PARAMETER: options.execution_env,
         METRICS_PARAMETER: None if options.metrics else "false",
     }
+    batched = options.batching
     config = {
         "name": name,
         "backend": "python",
-        "max_batch_size": 0,
-        "input": tensor_configs(input_schema),
+        "max_batch_size": options.max_batch_rows if batched else 0,
+        "input": tensor_configs(input_schema, ragged_batch=batched),
         "output": tensor_configs(output_schema),
         "instance_group": _instance_group(options),
-        "model_warmup": _warmup(warmup_files, options),
+        "model_warmup": [] if batched else _warmup(warmup_files, options),
         **_version_policy(options.version_policy),
     }
-    if options.batching:
-        config["max_batch_size"] = options.max_batch_rows
-        config["input"] = tensor_configs(input_schema, ragged_batch=True)
+    if batched:
         config["dynamic_batching"] = {"max_queue_delay_microseconds": options.max_queue_delay_us}
-        config["model_warmup"] = []
         parameters[MAX_BATCH_ROWS_PARAMETER] = options.max_batch_rows
         if options.warmup_count and warmup_files:
             parameters[WARMUP_PARAMETER] = json.dumps(
