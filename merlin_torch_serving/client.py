@@ -273,14 +273,12 @@ class Client:
     # ---- helpers ----------------------------------------------------------------------------
 
     def _infer_one(self, model: str, request: TensorTable, schemas: ModelSchemas) -> TensorTable:
-        inputs = []
-        for name, array in wire.to_wire(request).items():
-            array = array[np.newaxis] if schemas.request_dim else array
-            tensor = self._module.InferInput(
-                name, list(array.shape), wire.triton_dtype(array.dtype)
-            )
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+        inputs = self._infer_inputs(
+            {
+                name: array[np.newaxis] if schemas.request_dim else array
+                for name, array in wire.to_wire(request).items()
+            }
+        )
         specs = {
             column.name: [
                 (spec.name, schemas.response_names[column.name] + spec.name[len(column.name) :])
@@ -310,13 +308,7 @@ class Client:
             return None, ""
         if request is None:
             return None, ""
-        inputs = []
-        for name, array in request.items():
-            tensor = self._module.InferInput(
-                name, list(array.shape), wire.triton_dtype(array.dtype)
-            )
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+        inputs = self._infer_inputs(request)
         try:
             transport.call(
                 lambda: self._client.infer(model, inputs, **self._timeout()),
@@ -329,6 +321,17 @@ class Client:
             answered = stub_answered(str(error))
             return answered, "" if answered else str(error)
         return True, ""
+
+    def _infer_inputs(self, arrays: Mapping[str, np.ndarray]) -> list:
+        """tritonclient's input tensors, holding ``arrays`` as they are."""
+        inputs = []
+        for name, array in arrays.items():
+            tensor = self._module.InferInput(
+                name, list(array.shape), wire.triton_dtype(array.dtype)
+            )
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        return inputs
 
     def _unknown(self, model: str) -> UnknownModelError | None:
         """An UnknownModelError listing the server's models, when it has none named ``model``."""
