@@ -46,6 +46,7 @@ def check_ragged(name: str, values: torch.Tensor, offsets: torch.Tensor):
     """Refuse offsets that would make padding read the wrong rows: they must start at 0, never
     decrease and end at the number of values. Raised in TorchScript, the message reaches a libtorch
     client as the last line of the error, naming the column as the library's InputError does."""
+    column = name + wire.OFFSETS_SUFFIX
     expected = (
         "offsets from 0 up to len('"
         + name
@@ -55,28 +56,11 @@ def check_ragged(name: str, values: torch.Tensor, offsets: torch.Tensor):
         + ", never decreasing"
     )
     if offsets.dim() != 1 or offsets.shape[0] == 0:
-        raise ValueError(
-            "input column '"
-            + name
-            + wire.OFFSETS_SUFFIX
-            + "': expected "
-            + expected
-            + ", got no offsets"
-        )
+        raise ValueError(_refusal(column, expected, "no offsets"))
     first, last = int(offsets[0]), int(offsets[-1])
     if first != 0 or last != values.shape[0] or bool((offsets[1:] < offsets[:-1]).any()):
-        raise ValueError(
-            "input column '"
-            + name
-            + wire.OFFSETS_SUFFIX
-            + "': expected "
-            + expected
-            + ", got offsets from "
-            + str(first)
-            + " to "
-            + str(last)
-            + " or going back"
-        )
+        got = "offsets from " + str(first) + " to " + str(last) + " or going back"
+        raise ValueError(_refusal(column, expected, got))
 
 
 def check_ids(name: str, values: torch.Tensor, limit: int):
@@ -84,16 +68,14 @@ def check_ids(name: str, values: torch.Tensor, limit: int):
     if values.numel() > 0:
         low, high = int(values.min()), int(values.max())
         if low < 0 or high > limit:
-            raise ValueError(
-                "input column '"
-                + name
-                + "': expected ids from 0 to "
-                + str(limit)
-                + " (the model's catalog), got ids from "
-                + str(low)
-                + " to "
-                + str(high)
-            )
+            expected = "ids from 0 to " + str(limit) + " (the model's catalog)"
+            raise ValueError(_refusal(name, expected, "ids from " + str(low) + " to " + str(high)))
+
+
+def _refusal(column: str, expected: str, got: str) -> str:
+    """The message of a refused input, in the shape ``InputError.from_message`` reads back
+    (built by concatenation: TorchScript has no f-strings)."""
+    return "input column '" + column + "': expected " + expected + ", got " + got
 
 
 def pad_dense(
