@@ -36,7 +36,7 @@ from merlin_torch_serving.model_prep.schemas import model_schemas
 from merlin_torch_serving.model_prep.sources import load_model
 from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.ops.torch_module import WireModel
+from merlin_torch_serving.ops.torch_module import OneOutputWireModel, WireModel
 from merlin_torch_serving.samples import padded_length, sample_table
 from merlin_torch_serving.schemas import catalog_limits, schema_from_json, schema_to_json
 
@@ -157,18 +157,15 @@ class PredictPytorch(ServingOperator):
         )
         # what save_artifacts writes: the compiled module, or the user's own eager module
         self.model = prepared.module if prepared.execution == "torchscript" else model
-        wire_model = WireModel(
-            prepared.module,
-            ragged_inputs=[c.name for c in self.model_input_schema if wire.is_ragged(c)],
-            max_lengths=[padded_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
-            dense_inputs=[c.name for c in self.model_input_schema if not wire.is_ragged(c)],
-            pad_value=self.pad_value,
-            pad_left=pad_side == "left",
-            id_limits=catalog_limits(self.model_input_schema),
-        )
-        self.module = (
-            torch.jit.script(wire_model) if prepared.execution == "torchscript" else wire_model
-        )
+        wrapping = {
+            "ragged_inputs": [c.name for c in self.model_input_schema if wire.is_ragged(c)],
+            "max_lengths": [padded_length(c) for c in self.model_input_schema if wire.is_ragged(c)],
+            "dense_inputs": [c.name for c in self.model_input_schema if not wire.is_ragged(c)],
+            "pad_value": self.pad_value,
+            "pad_left": pad_side == "left",
+            "id_limits": catalog_limits(self.model_input_schema),
+        }
+        self.module = _wire_module(prepared.module, prepared.execution, wrapping)
         self.model_output_schema = _observed_output_schema(
             self.module, self.model_input_schema, output_schema
         )
@@ -308,3 +305,14 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
 
 def _without_value_count(properties: dict) -> dict:
     return {k: v for k, v in properties.items() if k != "value_count"}
+
+
+def _wire_module(model: torch.nn.Module, execution: str, wrapping: dict) -> torch.nn.Module:
+    """``model`` wrapped to take wire tensors: scripted, as a ``OneOutputWireModel`` when it
+    returns one tensor (its scores then do not depend on the batch), else as a ``WireModel``."""
+    if execution != "torchscript":
+        return WireModel(model, **wrapping)
+    returns = getattr(getattr(model, "forward", None), "schema", None)
+    if returns is not None and [str(r.type) for r in returns.returns] == ["Tensor"]:
+        return torch.jit.script(OneOutputWireModel(WireModel(model, **wrapping)))
+    return torch.jit.script(WireModel(model, **wrapping))

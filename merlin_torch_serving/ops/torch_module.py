@@ -8,6 +8,7 @@ Because the padding lives inside the scripted module, libtorch receives the wire
 import torch
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.batch_invariance import MIN_ROWS, repeated_rows
 
 
 def pad_ragged(
@@ -130,6 +131,11 @@ class WireModel(torch.nn.Module):
         self.id_limits = dict(id_limits or {})
 
     def forward(self, inputs: dict[str, torch.Tensor]):
+        features, _ = self.features(inputs)
+        return self.model(features)
+
+    def features(self, inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
+        """The model's inputs, checked and padded, and their row count."""
         features: dict[str, torch.Tensor] = {}
         first, expected_rows = "", -1
         for name in self.ragged_inputs + self.dense_inputs:
@@ -173,4 +179,25 @@ class WireModel(torch.nn.Module):
             features[name] = inputs[name]
             if name in self.id_limits:
                 check_ids(name, inputs[name], self.id_limits[name])
-        return self.model(features)
+        return features, expected_rows
+
+
+class OneOutputWireModel(torch.nn.Module):
+    """A ``WireModel`` (``wire``) of a model that returns one tensor, which never runs the model on
+    fewer than ``min_rows`` rows, so that a session's scores do not depend on what it is batched
+    with (see ``batch_invariance``)."""
+
+    min_rows: int
+
+    def __init__(self, wire: WireModel, min_rows: int = MIN_ROWS):
+        super().__init__()
+        self.wire = wire
+        self.min_rows = min_rows
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        features, rows = self.wire.features(inputs)
+        if 0 < rows < self.min_rows:
+            repeat = repeated_rows(rows, self.min_rows)
+            taller = {name: tensor[repeat] for name, tensor in features.items()}
+            return self.wire.model(taller)[:rows]
+        return self.wire.model(features)

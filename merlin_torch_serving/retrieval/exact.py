@@ -12,6 +12,7 @@ TorchScript-compatible, so it runs the same in-process, in the python backend an
 
 import torch
 
+from merlin_torch_serving.batch_invariance import MIN_ROWS, repeated_rows
 from merlin_torch_serving.retrieval.selection import best_of_rows
 
 #: items per block: at a million items, scoring and selecting 65,536 items at a time took 32
@@ -30,6 +31,7 @@ def exact_top_k(
     seen_offsets: torch.Tensor | None = None,
     temperature: float = 0.0,
     block_items: int = DEFAULT_BLOCK_ITEMS,
+    min_rows: int = MIN_ROWS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ids and scores of the ``k`` highest ``queries @ item_vectors.T`` per row, best first.
 
@@ -39,15 +41,19 @@ def exact_top_k(
     Rows with fewer than ``k`` items left get id -1 and score -inf in the remaining places.
     Blocks are of even size (no last block of a few items) and at least 256 items: below that
     torch may take another kernel (a matrix-vector product at one item) whose sums round
-    differently from those of the whole catalog's product.
+    differently from those of the whole catalog's product; for the same reason fewer than
+    ``min_rows`` queries are scored repeated (see ``batch_invariance``).
     """
+    answered = queries.shape[0]
+    if 0 < answered < min_rows:  # scored in a taller batch, as models score (batch_invariance)
+        queries = queries[repeated_rows(answered, min_rows)]
     rows = queries.shape[0]
     catalog = item_vectors.shape[0]
     blocks = max(1, -(-catalog // max(block_items, 256)))
     block_items = -(-catalog // blocks)
     best_scores = torch.full((rows, k), float("-inf"), dtype=queries.dtype)
     best_ids = torch.full((rows, k), -1, dtype=torch.int64)
-    seen_rows, seen_ids = seen_pairs(rows, seen_values, seen_offsets)
+    seen_rows, seen_ids = seen_pairs(answered, seen_values, seen_offsets)
     for start in range(0, catalog, block_items):
         end = min(start + block_items, catalog)
         scores = torch.matmul(queries, item_vectors[start:end].t())
@@ -68,7 +74,7 @@ def exact_top_k(
     best_ids = torch.where(
         torch.isinf(best_scores) & (best_scores < 0), torch.full_like(best_ids, -1), best_ids
     )
-    return best_ids, best_scores
+    return best_ids[:answered], best_scores[:answered]
 
 
 def seen_pairs(

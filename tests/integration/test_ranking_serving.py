@@ -5,11 +5,13 @@ equal to the in-process ensemble and to the eager model on NVTabular's own trans
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from examples.ranking import data, features, model
 from examples.ranking.demo import scoring_graph
 from merlin_torch_serving import Client, Ensemble
+from merlin_torch_serving.batch_invariance import MIN_ROWS
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 pytestmark = pytest.mark.integration
@@ -44,9 +46,10 @@ def test_served_scores_equal_in_process_and_eager_scores(request, triton_server,
         in_process = ensemble.transform(rows)[
             model.OUTPUT_COLUMN
         ].to_numpy()  # with the served thread count
-        with torch_threads(
-            SERVED_TORCH_THREADS
-        ):  # float sums in the order the served model sums them
-            eager = model.predict(ranking.model, features.transform(ranking.workflow, rows))
+        # float sums in the order the served model sums them: its thread count, and never fewer
+        # than MIN_ROWS rows (see batch_invariance), so a smaller request runs repeated
+        taller = pd.concat([rows] * -(-MIN_ROWS // n), ignore_index=True)
+        with torch_threads(SERVED_TORCH_THREADS):
+            eager = model.predict(ranking.model, features.transform(ranking.workflow, taller))[:n]
         np.testing.assert_array_equal(served, in_process)
         np.testing.assert_array_equal(served, eager)

@@ -137,11 +137,12 @@ def test_export_keeps_models_it_does_not_own(ensemble, tmp_path):
 
 
 class ShapeShifter(torch.nn.Module):
-    """Declares [-1, 3] when traced with 2 rows but returns [rows, 4] for a single row."""
+    """Declares [-1, 3] when probed with two different rows but returns [rows, 4] for the export's
+    one-row warm-up sample (which the wrapper hands it repeated: see ``OneOutputWireModel``)."""
 
     def forward(self, inputs: dict[str, torch.Tensor]):
-        rows = inputs["item_id-list"].shape[0]
-        return torch.zeros(rows, 3 if rows > 1 else 4)
+        items = inputs["item_id-list"]
+        return torch.zeros(items.shape[0], 4 if bool((items == items[0]).all()) else 3)
 
 
 def test_a_failed_export_leaves_the_previous_repository_as_it_was(ensemble, toy_workflow, tmp_path):
