@@ -66,6 +66,9 @@ def check_libtorch_model(
         if tensor.name not in arrays:
             raise ModelCheckError(model_name, None, f"a sample for input {tensor.name!r}", "none")
         inputs[tensor.name] = torch.from_numpy(np.ascontiguousarray(arrays[tensor.name]))
+    for batch_input in config.batch_input:  # what Triton computes per batch (the rows per request)
+        for name in batch_input.target_name:
+            inputs[name] = torch.from_numpy(np.ascontiguousarray(arrays[name]))
     try:
         with torch.inference_mode():
             outputs = module(inputs)

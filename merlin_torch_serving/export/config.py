@@ -44,6 +44,15 @@ WARMUP_PARAMETER = "merlin_torch_serving.warmup"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
+#: batched exports: per request, one byte per row of a libtorch step's input, sent by the python
+#: step that feeds it (see libtorch_batching.py)
+ROWS_TENSOR = "__rows"
+#: batched exports: a tensor as the python step that feeds a libtorch step sends it to that step,
+#: flat and one element longer: Triton's pytorch backend r24.10 stops copying a batch's requests at
+#: the first request whose tensor is empty (its input collector ends at a request of no buffers)
+PADDED_SUFFIX = "__padded"
+#: batched libtorch steps: per request of a batch, an input's elements (``BATCH_ELEMENT_COUNT``)
+COUNT_SUFFIX = "__count"
 #: the TorchScript file of a libtorch step
 LIBTORCH_MODEL_FILE = "model.pt"
 
@@ -77,8 +86,8 @@ class ModelOptions:
         Batch concurrent requests across the wire: Triton's dynamic batcher queues the requests
         that arrive while a step is busy and hands them to it together; the step merges their
         sessions, runs its operators once, and splits the answers back per request (bit for bit
-        what answering them one at a time gives, for a model whose kernels compute each session
-        independently of the batch, as Transformers4Rec's XLNet's do; see the README). Every
+        what answering them one at a time gives; see the README). Python steps and libtorch steps
+        fed by one python step batch so (``libtorch_batching.py``). Every
         tensor of a request then carries a leading dimension of 1 (``c__values`` is ``[1, n]``),
         which ``Client`` reads from the config; clients that send Merlin Systems' form (``[n]``)
         need ``batching=False``, the default.
@@ -201,6 +210,7 @@ def python_model_config(
     output_schema: Schema,
     options: ModelOptions,
     warmup_files: dict,
+    feeds: Sequence[wire.TensorSpec] = (),
 ) -> model_config_pb2.ModelConfig:
     """A python-backend model hosting operators through the library's generic model.py.
 
@@ -210,7 +220,8 @@ def python_model_config(
     of any length (``allow_ragged_batch``), and the step merges a batch's requests itself; it
     then warms up in its own stub (``WARMUP_PARAMETER``), on single and merged requests: that
     covers the merged path, and the bundled tritonserver 2.51 was seen to crash (SIGSEGV) loading
-    such a model with a ``model_warmup`` of its own.
+    such a model with a ``model_warmup`` of its own. ``feeds``: outputs a batched libtorch step
+    reads; the step then also answers them padded, and ``ROWS_TENSOR`` (libtorch_batching.py).
     """
     parameters = {
         **(options.parameters or {}),
@@ -225,7 +236,7 @@ def python_model_config(
         "backend": "python",
         "max_batch_size": options.max_batch_rows if batched else 0,
         "input": tensor_configs(input_schema, ragged_batch=batched),
-        "output": tensor_configs(output_schema),
+        "output": tensor_configs(output_schema) + _padded_configs(feeds),
         "instance_group": _instance_group(options),
         "model_warmup": [] if batched else _warmup(warmup_files, options),
         **_version_policy(options.version_policy),
@@ -247,36 +258,69 @@ def pytorch_model_config(
     output_schema: Schema,
     options: ModelOptions,
     warmup_files: dict,
+    merged: bool = False,
 ) -> model_config_pb2.ModelConfig:
     """The config of a libtorch model.
 
-    One ``Dict[str, Tensor]`` input keyed by input names; outputs by position.
+    One ``Dict[str, Tensor]`` input keyed by input names; outputs by position. ``merged``: the
+    module answers a whole batch of requests at once (see libtorch_batching.py); otherwise a
+    batched export's module takes and returns the batched form one request at a time (see
+    request_dim.py).
     """
-    return _parse(
-        {
-            "name": name,
-            "platform": "pytorch_libtorch",
-            "backend": "pytorch",
-            # batched exports: the module takes and returns the batched form (see request_dim.py)
-            # and answers one request at a time
-            "max_batch_size": 0,
-            "input": tensor_configs(input_schema, request_dim=options.batching),
-            "output": tensor_configs(output_schema, request_dim=options.batching),
-            "instance_group": _instance_group(options),
-            "default_model_filename": LIBTORCH_MODEL_FILE,
-            # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
-            "parameters": _parameters(
-                {
-                    **(options.parameters or {}),
-                    "INFERENCE_MODE": "true",
-                    "DISABLE_OPTIMIZED_EXECUTION": "true",
-                    "INTRA_OP_THREAD_COUNT": options.torch_threads,
-                }
-            ),
-            "model_warmup": _warmup(warmup_files, options, request_dim=options.batching),
-            **_version_policy(options.version_policy),
-        }
-    )
+    config = {
+        "name": name,
+        "platform": "pytorch_libtorch",
+        "backend": "pytorch",
+        "max_batch_size": 0,
+        "input": tensor_configs(input_schema, request_dim=options.batching),
+        "output": tensor_configs(output_schema, request_dim=options.batching),
+        "instance_group": _instance_group(options),
+        "default_model_filename": LIBTORCH_MODEL_FILE,
+        # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
+        "parameters": _parameters(
+            {
+                **(options.parameters or {}),
+                "INFERENCE_MODE": "true",
+                "DISABLE_OPTIMIZED_EXECUTION": "true",
+                "INTRA_OP_THREAD_COUNT": options.torch_threads,
+            }
+        ),
+        "model_warmup": _warmup(warmup_files, options, request_dim=options.batching),
+        **_version_policy(options.version_policy),
+    }
+    if merged:
+        outputs = tensor_configs(output_schema)
+        config.update(
+            {
+                "max_batch_size": options.max_batch_rows,
+                "input": [
+                    {**entry, "allow_ragged_batch": True}
+                    for entry in _padded_configs(wire.schema_specs(input_schema), padded=False)
+                ],
+                "output": outputs,
+                "batch_input": [
+                    {
+                        "kind": "BATCH_ELEMENT_COUNT",
+                        "target_name": [entry["name"] + COUNT_SUFFIX],
+                        "data_type": "TYPE_INT32",
+                        "source_input": [entry["name"]],
+                    }
+                    for entry in _padded_configs(wire.schema_specs(input_schema), padded=False)
+                ],
+                # each request's answer is its rows: shaped [1, rows, ...] as its ROWS_TENSOR
+                "batch_output": [
+                    {
+                        "target_name": [output["name"]],
+                        "kind": "BATCH_SCATTER_WITH_INPUT_SHAPE",
+                        "source_input": [ROWS_TENSOR],
+                    }
+                    for output in outputs
+                ],
+                "dynamic_batching": {"max_queue_delay_microseconds": options.max_queue_delay_us},
+                "model_warmup": _warmup(warmup_files, options),
+            }
+        )
+    return _parse(config)
 
 
 def ensemble_config(
@@ -323,6 +367,18 @@ def to_pbtxt(config: model_config_pb2.ModelConfig) -> str:
 
 def from_pbtxt(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def _padded_configs(specs: Sequence[wire.TensorSpec], padded: bool = True) -> list[dict]:
+    """The flat tensors a python step sends a batched libtorch step: ``ROWS_TENSOR``, and each of
+    ``specs`` flattened with one element more (named with ``PADDED_SUFFIX`` where ``padded``)."""
+    if not specs:
+        return []
+    suffix = PADDED_SUFFIX if padded else ""
+    return [
+        {"name": ROWS_TENSOR, "data_type": "TYPE_UINT8", "dims": [-1]},
+        *({"name": s.name + suffix, "data_type": s.config_dtype, "dims": [-1]} for s in specs),
+    ]
 
 
 def _instance_group(options: ModelOptions) -> list[dict]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.export.config import ROWS_TENSOR
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -37,14 +38,14 @@ def plan_runs(requests: Sequence[Arrays], keys: Sequence[str], max_rows: int) ->
     first run it fits in (rows within ``max_rows``, none of its ``keys`` values already there)."""
     runs: list[_Run] = []
     for index, request in enumerate(requests):
-        rows = request_size(request)
+        size = request_size(request)
         held = _key_values(request, keys)
-        run = next((r for r in runs if r.rows + rows <= max_rows and not (held & r.keys)), None)
+        run = next((r for r in runs if r.rows + size <= max_rows and not (held & r.keys)), None)
         if run is None:
             run = _Run()
             runs.append(run)
         run.members.append(index)
-        run.rows += rows
+        run.rows += size
         run.keys |= held
     return [run.members for run in runs]
 
@@ -53,7 +54,7 @@ def answer_rows(request: Arrays, keys: Sequence[str]) -> int:
     """Rows the answer to ``request`` has: one per key value (session), else one per row."""
     if keys:
         return len(_key_values(request, keys))
-    return _rows(request)
+    return rows(request)
 
 
 def request_size(request: Arrays) -> int:
@@ -78,7 +79,7 @@ def concat(requests: Sequence[Arrays]) -> dict[str, np.ndarray]:
 def split(answer: Arrays, counts: Sequence[int]) -> list[dict[str, np.ndarray]] | None:
     """The answer cut into parts of ``counts`` rows; None when it has another number of rows (the
     operators did not answer row for row, so the requests must be answered one by one)."""
-    if answer and _rows(answer) != sum(counts):
+    if answer and rows(answer) != sum(counts):
         return None
     bounds = np.concatenate([[0], np.cumsum(counts)]).astype(int)
     parts: list[dict[str, np.ndarray]] = [{} for _ in counts]
@@ -97,11 +98,29 @@ def split(answer: Arrays, counts: Sequence[int]) -> list[dict[str, np.ndarray]] 
     return parts
 
 
-def _rows(arrays: Arrays) -> int:
-    """Rows of a request or answer (of its first tensor: offsets hold one more)."""
+def rows(arrays: Arrays) -> int:
+    """Rows of a request or answer: of its first tensor that is not a ragged list's values (a
+    list's offsets hold one more)."""
     for name, array in arrays.items():
-        return len(array) - 1 if _is_offsets(name, arrays) else len(array)
+        if _is_offsets(name, arrays):
+            return len(array) - 1
+        if not (name.endswith(wire.VALUES_SUFFIX) and _offsets_name(name) in arrays):
+            return len(array)
     return 0
+
+
+def padded_for_libtorch(arrays: Arrays) -> dict[str, np.ndarray]:
+    """``arrays`` as a python step sends them to a batched libtorch step: each flat with one element
+    more (Triton's pytorch backend mishandles a batch holding an empty tensor), and
+    ``ROWS_TENSOR``: one byte per row, its shape telling Triton the rows of the request."""
+    sent = {name: padded(array) for name, array in arrays.items()}
+    sent[ROWS_TENSOR] = np.zeros(rows(arrays), dtype=np.uint8)
+    return sent
+
+
+def padded(array: np.ndarray) -> np.ndarray:
+    """``array`` flat, with one element more (see ``padded_for_libtorch``)."""
+    return np.concatenate([array.ravel(), np.zeros(1, array.dtype)])
 
 
 def _concat_offsets(parts: Sequence[np.ndarray]) -> np.ndarray:

@@ -26,6 +26,8 @@ from merlin_torch_serving.export.config import (
     MAX_BATCH_ROWS_PARAMETER,
     MAX_REQUEST_ROWS_PARAMETER,
     METRICS_PARAMETER,
+    PADDED_SUFFIX,
+    ROWS_TENSOR,
     TORCH_THREADS_PARAMETER,
     WARMUP_PARAMETER,
 )
@@ -308,7 +310,13 @@ class TritonPythonModel:
             return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
         tensors = []
         for name in self.output_names:
-            array = wire.text_to_bytes(answer[name])
+            # what a batched libtorch step this one feeds reads (see libtorch_batching.py)
+            if name == ROWS_TENSOR:
+                array = np.zeros(merging.rows(answer), dtype=np.uint8)
+            elif name.endswith(PADDED_SUFFIX):
+                array = merging.padded(answer[name[: -len(PADDED_SUFFIX)]])
+            else:
+                array = wire.text_to_bytes(answer[name])
             tensors.append(pb.Tensor(name, array[np.newaxis] if self.batched else array))
         return pb.InferenceResponse(output_tensors=tensors)
 

@@ -36,26 +36,36 @@ from typing import Any
 
 import numpy as np
 import torch
-from merlin.schema import Schema
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
-from merlin_torch_serving.export import manifest, swap
+from merlin_torch_serving.export import manifest, merging, swap
 from merlin_torch_serving.export.checks import (
     check_libtorch_model,
     check_libtorch_return_type,
     check_libtorch_schemas,
     warn_about_differing_thread_counts,
 )
+from merlin_torch_serving.export.ensemble_wiring import ensemble_model_config
 from merlin_torch_serving.export.fusion import libtorch_module
+from merlin_torch_serving.export.libtorch_batching import (
+    fed_tensors,
+    flat_batch,
+    merged_requests,
+    row_sources,
+)
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import TritonStep, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.export.request_dim import with_request_dim
 from merlin_torch_serving.export.warmup import warmup_inputs
-from merlin_torch_serving.export.warmup_files import WARMUP_DIR, write_warmup_files
-from merlin_torch_serving.plan import REQUEST, Plan, Ref
+from merlin_torch_serving.export.warmup_files import (
+    WARMUP_DIR,
+    write_warmup_arrays,
+    write_warmup_files,
+)
+from merlin_torch_serving.plan import Plan
 from merlin_torch_serving.schemas import schema_to_json
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -136,16 +146,30 @@ def export_ensemble(
             doing = "copying the current repository into the staging folder"
             _copy_tree(repository, staged, skip=[] if add_version else existing)
         staged.mkdir(exist_ok=True)
-        tensor_names = _tensor_names(plan, steps)
+        # batched: libtorch step -> the python step that tells it each request's rows
+        rows_from = row_sources(steps) if options.batching else {}
+        feeds = fed_tensors(steps, rows_from)
         doing = "building the warm-up requests"
         warmup = warmup_inputs(plan, steps)
         for step in steps:
             doing = (
                 f"writing step {step.name!r} ({', '.join(call.op.label for call in step.calls)})"
             )
-            _write_step(staged / step.name, step, version, options, warmup.arrays[step.name])
+            _write_step(
+                staged / step.name,
+                step,
+                version,
+                options,
+                warmup.arrays[step.name],
+                merged=step.name in rows_from,
+                feeds=feeds.get(step.name),
+            )
         doing = f"writing the ensemble {name!r}"
-        _write_ensemble(staged / name, name, ensemble, plan, steps, tensor_names, version, options)
+        _write_ensemble(
+            staged / name,
+            version,
+            ensemble_model_config(name, ensemble, plan, steps, options, rows_from, feeds),
+        )
         _write_manifest(
             staged / name / str(version) / MANIFEST_FILE,
             name,
@@ -188,7 +212,11 @@ def _write_step(
     version: int,
     options: configs.ModelOptions,
     warmup_arrays: dict,
+    merged: bool = False,
+    feeds: list[wire.TensorSpec] | None = None,
 ) -> None:
+    """``merged``: a libtorch step that answers a batch of requests at once; ``feeds``: the outputs
+    of a python step that such a step reads (see libtorch_batching.py)."""
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
     warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
@@ -196,12 +224,18 @@ def _write_step(
         check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
         module = libtorch_module(step)
         check_libtorch_return_type(step.name, module)
-        if options.batching:
-            module = with_request_dim(module, step.name, len(wire.schema_specs(step.output_schema)))
+        outputs = len(wire.schema_specs(step.output_schema))
+        if merged:
+            module = merged_requests(module, step.input_schema, outputs)
+            sent = merging.padded_for_libtorch(warmup_arrays)
+            warmup_files = write_warmup_arrays(model_dir / WARMUP_DIR, sent)
+            warmup_arrays = flat_batch([warmup_arrays, warmup_arrays])
+        elif options.batching:
+            module = with_request_dim(module, step.name, outputs)
             warmup_arrays = {name: array[np.newaxis] for name, array in warmup_arrays.items()}
         torch.jit.save(module, str(version_dir / configs.LIBTORCH_MODEL_FILE))
         config = configs.pytorch_model_config(
-            step.name, step.input_schema, step.output_schema, options, warmup_files
+            step.name, step.input_schema, step.output_schema, options, warmup_files, merged
         )
         check_libtorch_model(
             step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays
@@ -238,7 +272,7 @@ def _write_step(
         spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
         _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
         config = configs.python_model_config(
-            step.name, step.input_schema, step.output_schema, options, warmup_files
+            step.name, step.input_schema, step.output_schema, options, warmup_files, feeds or []
         )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
@@ -246,65 +280,9 @@ def _write_step(
 # ---- ensemble ------------------------------------------------------------------------------------
 
 
-def _tensor_names(plan: Plan, steps: list[TritonStep]) -> dict[Ref, str]:
-    """Ensemble tensor name of each column ref (before wire suffixes)."""
-    request_names = plan.input_schema.column_names
-    names = {ref: wire.response_name(output, request_names) for output, ref in plan.outputs.items()}
-    for name in plan.input_schema.column_names:
-        names[Ref(REQUEST, name)] = name
-    for step in steps:
-        for ref in step.outputs.values():
-            names.setdefault(ref, f"{step.name}/{ref.column}")
-    return names
-
-
-def _write_ensemble(
-    model_dir: Path,
-    name: str,
-    ensemble,
-    plan: Plan,
-    steps,
-    tensor_names,
-    version: int,
-    options: configs.ModelOptions,
-) -> None:
+def _write_ensemble(model_dir: Path, version: int, config) -> None:
     (model_dir / str(version)).mkdir(parents=True)
-    step_configs = []
-    for step in steps:
-        step_configs.append(
-            {
-                "model_name": step.name,
-                "input_map": _wire_map(step.input_schema, step.inputs, tensor_names),
-                "output_map": _wire_map(step.output_schema, step.outputs, tensor_names),
-            }
-        )
-    response_schema = Schema(
-        [
-            c.with_name(wire.response_name(c.name, plan.input_schema.column_names))
-            for c in ensemble.output_schema
-        ]
-    )
-    config = configs.ensemble_config(
-        name,
-        ensemble.input_schema,
-        response_schema,
-        ensemble.output_schema,
-        step_configs,
-        plan.request_groups(),
-        options,
-    )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
-
-
-def _wire_map(schema, refs: dict[str, Ref], tensor_names: dict[Ref, str]) -> dict[str, str]:
-    """Model tensor name -> ensemble tensor name, per wire tensor of each column."""
-    mapping = {}
-    for column in schema:
-        ensemble_name = tensor_names[refs[column.name]]
-        for spec in wire.column_specs(column):
-            suffix = spec.name[len(column.name) :]
-            mapping[spec.name] = ensemble_name + suffix
-    return mapping
 
 
 def _write_manifest(

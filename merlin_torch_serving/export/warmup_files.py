@@ -23,15 +23,26 @@ def write_warmup_files(
     warmup_dir: Path, input_schema: Schema, arrays: Mapping[str, np.ndarray]
 ) -> dict:
     """Write the sample; returns input name -> (file name, config dtype, dims)."""
+    return write_warmup_arrays(
+        warmup_dir,
+        {
+            spec.name: np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
+            for spec in wire.schema_specs(input_schema)
+        },
+    )
+
+
+def write_warmup_arrays(warmup_dir: Path, arrays: Mapping[str, np.ndarray]) -> dict:
+    """Write ``arrays`` (input name -> array) as the sample, in place of any sample there."""
     if warmup_dir.exists():
         shutil.rmtree(warmup_dir)
     warmup_dir.mkdir()
     files = {}
-    for i, spec in enumerate(wire.schema_specs(input_schema)):
-        array = np.ascontiguousarray(arrays[spec.name], dtype=spec.dtype)
+    for i, (name, array) in enumerate(arrays.items()):
         file_name = f"input_{i}"
-        (warmup_dir / file_name).write_bytes(_raw_bytes(array))
-        files[spec.name] = (file_name, spec.config_dtype, array.shape)
+        (warmup_dir / file_name).write_bytes(_raw_bytes(np.ascontiguousarray(array)))
+        config_dtype = wire.TensorSpec(name, array.dtype, array.shape).config_dtype
+        files[name] = (file_name, config_dtype, array.shape)
     return files
 
 

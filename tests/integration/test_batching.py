@@ -48,9 +48,12 @@ def exports(triton_server, session_workflow, xlnet, pytorch_backend):
 @pytest.fixture(scope="module")
 def requests(session_split, session_workflow):
     """Requests of 1, 7 and 64 sessions (the longest session, longer than the model's window, and a
-    single-click one among them), one of no clicks, and two that share a session id."""
+    single-click one among them), one of no clicks, and two that share a session id. The others
+    hold sessions of their own (ids moved apart), so that steps merge them."""
     _, held_out = session_split
     made = [request_rows(held_out, n, seed=n) for n in (1, 7, 64, 2, 3)]
+    for i, rows in enumerate(made):
+        rows["session_id"] += i * 1_000_000
     made.append(held_out.iloc[:0][session_workflow.input_schema.column_names].copy())
     first = made[1][made[1]["session_id"] == made[1]["session_id"].iloc[0]]
     made.append(first.iloc[::-1].reset_index(drop=True))  # the same session id, other clicks order
@@ -116,15 +119,21 @@ def test_concurrent_batched_answers_equal_unbatched_and_in_process(
     }  # no clicks, no sessions
 
 
-def test_triton_forms_batches_of_several_requests(triton_server, exports, requests):
-    step = "batching-python-on-0-transformworkflow_predictpytorch_topk_decodeitemids"
+@pytest.mark.parametrize(
+    ("ensemble", "step"),
+    [
+        ("batching-python-on", "0-transformworkflow_predictpytorch_topk_decodeitemids"),
+        ("batching-pytorch-on", "1-predictpytorch_topk_decodeitemids"),  # libtorch
+    ],
+)
+def test_triton_forms_batches_of_several_requests(triton_server, exports, requests, ensemble, step):
     _concurrent_answers(
-        triton_server.grpc_url, "grpc", "batching-python-on", requests[:1] * 4, rounds=8, threads=16
+        triton_server.grpc_url, "grpc", ensemble, requests[:1] * 4, rounds=8, threads=16
     )
 
     client = tritonclient.http.InferenceServerClient(triton_server.http_url)
     try:
-        stats = client.get_inference_statistics(step)["model_stats"][0]
+        stats = client.get_inference_statistics(f"{ensemble}-{step}")["model_stats"][0]
     finally:
         client.close()
     formed = {

@@ -7,10 +7,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
-from merlin_torch_serving import Ensemble, ModelOptions
+from merlin_torch_serving import Ensemble, ModelOptions, wire
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export import merging
+from merlin_torch_serving.export.libtorch_batching import _merged_offsets, flat_batch
 from merlin_torch_serving.export.python_model import HostedStep
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from tests import toy_session
@@ -98,9 +100,79 @@ def test_batched_configs(batched_exports):
     libtorch = configs.from_pbtxt(
         (batched_exports / "pytorch-1-predictpytorch_topk" / "config.pbtxt").read_text()
     )
-    assert libtorch.max_batch_size == 0
-    assert all(t.dims[0] == 1 for t in [*libtorch.input, *libtorch.output])
-    assert all(t.dims[0] == 1 for sample in libtorch.model_warmup for t in sample.inputs.values())
+    assert libtorch.max_batch_size == 512
+    assert libtorch.dynamic_batching.max_queue_delay_microseconds == 100
+    assert all(tensor.allow_ragged_batch for tensor in libtorch.input)
+    assert configs.ROWS_TENSOR in [tensor.name for tensor in libtorch.input]
+    assert all(len(tensor.dims) == 1 for tensor in libtorch.input)  # flat, as they are batched
+    # Triton counts each input's elements per request, and cuts each output back per request
+    assert {(tuple(b.target_name), tuple(b.source_input)) for b in libtorch.batch_input} == {
+        ((tensor.name + configs.COUNT_SUFFIX,), (tensor.name,)) for tensor in libtorch.input
+    }
+    assert sorted(name for out in libtorch.batch_output for name in out.target_name) == sorted(
+        tensor.name for tensor in libtorch.output
+    )
+    assert all(list(out.source_input) == [configs.ROWS_TENSOR] for out in libtorch.batch_output)
+    assert configs.ROWS_TENSOR in libtorch.model_warmup[0].inputs
+    feeding = configs.from_pbtxt(
+        (batched_exports / "pytorch-0-transformworkflow" / "config.pbtxt").read_text()
+    )
+    [step_0, step_1] = configs.from_pbtxt(
+        (batched_exports / "pytorch" / "config.pbtxt").read_text()
+    ).ensemble_scheduling.step
+    # the libtorch step reads the rows and every tensor it reads padded, from the step before it
+    sent = {step_0.output_map[tensor.name] for tensor in feeding.output}
+    assert {step_1.input_map[tensor.name] for tensor in libtorch.input} <= sent
+    assert step_1.input_map[configs.ROWS_TENSOR] == step_0.output_map[configs.ROWS_TENSOR]
+    assert all(
+        step_1.input_map[name].endswith(configs.PADDED_SUFFIX)
+        for name in step_1.input_map
+        if name != configs.ROWS_TENSOR
+    )
+
+
+def test_merged_offsets_shift_each_request_by_the_values_before_it():
+    # three requests: rows [2, 0, 1] holding 3, 0 and 2 values
+    flat = torch.tensor([0, 1, 3, 0, 0, 2], dtype=torch.int32)
+    merged = _merged_offsets(flat, torch.tensor([2, 0, 1]))
+    assert merged.tolist() == [0, 1, 3, 5]
+    assert merged.dtype == torch.int32
+    assert _merged_offsets(torch.tensor([0, 0]), torch.tensor([0, 0])).tolist() == [0]
+
+
+def test_a_libtorch_step_answers_a_batch_as_it_answers_each_request(batched_exports):
+    """The merged module, given what Triton hands it for a batch, answers each request's rows as
+    the step's own module answers that request alone."""
+    feeding = HostedStep.load(str(batched_exports / "pytorch-0-transformworkflow" / "1"))
+    merged = torch.jit.load(
+        str(batched_exports / "pytorch-1-predictpytorch_topk" / "1" / configs.LIBTORCH_MODEL_FILE)
+    )
+    rows = toy_session.interactions(n_sessions=9, seed=5)
+    sessions = rows.session_id.unique()
+    requests = [
+        feeding.run({spec.name: part[spec.name].to_numpy() for spec in feeding.input_specs})
+        for part in (
+            rows[rows.session_id.isin(sessions[:1])],
+            rows[rows.session_id.isin(sessions[1:8])],
+            rows.iloc[:0],  # no clicks: no rows
+            rows[rows.session_id.isin(sessions[8:])],
+        )
+    ]
+    inputs = [
+        {spec.name: request[spec.name] for spec in wire.schema_specs(feeding.output_schema)}
+        for request in requests
+    ]
+
+    with torch_threads(SERVED_TORCH_THREADS), torch.inference_mode():
+        batch = {n: torch.from_numpy(a) for n, a in flat_batch(inputs).items()}
+        ids, scores = merged(batch)
+        alone = [merged.inner({n: torch.from_numpy(a) for n, a in i.items()}) for i in inputs]
+
+    bounds = np.cumsum([0] + [merging.rows(request) for request in inputs])
+    assert bounds.tolist() == [0, 1, 8, 8, 9]
+    for (own_ids, own_scores), start, stop in zip(alone, bounds[:-1], bounds[1:], strict=True):
+        assert torch.equal(ids[start:stop], own_ids)
+        torch.testing.assert_close(scores[start:stop], own_scores, rtol=1e-6, atol=0)
 
 
 def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_workflow):

@@ -1,0 +1,175 @@
+"""Cross-request batching of libtorch steps, with Triton's ragged batching.
+
+Triton's pytorch backend hands a batched model the requests of a batch concatenated: every input
+that allows ragged batches arrives flat, the elements of all requests one after the other. What it
+cannot do alone is cut the answer back: a request's rows are sessions, not the clicks it sent. So
+the python step that feeds a libtorch step also sends, per request, a tensor of one byte per row
+(``ROWS_TENSOR``, ``[1, rows]``); from it Triton gives the model each request's row count
+(``batch_input`` ``BATCH_ELEMENT_COUNT``) and cuts every output back per request with that shape
+(``batch_output`` ``BATCH_SCATTER_WITH_INPUT_SHAPE``). Every other tensor that step reads, the
+python step sends flat and one element longer (``PADDED_SUFFIX``): the backend's input collector
+(r24.10) stops copying a batch at the first request whose tensor is empty, so no request may send
+an empty one; Triton gives the model each request's element counts (``COUNT_SUFFIX``). The module
+below drops the padding, rebuilds one merged request (ragged offsets shifted, fixed-width rows
+reshaped), runs the step's module once, and checks that it answered one row per row.
+
+A libtorch step batches this way when all its inputs come from one python step and every output
+has one row per input row (``dims`` ``[-1, fixed...]``); any other answers one request at a time in
+the batched wire form (``request_dim``).
+"""
+
+# no `from __future__ import annotations`: TorchScript reads the annotations below as types
+
+import numpy as np
+import torch
+from merlin.schema import Schema
+
+from merlin_torch_serving import wire
+from merlin_torch_serving.export import merging
+from merlin_torch_serving.export.config import COUNT_SUFFIX
+from merlin_torch_serving.export.partition import TritonStep
+
+
+def row_sources(steps: list[TritonStep]) -> dict[str, str]:
+    """libtorch step name -> the python step that feeds it, for every libtorch step that batches
+    across requests (see the module's docstring)."""
+    sources: dict[str, str] = {}
+    for step in steps:
+        if step.backend != "pytorch" or unbatchable_reason(step) is not None:
+            continue
+        producers = {ref.producer for ref in step.inputs.values()}
+        for candidate in steps:
+            if candidate.backend == "python" and producers <= candidate.call_indices:
+                sources[step.name] = candidate.name
+    return sources
+
+
+def fed_tensors(
+    steps: list[TritonStep], sources: dict[str, str]
+) -> dict[str, list[wire.TensorSpec]]:
+    """python step name -> its wire outputs (under its names) that the batched libtorch steps it
+    feeds (``sources``, from ``row_sources``) read."""
+    by_name = {step.name: step for step in steps}
+    fed: dict[str, list[wire.TensorSpec]] = {}
+    for name, feeder_name in sources.items():
+        feeder = by_name[feeder_name]
+        read = set(by_name[name].inputs.values())
+        specs = fed.setdefault(feeder_name, [])
+        for column in feeder.output_schema:
+            if feeder.outputs[column.name] in read:
+                specs.extend(s for s in wire.column_specs(column) if s not in specs)
+    return fed
+
+
+def unbatchable_reason(step: TritonStep) -> str | None:
+    """Why ``step``'s tensors cannot be merged across requests, or None when they can."""
+    for spec in wire.schema_specs(step.input_schema):
+        if -1 in spec.dims[1:]:
+            return f"input {spec.name!r} has rows of variable width (dims {list(spec.dims)})"
+    outputs = wire.schema_specs(step.output_schema)
+    if len(outputs) > 2:
+        return f"it has {len(outputs)} outputs (one or two can be cut back per request)"
+    for spec in outputs:
+        if spec.name.endswith((wire.VALUES_SUFFIX, wire.OFFSETS_SUFFIX)):
+            return f"output {spec.name!r} is a ragged list"
+        if not spec.dims or spec.dims[0] != -1 or -1 in spec.dims[1:]:
+            return f"output {spec.name!r} is not one row per input row (dims {list(spec.dims)})"
+    return None
+
+
+def _merged_inputs(
+    inputs: dict[str, torch.Tensor], widths: dict[str, list[int]]
+) -> tuple[dict[str, torch.Tensor], int]:
+    """The flat inputs of a batch (the step's, named in ``widths``: each one's row shape; every
+    request's part one padding element longer) as one request, and its row count."""
+    rows = inputs["__rows__count"].to(torch.long)  # ROWS_TENSOR + COUNT_SUFFIX
+    merged: dict[str, torch.Tensor] = {}
+    for name, width in widths.items():
+        flat = inputs[name]
+        pads = torch.cumsum(inputs[name + "__count"].to(torch.long), 0) - 1
+        keep = torch.ones(flat.shape[0], dtype=torch.bool)
+        keep[pads] = False
+        tensor = flat[keep]
+        if name.endswith("__offsets"):  # wire.OFFSETS_SUFFIX (TorchScript reads no globals)
+            merged[name] = _merged_offsets(tensor, rows)
+        else:
+            merged[name] = tensor.reshape([-1] + width)
+    return merged, int(rows.sum())
+
+
+def _merged_offsets(flat: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The offsets of the requests of a batch (each ``rows[i] + 1`` long, from 0, back to back in
+    ``flat``) as the offsets of one request: each shifted by the values of the requests before."""
+    ends = torch.cumsum(rows + 1, 0)
+    starts = ends - rows - 1
+    values = flat[ends - 1]  # each request's last offset: how many values it holds
+    shifts = torch.cumsum(values, 0) - values
+    keep = torch.ones(flat.shape[0], dtype=torch.bool)
+    keep[starts] = False
+    tail = flat[keep] + torch.repeat_interleave(shifts, rows)
+    return torch.cat([flat.new_zeros(1), tail.to(flat.dtype)])
+
+
+def _checked(output: torch.Tensor, rows: int) -> torch.Tensor:
+    if output.shape[0] != rows:
+        raise RuntimeError(
+            "a batched libtorch step must answer one row per input row: "
+            + str(rows)
+            + " rows in, "
+            + str(output.shape[0])
+            + " out; export with ModelOptions(batching=False)"
+        )
+    return output
+
+
+class MergedRequestsOne(torch.nn.Module):
+    """Runs a module of one output once on all the requests of a batch."""
+
+    widths: dict[str, list[int]]
+
+    def __init__(self, inner: torch.nn.Module, widths: dict[str, list[int]]):
+        super().__init__()
+        self.inner = inner
+        self.widths = widths
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        merged, rows = _merged_inputs(inputs, self.widths)
+        return _checked(self.inner(merged), rows)
+
+
+class MergedRequestsPair(torch.nn.Module):
+    """Runs a module of two outputs once on all the requests of a batch."""
+
+    widths: dict[str, list[int]]
+
+    def __init__(self, inner: torch.nn.Module, widths: dict[str, list[int]]):
+        super().__init__()
+        self.inner = inner
+        self.widths = widths
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        merged, rows = _merged_inputs(inputs, self.widths)
+        first, second = self.inner(merged)
+        return _checked(first, rows), _checked(second, rows)
+
+
+def merged_requests(
+    module: torch.jit.ScriptModule, input_schema: Schema, outputs: int
+) -> torch.jit.ScriptModule:
+    """``module`` (of one or two ``outputs``) taking a whole batch of requests at once."""
+    widths = {
+        spec.name: [int(d) for d in spec.dims[1:]] for spec in wire.schema_specs(input_schema)
+    }
+    wrapper = MergedRequestsOne if outputs == 1 else MergedRequestsPair
+    return torch.jit.script(wrapper(module, widths))
+
+
+def flat_batch(requests: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """What Triton's pytorch backend hands a merged module for ``requests`` (each its wire arrays),
+    as the python step that feeds it sends them: every tensor flat and padded, the requests back to
+    back, and the element counts of each."""
+    sent = [merging.padded_for_libtorch(request) for request in requests]
+    batch = {name: np.concatenate([request[name] for request in sent]) for name in sent[0]}
+    for name in sent[0]:
+        batch[name + COUNT_SUFFIX] = np.array([len(r[name]) for r in sent], dtype=np.int32)
+    return batch
