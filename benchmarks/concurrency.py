@@ -4,9 +4,9 @@ cold start of each export on a server of its own.
 
 Run it with ``./run bench-sweep`` (``--quick`` for a smoke run). For every export, protocol and
 number of closed-loop clients (1, 8, 32, 64), it reports p50 and p99 latency, sessions per second
-and the batches the server formed (Triton's statistics of the python step: requests per
-execution). Clients run in two processes of their own (see ``sweep_clients``). The targets at the
-end compare batching on with off, measured side by side in this one run.
+and the batches the server formed (Triton's statistics of the step that runs the model: requests
+per execution). Clients run in two processes of their own (see ``sweep_clients``). The targets at
+the end compare batching on with off, measured side by side in this one run.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Point:
     sessions_per_s: float
     requests: int
     failures: int
-    mean_batch: float | None  # requests per execution of the python step
+    mean_batch: float | None  # requests per execution of the step that runs the model
     largest_batch: int | None
 
 
@@ -264,7 +264,8 @@ def _closed_loop(
 
 
 def _step_statistics(http_url: str, export: str) -> dict:
-    """Per python step of the export: (executions, requests) and requests per batch size."""
+    """Of the export's step that runs the model (the python step of an all-python export, the
+    libtorch one of a mixed export): (executions, requests) and requests per batch size."""
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(http_url)
@@ -283,7 +284,7 @@ def _step_statistics(http_url: str, export: str) -> dict:
         )
         for entry in stats
         if entry["name"].startswith(export + "-")
-        and entry["name"].split("-")[-1].startswith("transformworkflow")
+        and "predictpytorch" in entry["name"].split("-")[-1]
     }
 
 
@@ -412,7 +413,7 @@ def _markdown(record: dict) -> str:
         f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized "
         f"requests (as perf_analyzer does), one session per request, each client its own sessions, "
         f"{record['rounds']} windows of {record['window_s']} s per point, the four exports taking "
-        f"turns. Batches: requests per execution of the python step.",
+        f"turns. Batches: requests per execution of the step that runs the model.",
         "",
         "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest "
         "batch | failures |",
