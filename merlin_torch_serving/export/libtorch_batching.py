@@ -44,6 +44,16 @@ def row_sources(steps: list[TritonStep]) -> dict[str, str]:
     return sources
 
 
+def unmerged_steps(steps: list[TritonStep], sources: dict[str, str]) -> list[str]:
+    """For each libtorch step of a batched export that answers one request at a time, why."""
+    return [
+        f"libtorch step {step.name!r} answers one request at a time in this batched export: "
+        + (unbatchable_reason(step) or "its inputs do not all come from one python step")
+        for step in steps
+        if step.backend == "pytorch" and step.name not in sources
+    ]
+
+
 def fed_tensors(
     steps: list[TritonStep], sources: dict[str, str]
 ) -> dict[str, list[wire.TensorSpec]]:
@@ -84,8 +94,12 @@ def _merged_inputs(
     request's part one padding element longer) as one request, and its row count."""
     rows = inputs["__rows__count"].to(torch.long)  # ROWS_TENSOR + COUNT_SUFFIX
     merged: dict[str, torch.Tensor] = {}
+    alone = rows.shape[0] == 1  # a batch of one request: only its padding element to drop
     for name, width in widths.items():
         flat = inputs[name]
+        if alone:
+            merged[name] = flat[:-1].reshape([-1] + width)
+            continue
         pads = torch.cumsum(inputs[name + "__count"].to(torch.long), 0) - 1
         keep = torch.ones(flat.shape[0], dtype=torch.bool)
         keep[pads] = False

@@ -54,6 +54,7 @@ from merlin_torch_serving.export.libtorch_batching import (
     flat_batch,
     merged_requests,
     row_sources,
+    unmerged_steps,
 )
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import TritonStep, partition
@@ -199,7 +200,8 @@ def export_ensemble(
         version=version,
         models=model_names,
         fused={step.name: [call.op.label for call in step.calls] for step in steps},
-        warnings=[warmup.problem] if warmup.problem else [],
+        warnings=([warmup.problem] if warmup.problem else [])
+        + (unmerged_steps(steps, rows_from) if options.batching else []),
     )
 
 

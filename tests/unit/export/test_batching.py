@@ -168,6 +168,10 @@ def test_a_libtorch_step_answers_a_batch_as_it_answers_each_request(batched_expo
         ids, scores = merged(batch)
         alone = [merged.inner({n: torch.from_numpy(a) for n, a in i.items()}) for i in inputs]
 
+        for one, own in zip(inputs, alone, strict=True):  # a batch of one request
+            batch = {n: torch.from_numpy(a) for n, a in flat_batch([one]).items()}
+            assert all(torch.equal(got, want) for got, want in zip(merged(batch), own, strict=True))
+
     bounds = np.cumsum([0] + [merging.rows(request) for request in inputs])
     assert bounds.tolist() == [0, 1, 8, 8, 9]
     for (own_ids, own_scores), start, stop in zip(alone, bounds[:-1], bounds[1:], strict=True):
@@ -217,3 +221,25 @@ def test_a_step_answers_a_batch_as_it_answers_each_request(batched_exports, toy_
                 np.testing.assert_array_equal(
                     answer[name], merged[name][bounds[i] : bounds[i + 1]], err_msg=name
                 )
+
+
+def test_a_libtorch_step_that_reads_the_request_answers_alone_and_the_export_says_so(
+    toy_model, tmp_path
+):
+    from merlin_torch_serving import PredictPytorch
+
+    scripted, input_schema, output_schema = toy_model
+    graph = input_schema.column_names >> PredictPytorch(
+        scripted, input_schema, output_schema, backend="pytorch"
+    )
+    result = Ensemble(graph, input_schema).export(
+        tmp_path, "direct", options=ModelOptions(batching=True)
+    )
+
+    [warning] = result.warnings
+    assert "'direct-0-predictpytorch' answers one request at a time" in warning
+    assert "its inputs do not all come from one python step" in warning
+    config = configs.from_pbtxt((tmp_path / "direct-0-predictpytorch" / "config.pbtxt").read_text())
+    assert config.max_batch_size == 0
+    assert not config.batch_input
+    assert all(t.dims[0] == 1 for t in [*config.input, *config.output])  # the batched form
