@@ -257,7 +257,10 @@ class TritonPythonModel:
         if self.metrics is not None:
             for _ in range(sum(isinstance(item, Exception) for item in items)):
                 self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
-        return [self._response(item) for item in items]
+        return [
+            self._response(item, self._requested(request))
+            for item, request in zip(items, requests, strict=True)
+        ]
 
     def finalize(self):
         step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early
@@ -298,7 +301,16 @@ class TritonPythonModel:
             arrays[spec.name] = array
         return arrays
 
-    def _response(self, answer):
+    def _requested(self, request) -> list[str]:
+        """The outputs the ensemble reads of this step (a batched libtorch step's feeder answers
+        some only padded), in config order; all of them where the backend cannot say."""
+        asked = getattr(request, "requested_output_names", None)
+        if asked is None:
+            return self.output_names
+        names = set(asked())
+        return [name for name in self.output_names if name in names]
+
+    def _response(self, answer, names: list[str]):
         pb = self._pb
         if isinstance(answer, Exception):
             detail = (
@@ -309,7 +321,7 @@ class TritonPythonModel:
             message = f"model {self.model_name!r}: {detail}"
             return pb.InferenceResponse(output_tensors=[], error=pb.TritonError(message))
         tensors = []
-        for name in self.output_names:
+        for name in names:
             # what a batched libtorch step this one feeds reads (see libtorch_batching.py)
             if name == ROWS_TENSOR:
                 array = np.zeros(merging.rows(answer), dtype=np.uint8)
