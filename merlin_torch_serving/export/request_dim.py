@@ -1,9 +1,10 @@
 """The batched wire form for libtorch steps: a module that takes and returns every tensor with the
 leading dimension of 1 of a batched ensemble's requests, around the step's own module.
 
-In a batched export the python steps batch across requests (see ``merging``); a libtorch step
-answers one request at a time inside the same ensemble, so its tensors must have the shape the
-other steps send and expect: ``[1, ...]``.
+In a batched export the python steps batch across requests (see ``merging``), and so do libtorch
+steps fed by one python step (``libtorch_batching``); any other libtorch step answers one request
+at a time inside the same ensemble, so its tensors must have the shape the other steps send and
+expect: ``[1, ...]``.
 """
 
 # no `from __future__ import annotations`: TorchScript reads the annotations below as types
