@@ -1,8 +1,9 @@
 """Runs an exported model repository in this process, step by step, as tritonserver would: python
 steps through the same ``HostedStep`` that ``model.py`` hosts, libtorch steps by calling
 ``model.pt`` with one ``Dict[str, Tensor]`` keyed by the config's input names (outputs matched by
-position, inference mode, no optimized execution, as the step config asks), tensors routed by
-the ensemble config's input and output maps.
+position, inference mode, no optimized execution, as the step config asks), each with the torch
+thread count its config asks for (a product split over another count of threads may round
+differently), tensors routed by the ensemble config's input and output maps.
 
 It checks mixed exports without starting a server (the served ones are tested on tritonserver
 with Triton's pytorch backend too).
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 
 from merlin_torch_serving import wire
-from merlin_torch_serving.export.config import from_pbtxt
+from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER, from_pbtxt
 from merlin_torch_serving.export.python_model import HostedStep
 
 
@@ -34,10 +36,15 @@ def run_repository(
             model_name: tensors[ensemble_name]
             for model_name, ensemble_name in step.input_map.items()
         }
-        if step_config.backend == "pytorch":
-            outputs = _run_libtorch(model_dir / str(version) / "model.pt", step_config, inputs)
-        else:
-            outputs = HostedStep.load(str(model_dir / str(version))).run(inputs)
+        libtorch = step_config.backend == "pytorch"
+        threads = step_config.parameters.get(
+            "INTRA_OP_THREAD_COUNT" if libtorch else TORCH_THREADS_PARAMETER
+        )
+        with torch_threads(int(threads.string_value) if threads else None):
+            if libtorch:
+                outputs = _run_libtorch(model_dir / str(version) / "model.pt", step_config, inputs)
+            else:
+                outputs = HostedStep.load(str(model_dir / str(version))).run(inputs)
         for model_name, ensemble_name in step.output_map.items():
             tensors[ensemble_name] = outputs[model_name]
     return {output.name: tensors[output.name] for output in config.output}
