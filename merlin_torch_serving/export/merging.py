@@ -15,15 +15,16 @@ without a table per request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from merlin_torch_serving import wire
+from merlin_torch_serving import metrics, wire
 from merlin_torch_serving.export.config import ROWS_TENSOR
 
 Arrays = Mapping[str, np.ndarray]
+Answer = dict[str, np.ndarray] | Exception
 
 
 @dataclass
@@ -48,6 +49,51 @@ def plan_runs(requests: Sequence[Arrays], keys: Sequence[str], max_rows: int) ->
         run.rows += size
         run.keys |= held
     return [run.members for run in runs]
+
+
+def answer_in_runs(
+    requests: Sequence[Arrays],
+    answer: Callable[[Arrays], dict[str, np.ndarray]],
+    keys: Sequence[str] | None,
+    max_rows: int,
+) -> list[Answer]:
+    """Per request, its answer or the error it alone gets: the requests merged into runs
+    (``plan_runs``; one a run when ``keys`` is None, nothing may merge) and each run answered with
+    one call of ``answer``."""
+    if keys is None:
+        return [answer_or_error(answer, request) for request in requests]
+    answers: dict[int, Answer] = {}
+    for run in plan_runs(requests, keys, max_rows):
+        parts = _answer_run([requests[index] for index in run], answer, keys)
+        answers.update(zip(run, parts, strict=True))
+    return [answers[index] for index in range(len(requests))]
+
+
+def _answer_run(
+    run: Sequence[Arrays], answer: Callable[[Arrays], dict[str, np.ndarray]], keys: Sequence[str]
+) -> list[Answer]:
+    """The answers to one run's requests: of one merged run, or one by one when there is one
+    request or the merged run fails (each request then gets its own error)."""
+    if len(run) > 1:
+        # counted only if it answers: a merged run that fails is run again request by request
+        with metrics.tentative() as keep:
+            try:
+                merged = answer(concat(run))
+                parts = split(merged, [answer_rows(request, keys) for request in run])
+            except Exception:
+                parts = None
+            if parts is not None:
+                keep()
+                return list(parts)
+    return [answer_or_error(answer, request) for request in run]
+
+
+def answer_or_error(answer: Callable[[Arrays], dict[str, np.ndarray]], request: Arrays) -> Answer:
+    """``answer(request)``, or the error it raised: one failing request must not fail the others."""
+    try:
+        return answer(request)
+    except Exception as error:
+        return error
 
 
 def answer_rows(request: Arrays, keys: Sequence[str]) -> int:

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from merlin.table import TensorTable
@@ -106,39 +106,15 @@ class HostedStep:
                 checked[index] = self._entry(arrays)
             except Exception as error:  # a bad request fails alone
                 answers[index] = error
-        for run in self._runs(checked):
-            parts = self._answer_run([checked[i] for i in run])
-            answers.update(zip(run, parts, strict=True))
-        return [answers[index] for index in range(len(requests))]
-
-    def _runs(self, checked: Mapping[int, dict[str, np.ndarray]]) -> list[list[int]]:
-        """The indices of the requests each merged run holds (one a run when none may merge)."""
         indices = list(checked)
-        if self.merge_keys is None:
-            return [[index] for index in indices]
-        planned = merging.plan_runs(
-            [checked[index] for index in indices], self.merge_keys, self.max_batch_rows
+        parts = merging.answer_in_runs(
+            [checked[index] for index in indices],
+            self._answer,
+            self.merge_keys,
+            self.max_batch_rows,
         )
-        return [[indices[i] for i in run] for run in planned]
-
-    def _answer_run(
-        self, run: list[dict[str, np.ndarray]]
-    ) -> list[dict[str, np.ndarray] | Exception]:
-        """The answers to one run's requests: of one merged run, or one by one when there is one
-        request or the merged run fails (each request then gets its own error)."""
-        if len(run) > 1:
-            # counted only if it answers: a merged run that fails is run again request by request
-            with metrics.tentative() as keep:
-                try:
-                    answer = self._answer(merging.concat(run))
-                    rows = [merging.answer_rows(request, self.merge_keys or []) for request in run]
-                    parts = merging.split(answer, rows)
-                except Exception:
-                    parts = None
-                if parts is not None:
-                    keep()
-                    return list(parts)
-        return [_answer_or_error(self._answer, request) for request in run]
+        answers.update(zip(indices, parts, strict=True))
+        return [answers[index] for index in range(len(requests))]
 
     def _entry(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The request's wire arrays (text as ``str``), once they are checked."""
@@ -173,17 +149,6 @@ class HostedStep:
                 return None
             found = names or found
         return found
-
-
-def _answer_or_error(
-    answer: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]],
-    arrays: Mapping[str, np.ndarray],
-) -> dict[str, np.ndarray] | Exception:
-    """``answer(arrays)``, or the error it raised: one failing request must not fail the others."""
-    try:
-        return answer(arrays)
-    except Exception as error:
-        return error
 
 
 def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
@@ -274,7 +239,7 @@ class TritonPythonModel:
             answers = (
                 self.step.run_batch(batch)
                 if self.batched
-                else [_answer_or_error(self.step.run, arrays) for arrays in batch]
+                else [merging.answer_or_error(self.step.run, arrays) for arrays in batch]
             )
         answered = sum(not isinstance(answer, Exception) for answer in answers)
         if self.metrics is not None and collected is not None and answered:
