@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             + (["--quick"] if arguments.quick else [])
             + ["--output-dir", str(arguments.output_dir)]
         )
+    if arguments.only == "merging":
+        from benchmarks import inprocess_merging
+
+        return inprocess_merging.main(rest + ["--output-dir", str(arguments.output_dir)])
     if arguments.only == "idle":
         from benchmarks import idle
 
@@ -137,10 +141,11 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "idle"],
+        choices=["catalog", "idle", "merging"],
         help=(
             "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
-            " --sizes, --index) or the cost of a pause without requests (benchmarks/idle.py)"
+            " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py) or"
+            " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py)"
         ),
     )
     parser.add_argument(

@@ -59,6 +59,7 @@ _LAZY = {
     "HNSWIndex": "merlin_torch_serving.retrieval",
     "IVFIndex": "merlin_torch_serving.retrieval",
     "LocalExecutor": "merlin_torch_serving.executors",
+    "MergingExecutor": "merlin_torch_serving.merging_executor",
     "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
     "ModelStatus": "merlin_torch_serving.health",
@@ -90,6 +91,7 @@ __all__ = [
     "InferenceError",
     "InputError",
     "LocalExecutor",
+    "MergingExecutor",
     "MerlinTorchServingError",
     "MissingColumnsError",
     "ModelCheckError",
@@ -136,6 +138,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.health import ModelHealth, ModelStatus
+    from merlin_torch_serving.merging_executor import MergingExecutor
     from merlin_torch_serving.ops import (
         DecodeItemIds,
         PredictPytorch,
