@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from merlin_torch_serving.plan import Plan
 
 
-@dataclass
+@dataclass(eq=False)  # a call is itself: found in the waiting list by identity
 class _Call:
     plan: Plan
     request: TensorTable

@@ -127,3 +127,41 @@ def test_calls_cut_into_runs_of_at_most_max_batch_rows_answer_as_alone(session_e
 def test_max_batch_rows_must_be_positive():
     with pytest.raises(ValueError, match="max_batch_rows must be at least 1, got 0"):
         MergingExecutor(max_batch_rows=0)
+
+
+class Interrupted(BaseException):
+    """Stands for an interrupt: not an Exception, so no call may swallow it."""
+
+
+class InterruptOnNinetyNine(ServingOperator):
+    def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None):
+        return Schema([ColumnSchema("y", dtype="int64")])
+
+    def transform(self, col_selector, transformable):
+        time.sleep(0.02)
+        values = np.asarray(transformable["x"].values)
+        if (values == 99).any():
+            raise Interrupted
+        return TensorTable({"y": values}, _unsafe=True)
+
+
+def test_an_interrupt_in_a_run_reaches_its_calls_and_leaves_the_executor_serving():
+    ensemble = Ensemble(
+        ["x"] >> InterruptOnNinetyNine(), Schema([ColumnSchema("x", dtype="int64")])
+    )
+    executor = MergingExecutor()
+    requests = [{"x": [i]} for i in range(90, 100)]
+
+    answers = _concurrently(lambda r: _or_interrupt(ensemble, executor, r), requests)
+
+    assert answers[-1] == "interrupted"  # the call that holds 99, in whichever run it was
+    for answer, request in zip(answers, requests, strict=True):  # the others: answered or told
+        assert isinstance(answer, str) or answer["y"].tolist() == request["x"]
+    assert ensemble.transform({"x": [5]}, executor)["y"].tolist() == [5]  # not stuck
+
+
+def _or_interrupt(ensemble, executor, request):
+    try:
+        return ensemble.transform(request, executor)
+    except Interrupted:
+        return "interrupted"
