@@ -4,6 +4,7 @@ compares the served answer with the in-process one itself."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -25,13 +26,20 @@ def readme_example() -> str:
     return blocks[0]
 
 
-def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process():
+def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process(tmp_path):
     example = readme_example()
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example
+    # the example keeps its folder for serving afterwards; here it goes where pytest cleans up
     result = subprocess.run(
-        [sys.executable, "-"], input=example, cwd=ROOT, capture_output=True, text=True, timeout=900
+        [sys.executable, "-"],
+        input=example,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.strip().splitlines()
