@@ -238,6 +238,8 @@ def test_no_process_outlives_a_parent_killed_with_sigkill(tmp_path):
         [sys.executable, "-c", parent_script, str(tmp_path / "repository")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # a killed parent cannot remove its server log: let it leave it where pytest cleans up
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     ) as parent:
         try:
             ready, _, _ = select.select([parent.stdout], [], [], 90)
