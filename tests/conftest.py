@@ -9,6 +9,11 @@ session-based example's clicks, workflow and three next-item models (tests/sessi
 ``pytorch_backend``: Triton's pytorch backend built for this torch; a test that needs it fails,
 naming the command that builds it, when it is not.
 ``ranking``: the ranking example (examples/ranking) at test size, trained once.
+
+Every test starts with one torch thread (``one_torch_thread``), as the library runs models by
+default in-process and served: tests that call an exported module or step directly compare it bit
+for bit with those paths, and a product split over another number of threads may round
+differently (MKL on an AMD EPYC did, for 5 to 9 rows over 2 threads).
 """
 
 from __future__ import annotations
@@ -22,6 +27,17 @@ from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for
 from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.server import TritonServer
 from tests import session_models, toy_session
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One torch thread for the test (the thread count is per calling thread), restored after."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")
