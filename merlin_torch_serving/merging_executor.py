@@ -112,7 +112,7 @@ class MergingExecutor:
         """``plan.request_groups()``, asked once per plan (it walks the plan's operators, which
         cost a lone call 0.16 ms each time)."""
         known = self._keys.get(id(plan))
-        if known is None or known[0] is not plan:
+        if known is None:  # kept with its plan, so the id stays that plan's
             known = self._keys[id(plan)] = (plan, plan.request_groups())
         return known[1]
 

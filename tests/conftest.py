@@ -25,6 +25,7 @@ import pytest
 
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch
 from merlin_torch_serving.exceptions import ServerError
+from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.server import TritonServer
 from tests import session_models, toy_session
 
@@ -32,12 +33,8 @@ from tests import session_models, toy_session
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """One torch thread for the test (the thread count is per calling thread), restored after."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ from merlin_torch_serving import (
     frames,
     wire,
 )
-from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export.python_model import HostedStep
 from tests import toy_session
 
@@ -186,8 +185,7 @@ def test_exported_python_step_reproduces_the_in_process_result(toy_workflow, toy
     rows = toy_session.interactions(9, seed=11)
     request = frames.frame_to_table(rows[toy_workflow.input_schema.column_names])
 
-    with torch_threads(1):  # as the stub runs it (ModelOptions' default, LocalExecutor's too)
-        served = step.run(wire.to_wire(request))
+    served = step.run(wire.to_wire(request))
     local = wire.to_wire(fused.run(request))
 
     assert sorted(served) == sorted(local)
