@@ -5,8 +5,9 @@ cold start of each export on a server of its own.
 Run it with ``./run bench-sweep`` (``--quick`` for a smoke run). For every export, protocol and
 number of closed-loop clients (1, 8, 32, 64), it reports p50 and p99 latency, sessions per second
 and the batches the server formed (Triton's statistics of the step that runs the model: requests
-per execution). Clients run in two processes of their own (see ``sweep_clients``). The targets at
-the end compare batching on with off, measured side by side in this one run.
+per execution) and the CPU each session took from tritonserver, its python stubs and the client
+processes. Clients run in two processes of their own (see ``sweep_clients``). The targets at the
+end compare batching on with off, measured side by side in this one run.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
 from benchmarks import server_stats
+from benchmarks.environment import cpu_seconds
+from benchmarks.memory import server_processes
 from benchmarks.sweep_clients import ClientJob, grpc_sender, run_clients
 from benchmarks.systems import project_ensemble
 from benchmarks.workload import build_workload
@@ -68,6 +71,20 @@ class Point:
     failures: int
     mean_batch: float | None  # requests per execution of the step that runs the model
     largest_batch: int | None
+    #: process group ("tritonserver", "python stubs", "clients") -> its CPU over the windows
+    #: divided by the sessions the server answered in them
+    cpu_ms_per_session: dict[str, float]
+
+
+@dataclass
+class Window:
+    """One closed-loop window of one export: the client-side results, and what the server
+    answered (Triton's count of the ensemble's requests) and each process group's CPU over it."""
+
+    latencies_ms: list[float]
+    failures: int
+    answered: int
+    cpu_s: dict[str, float]
 
 
 @dataclass
@@ -123,11 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "client_processes": CLIENT_PROCESSES,
+        "cores": os.cpu_count(),
         "window_s": window_s,
         "rounds": ROUNDS,
         "points": [asdict(p) for p in points],
         "cold_starts": [asdict(c) for c in cold],
-        "targets": _targets(points, cold),
+        "targets": _targets(points, cold, os.cpu_count() or 1),
     }
     stem = "concurrency-quick" if arguments.quick else "concurrency"
     arguments.output_dir.mkdir(parents=True, exist_ok=True)
@@ -152,38 +170,36 @@ def _sweep(
         TritonServer(all_models, start_timeout_s=600.0) as server,
     ):
         pool.map(_ready, range(CLIENT_PROCESSES))
+        processes = {
+            "tritonserver": [server.pid],
+            "python stubs": [p.pid for p in server_processes(server.pid)[1:]],
+            "clients": [p.pid for p in context.active_children()],
+        }
         for protocol in protocols:
             url = server.grpc_url if protocol == "grpc" else server.http_url
             for clients in CONCURRENCIES:
-                latencies = {export: [] for export in EXPORTS}
-                failures = dict.fromkeys(EXPORTS, 0)
+                windows = {export: [] for export in EXPORTS}
                 batches = {export: [] for export in EXPORTS}
                 for _ in range(ROUNDS):
                     for export, (_, batching) in EXPORTS.items():
                         before = _step_statistics(server.http_url, export)
-                        measured, failed = _closed_loop(
-                            pool,
-                            url,
-                            protocol,
-                            export,
-                            forms[batching],
-                            clients,
-                            warmup_s,
-                            window_s,
+                        windows[export].append(
+                            _closed_loop(
+                                pool,
+                                (url, server.http_url),
+                                protocol,
+                                export,
+                                forms[batching],
+                                clients,
+                                (warmup_s, window_s),
+                                processes,
+                            )
                         )
                         batches[export].append((before, _step_statistics(server.http_url, export)))
-                        latencies[export] += measured
-                        failures[export] += failed
                 for export in EXPORTS:
                     points.append(
                         _point(
-                            export,
-                            protocol,
-                            clients,
-                            latencies[export],
-                            failures[export],
-                            batches[export],
-                            window_s,
+                            export, protocol, clients, windows[export], batches[export], window_s
                         )
                     )
     return sorted(
@@ -192,7 +208,14 @@ def _sweep(
     )
 
 
-def _point(export, protocol, clients, latencies, failures, batches, window_s) -> Point:
+def _point(export, protocol, clients, windows: list[Window], batches, window_s) -> Point:
+    latencies = [ms for window in windows for ms in window.latencies_ms]
+    failures = sum(window.failures for window in windows)
+    answered = sum(window.answered for window in windows)
+    cpu_ms = {
+        group: round(sum(w.cpu_s[group] for w in windows) * 1000.0 / max(answered, 1), 3)
+        for group in windows[0].cpu_s
+    }
     formed = [_formed_batches(before, after) for before, after in batches]
     means = [mean for mean, _ in formed if mean is not None]
     largest = [size for _, size in formed if size is not None]
@@ -207,13 +230,14 @@ def _point(export, protocol, clients, latencies, failures, batches, window_s) ->
         failures,
         round(float(np.mean(means)), 2) if means else None,
         max(largest, default=None),
+        cpu_ms,
     )
     _say(
         f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 "
         f"{point.p99_ms:7.2f} ms, "
         f"{point.sessions_per_s:7.1f} sessions/s, batches {point.mean_batch} (largest "
         f"{point.largest_batch}), "
-        f"failures {failures}"
+        f"CPU ms per session {_cpu_text(cpu_ms)}, failures {failures}"
     )
     return point
 
@@ -234,8 +258,13 @@ def _ready(_: int) -> None:
 
 
 def _closed_loop(
-    pool, url, protocol, model, requests, clients, warmup_s, window_s
-) -> tuple[list[float], int]:
+    pool, urls, protocol, model, requests, clients, timing, watched: dict[str, list[int]]
+) -> Window:
+    """``clients`` closed-loop clients of ``model`` at ``urls[0]`` for a warm-up and a window
+    (``timing``); the server's count of answered requests (read at ``urls[1]``, its HTTP
+    endpoint) and the CPU of the ``watched`` process groups are taken at the window's ends."""
+    url, http_url = urls
+    warmup_s, window_s = timing
     processes = min(CLIENT_PROCESSES, clients)
     start_at = time.time() + 0.5 + warmup_s  # the jobs reach the running processes at once
     stop_at = start_at + window_s
@@ -257,10 +286,33 @@ def _closed_loop(
         )
         for i, share in enumerate(shares)
     ]
-    results = pool.map(run_clients, jobs, chunksize=1)
-    return [ms for latencies, _ in results for ms in latencies], sum(
-        failures for _, failures in results
+    pending = pool.map_async(run_clients, jobs, chunksize=1)
+    ends = []
+    for moment in (start_at, stop_at):
+        time.sleep(max(0.0, moment - time.time()))
+        ends.append(
+            (
+                _answered(http_url, model),
+                {group: cpu_seconds(pids) for group, pids in watched.items()},
+            )
+        )
+    results = pending.get()
+    (answered_before, cpu_before), (answered_after, cpu_after) = ends
+    return Window(
+        [ms for latencies, _ in results for ms in latencies],
+        sum(failures for _, failures in results),
+        answered_after - answered_before,
+        {group: cpu_after[group] - cpu_before[group] for group in watched},
     )
+
+
+def _answered(http_url: str, model: str) -> int:
+    return server_stats.snapshot(http_url).get(model, {}).get("success", (0, 0))[0]
+
+
+def _cpu_text(cpu_ms: dict[str, float]) -> str:
+    """``server / stubs / clients`` milliseconds, and their sum."""
+    return " / ".join(f"{ms:.2f}" for ms in cpu_ms.values()) + f" = {sum(cpu_ms.values()):.2f}"
 
 
 def _step_statistics(http_url: str, export: str) -> dict:
@@ -362,7 +414,7 @@ def _counted(http_url: str, export: str, before: dict, requests: int) -> dict:
     raise RuntimeError(f"{export}: the server's statistics never counted {requests} more requests")
 
 
-def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
+def _targets(points: list[Point], cold: list[ColdStart], cores: int) -> list[str]:
     found = {(p.export, p.protocol, p.clients): p for p in points}
     lines = []
     for kind in ("python", "mixed"):
@@ -381,7 +433,10 @@ def _targets(points: list[Point], cold: list[ColdStart]) -> list[str]:
                     f"{kind} {protocol}, 32 clients: sessions/s x{ratio:.2f} batched/unbatched "
                     f"(target >= 5): "
                     f"{'met' if ratio >= 5 else 'NOT met'}; p99 {on32.p99_ms} vs {off32.p99_ms} ms "
-                    f"({'met' if on32.p99_ms <= off32.p99_ms else 'NOT met'})"
+                    f"({'met' if on32.p99_ms <= off32.p99_ms else 'NOT met'}); x5 leaves "
+                    f"{cores * 1000.0 / (5 * off32.sessions_per_s):.2f} ms of CPU per session on "
+                    f"{cores} cores, batched took {_cpu_text(on32.cpu_ms_per_session)} ms "
+                    f"(tritonserver / python stubs / clients)"
                 )
             if on1 and off1:
                 ratio = on1.p50_ms / off1.p50_ms
@@ -409,20 +464,24 @@ def _markdown(record: dict) -> str:
         f"# Concurrency sweep ({record['started']} UTC, {record['minutes']} min)",
         "",
         f"Load average before/after: {record['load_average_before']} / "
-        f"{record['load_average_after']} (2 cores). "
+        f"{record['load_average_after']} ({record.get('cores', 2)} cores). "
         f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized "
         f"requests (as perf_analyzer does), one session per request, each client its own sessions, "
         f"{record['rounds']} windows of {record['window_s']} s per point, the four exports taking "
         f"turns. Batches: requests per execution of the step that runs the model.",
         "",
+        "CPU: milliseconds of CPU per session the server answered, of tritonserver / its python "
+        "stubs / the client processes = all.",
+        "",
         "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest "
-        "batch | failures |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "batch | CPU ms per session | failures |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for p in record["points"]:
         lines.append(
             f"| {p['export']} | {p['protocol']} | {p['clients']} | {p['p50_ms']} | {p['p99_ms']} | "
-            f"{p['sessions_per_s']} | {p['mean_batch']} | {p['largest_batch']} | {p['failures']} |"
+            f"{p['sessions_per_s']} | {p['mean_batch']} | {p['largest_batch']} | "
+            f"{_cpu_text(p['cpu_ms_per_session'])} | {p['failures']} |"
         )
     lines += [
         "",

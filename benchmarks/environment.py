@@ -96,14 +96,19 @@ class OtherCpuLoad:
         self.other_cores = max(0.0, (busy - own) / wall) + self.steal_cores
 
     def _own_cpu_s(self) -> float:
-        total = 0.0
-        for pid in [os.getpid(), *self.own_pids()]:
-            try:
-                times = psutil.Process(pid).cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += times.user + times.system
-        return total
+        return cpu_seconds([os.getpid(), *self.own_pids()])
+
+
+def cpu_seconds(pids) -> float:
+    """User and system CPU the processes ``pids`` have used so far; ended ones count nothing."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def _busy_s(times) -> float:
