@@ -84,6 +84,46 @@ def _client(job: ClientJob, index: int, latencies: list[float], failures: list[i
         close()
 
 
+@dataclass(frozen=True)
+class AlternatingJob:
+    """One client sending to several ``models`` (each with its requests, in the form it takes)
+    in turn, one request at a time, for ``rounds`` rounds after ``warmup_rounds``: in a round
+    every model gets the same request (by position), and the order rotates from round to round.
+    Models measured so meet the same machine, request by request, not window by window."""
+
+    url: str
+    protocol: str
+    models: list  # of (model name, its requests)
+    outputs: list[str]
+    rounds: int
+    warmup_rounds: int
+
+
+def run_alternating(job: AlternatingJob) -> dict[str, list[float]]:
+    """Per model, the latencies in ms of its measured requests."""
+    connect = grpc_sender if job.protocol == "grpc" else http_sender
+    senders = {
+        model: connect(job.url, model, requests, job.outputs) for model, requests in job.models
+    }
+    count = min(len(requests) for _, requests in job.models)
+    order = [model for model, _ in job.models]
+    latencies: dict[str, list[float]] = {model: [] for model in order}
+    try:
+        for turn in range(job.warmup_rounds + job.rounds):
+            shift = turn % len(order)
+            for model in order[shift:] + order[:shift]:
+                send, _ = senders[model]
+                began = time.perf_counter()
+                if not send(turn % count):
+                    raise RuntimeError(f"{model}: request {turn % count} failed")
+                if turn >= job.warmup_rounds:
+                    latencies[model].append((time.perf_counter() - began) * 1000.0)
+    finally:
+        for _, close in senders.values():
+            close()
+    return latencies
+
+
 def grpc_sender(url: str, model: str, requests: list, outputs: list[str]):
     """(send(i) -> answered, close) for ``requests`` to ``model`` over a gRPC channel of their
     own, connected before it returns (a readiness call)."""
