@@ -49,11 +49,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{arguments.step.name} is a libtorch step: name the step feeding it, --feeder"
         )
     torch.set_num_threads(1)
+    if config.backend == "pytorch":
+        runs = _libtorch_runs(arguments.step, config, arguments.feeder)
+    else:
+        runs = _python_runs(arguments.step, config)
     for count in arguments.counts:
-        if config.backend == "pytorch":
-            merged_run, alone_run = _libtorch_runs(arguments.step, config, arguments.feeder, count)
-        else:
-            merged_run, alone_run = _python_runs(arguments.step, config, count)
+        merged_run, alone_run = runs(count)
         for _ in range(3):
             merged_run()
             alone_run()
@@ -74,24 +75,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _python_runs(folder: Path, config, count: int):
-    """(merged, one by one) runs of a batched python step on ``count`` requests."""
-    step, requests = _step_and_requests(folder, config, count)
+def _python_runs(folder: Path, config):
+    """count -> (merged, one by one) runs of a batched python step on ``count`` requests."""
+    step, requests = _step_and_requests(folder, config)
 
-    def alone() -> None:
-        for request in requests:
-            step.run(request)
+    def runs(count: int):
+        chosen = requests(count)
 
-    return lambda: step.run_batch(requests), alone
+        def alone() -> None:
+            for request in chosen:
+                step.run(request)
+
+        return lambda: step.run_batch(chosen), alone
+
+    return runs
 
 
-def _libtorch_runs(folder: Path, config, feeder_folder: Path, count: int):
-    """(merged, one by one) runs of a batched libtorch step on what its feeder answers to
-    ``count`` requests, with the backend's settings: inference mode, no optimized execution."""
+def _libtorch_runs(folder: Path, config, feeder_folder: Path):
+    """count -> (merged, one by one) runs of a batched libtorch step on what its feeder answers
+    to ``count`` requests, with the backend's settings: inference mode, no optimized execution."""
     feeder_config = configs.from_pbtxt((feeder_folder / "config.pbtxt").read_text())
-    feeder, requests = _step_and_requests(feeder_folder, feeder_config, count)
+    feeder, requests = _step_and_requests(feeder_folder, feeder_config)
     names = [spec.name for spec in config.input if spec.name != configs.ROWS_TENSOR]
-    fed = [{name: answer[name] for name in names} for answer in map(feeder.run, requests)]
     module = torch.jit.load(str(folder / str(_version(folder)) / configs.LIBTORCH_MODEL_FILE))
 
     def run(batch: list[dict[str, np.ndarray]]) -> None:
@@ -99,19 +104,27 @@ def _libtorch_runs(folder: Path, config, feeder_folder: Path, count: int):
         with torch.inference_mode(), torch.jit.optimized_execution(False):
             module(tensors)
 
-    def alone() -> None:
-        for one in fed:
-            run([one])
+    def runs(count: int):
+        fed = [
+            {name: answer[name] for name in names} for answer in map(feeder.run, requests(count))
+        ]
 
-    return lambda: run(fed), alone
+        def alone() -> None:
+            for one in fed:
+                run([one])
+
+        return lambda: run(fed), alone
+
+    return runs
 
 
-def _step_and_requests(folder: Path, config, count: int):
-    """A batched python step, and ``count`` copies of its warm-up sample as distinct sessions."""
+def _step_and_requests(folder: Path, config):
+    """A batched python step, and count -> that many copies of its warm-up sample as distinct
+    sessions."""
     warmup = json.loads(config.parameters[configs.WARMUP_PARAMETER].string_value)
     sample = read_warmup_files(str(folder / WARMUP_DIR), warmup["inputs"])
     step = HostedStep.load(str(folder / str(_version(folder))), step=config.name)
-    return step, [renamed_copy(sample, step.merge_keys, i) for i in range(count)]
+    return step, lambda count: [renamed_copy(sample, step.merge_keys, i) for i in range(count)]
 
 
 def _version(folder: Path) -> int:
