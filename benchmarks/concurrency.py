@@ -327,7 +327,7 @@ def _closed_loop(
         time.sleep(max(0.0, moment - time.time()))
         ends.append(
             (
-                _answered(http_url, model),
+                _answered(server_stats.snapshot(http_url), model),
                 {group: cpu_seconds(pids) for group, pids in watched.items()},
             )
         )
@@ -341,8 +341,9 @@ def _closed_loop(
     )
 
 
-def _answered(http_url: str, model: str) -> int:
-    return server_stats.snapshot(http_url).get(model, {}).get("success", (0, 0))[0]
+def _answered(snapshot: dict, model: str) -> int:
+    """Requests of ``model`` the server has answered, in a ``server_stats.snapshot``."""
+    return snapshot.get(model, {}).get("success", (0, 0))[0]
 
 
 def _cpu_text(cpu_ms: dict[str, float]) -> str:
@@ -440,10 +441,10 @@ def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
 def _counted(http_url: str, export: str, before: dict, requests: int) -> dict:
     """A snapshot of the server's statistics once they count ``requests`` more answered requests
     of ``export`` than ``before`` (Triton may add a request to them just after answering it)."""
-    wanted = before.get(export, {}).get("success", (0, 0))[0] + requests
+    wanted = _answered(before, export) + requests
     for _ in range(100):
         after = server_stats.snapshot(http_url)
-        if after.get(export, {}).get("success", (0, 0))[0] >= wanted:
+        if _answered(after, export) >= wanted:
             return after
         time.sleep(0.02)
     raise RuntimeError(f"{export}: the server's statistics never counted {requests} more requests")

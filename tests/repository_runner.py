@@ -18,6 +18,7 @@ import torch
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.export.checks import THREAD_COUNT_PARAMETER
 from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER, from_pbtxt
 from merlin_torch_serving.export.python_model import HostedStep
 
@@ -38,7 +39,7 @@ def run_repository(
         }
         libtorch = step_config.backend == "pytorch"
         threads = step_config.parameters.get(
-            "INTRA_OP_THREAD_COUNT" if libtorch else TORCH_THREADS_PARAMETER
+            THREAD_COUNT_PARAMETER if libtorch else TORCH_THREADS_PARAMETER
         )
         with torch_threads(int(threads.string_value) if threads else None):
             if libtorch:
