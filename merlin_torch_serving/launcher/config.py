@@ -153,6 +153,9 @@ class ServerConfig:
             # One bad model must not take the others down; readiness is judged by the launcher
             # instead.
             "--exit-on-error=false",
+            # gRPC request and response objects kept for reuse hold on to the largest tensors they
+            # ever carried: after one request of a million clicks, tens of megabytes for good.
+            "--grpc-infer-allocation-pool-size=0",
             # Let the server finish its own shutdown before stop() resorts to SIGKILL.
             f"--exit-timeout-secs={max(1, math.floor(self.stop_timeout_s * 0.75))}",
             f"--log-verbose={self.log_verbose}",
