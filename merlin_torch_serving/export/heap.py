@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 #: a request of this many rows (the longest tensor, clicks or list values) or more is followed
-#: by ``malloc_trim``: it costs about a millisecond per 100 MB of heap, far below what such a
-#: request takes, and nothing for the one-session requests that make most traffic
+#: by ``malloc_trim``: about 4 ms per 100 MB it returns (measured on a heap of 200 MB, half of it
+#: freed in 160 KB pieces), far below what such a request takes; one-session requests, most of the
+#: traffic, never pay it
 TRIM_AFTER_ROWS = 50_000
 
 
