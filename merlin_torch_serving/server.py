@@ -84,8 +84,7 @@ class TritonServer:
     ensemble runs gets a second instance and an idle standby, and the moment one of its stubs
     dies its ensembles switch to the standby until it is reloaded, so only the requests inside
     the dead stub fail (``launcher.failover``; it costs two more stubs per python step). Not in
-    "poll" mode, nor for a repository in object storage. ``wait_for_failover()`` returns once
-    every python model has its standby.
+    "poll" mode. ``wait_for_failover()`` returns once every python model has its standby.
 
     ``memory_growth_limit`` (default 0.05): a python model whose idle stubs hold 5 % (and at
     least 32 MB) more memory than they started with, as after a very big request, is started
@@ -293,8 +292,7 @@ class TritonServer:
         assert self._supervisor is not None  # started with the server
         if not self.config.failover:
             raise ServerError(
-                "this server runs without failover: pass failover=True (it is off in 'poll' mode"
-                " and for a repository in object storage)"
+                "this server runs without failover: pass failover=True (it is off in 'poll' mode)"
             )
         deadline = time.monotonic() + timeout_s
         while self._supervisor.pending(running.admin.models()):
@@ -350,7 +348,7 @@ class TritonServer:
         return running
 
     def _failover(self, running: RunningServer) -> Failover | None:
-        if self._standby_repository is None or not isinstance(self.repository, Path):
+        if self._standby_repository is None:
             return None
         failover = Failover(
             running.admin,

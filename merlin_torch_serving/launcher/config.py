@@ -112,11 +112,8 @@ class ServerConfig:
             "host": self.host.strip(),
             "admin_key": access.checked_admin_key(self.admin_key),
             "restricted_apis": access.checked_restricted_apis(self.restricted_apis),
-            # standbys are loaded and switched to through the load API, which poll mode closes,
-            # and linked from a local repository
-            "failover": bool(self.failover)
-            and self.model_control != "poll"
-            and isinstance(server_repository(self.repository), Path),
+            # standbys are loaded and switched to through the load API, which poll mode closes
+            "failover": bool(self.failover) and self.model_control != "poll",
         }
         for name, value in normalized.items():
             object.__setattr__(self, name, value)

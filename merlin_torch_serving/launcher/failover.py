@@ -10,7 +10,8 @@ away from the dead instance, which the launcher does for every python model an e
 - the model runs at least two instances (raised in place when its config asks for one), so the
   requests already queued for it when one stub dies are answered by the other;
 - a standby, ``<model>-standby``: the same model with one instance, its folders linked from the
-  repository into a second repository of the server's own, loaded beside it and idle.
+  repository (downloaded, from object storage) into a second repository of the server's own,
+  loaded beside it and idle.
 
 When a stub of the model dies, every ensemble that runs it is switched to the standby (an
 ensemble loads in milliseconds: it has no stubs of its own), the model is reloaded, and the
@@ -34,6 +35,7 @@ from google.protobuf import json_format, text_format
 
 from merlin_torch_serving.exceptions import MerlinTorchServingError
 from merlin_torch_serving.health import ModelHealth, ModelStatus, expected_stubs
+from merlin_torch_serving.locations import download_model_folder
 
 logger = logging.getLogger("merlin_torch_serving")
 
@@ -73,18 +75,23 @@ def switched_steps(config: Mapping, model: str, replacement: str) -> dict | None
     return changed
 
 
-def write_standby(repository: Path, side_repository: Path, model: str, config: Mapping) -> Path:
-    """The standby's folder in ``side_repository``: its config (one instance, its own name) and a
-    link to every other entry of the model's folder (version folders, warm-up data)."""
+def write_standby(
+    repository: Path | str, side_repository: Path, model: str, config: Mapping
+) -> Path:
+    """The standby's folder in ``side_repository``: its config (one instance, its own name) and
+    every other entry of the model's folder (version folders, warm-up data), linked from a local
+    repository or downloaded from one in object storage."""
     from tritonclient.grpc import model_config_pb2
 
-    source = repository / model
     folder = side_repository / standby_name(model)
-    folder.mkdir(parents=True, exist_ok=True)
-    for entry in source.iterdir():
-        link = folder / entry.name
-        if entry.name != "config.pbtxt" and not link.exists():
-            os.symlink(entry.resolve(), link)
+    if isinstance(repository, Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        for entry in (repository / model).iterdir():
+            link = folder / entry.name
+            if entry.name != "config.pbtxt" and not link.exists():
+                os.symlink(entry.resolve(), link)
+    elif not folder.exists():
+        download_model_folder(repository, model, folder)
     standby = {**with_instances(config, 1), "name": standby_name(model)}
     message = json_format.ParseDict(
         standby, model_config_pb2.ModelConfig(), ignore_unknown_fields=True
@@ -96,11 +103,12 @@ def write_standby(repository: Path, side_repository: Path, model: str, config: M
 class Failover:
     """The standbys and switches of one running server (see the module's docstring).
 
-    ``admin`` is the server's ``launcher.admin.Admin``; ``repository`` its local model repository
-    and ``side_repository`` the second one the server was started with, for the standbys.
+    ``admin`` is the server's ``launcher.admin.Admin``; ``repository`` its model repository (a
+    local folder or an object-store URL) and ``side_repository`` the second one the server was
+    started with, for the standbys.
     """
 
-    def __init__(self, admin, repository: Path, side_repository: Path, load_timeout_s: float):
+    def __init__(self, admin, repository: Path | str, side_repository: Path, load_timeout_s: float):
         self._admin = admin
         self._repository = repository
         self._side = side_repository

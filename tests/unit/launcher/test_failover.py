@@ -69,9 +69,9 @@ def test_failover_is_on_by_default_and_off_where_it_cannot_work(tmp_path, monkey
     monkeypatch.delenv("MTS_FAILOVER", raising=False)
     assert TritonServer(tmp_path).config.failover
     assert not TritonServer(tmp_path, failover=False).config.failover
-    # the load API it switches with is closed in poll mode; standbys are linked from local folders
+    # the load API it switches with is closed in poll mode
     assert not ServerConfig(tmp_path, model_control="poll").failover
-    assert not ServerConfig("s3://bucket/repository").failover
+    assert ServerConfig("s3://bucket/repository").failover
 
 
 @pytest.mark.parametrize("value", ["0", "false", "off", "No"])
