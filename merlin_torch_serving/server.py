@@ -350,14 +350,12 @@ class TritonServer:
     def _failover(self, running: RunningServer) -> Failover | None:
         if self._standby_repository is None:
             return None
-        failover = Failover(
+        return Failover(
             running.admin,
             self.repository,
             self._standby_repository,
             load_timeout_s=self.config.start_timeout_s,
         )
-        running.config_for = failover.config_for
-        return failover
 
     def _shut_down(self, *, graceful: bool) -> None:
         running, self._running = self._running, None

@@ -20,7 +20,7 @@ from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
 from merlin_torch_serving.health import ModelHealth, expected_stubs
 from merlin_torch_serving.launcher import recycling
 from merlin_torch_serving.launcher.deaths import DeathWatch
-from merlin_torch_serving.launcher.failover import Failover
+from merlin_torch_serving.launcher.failover import Failover, standby_name
 from merlin_torch_serving.launcher.process import children_of
 from merlin_torch_serving.launcher.stubs import Stub, StubRecord, assess
 
@@ -138,8 +138,11 @@ class Supervisor:
     # ---- the thread -------------------------------------------------------------------------
 
     def _stub_died(self, stub: Stub) -> None:
-        """At once, from the death watch: keep requests away from the dead stub's model."""
-        if self._failover is not None and not self._stop.is_set():
+        """At once, from the death watch: keep requests away from the dead stub's model, if its
+        standby's stub runs."""
+        standby = standby_name(stub.model)
+        standby_runs = any(name == standby and pids for (name, _), pids in self._live.items())
+        if self._failover is not None and standby_runs and not self._stop.is_set():
             self._failover.switch_to_standby(stub.model)
         self._wake.set()  # repair it now rather than at the next look
 
@@ -166,10 +169,15 @@ class Supervisor:
             self._keep_standbys(report)
 
     def _keep_standbys(self, report: list[ModelHealth]) -> None:
+        """Arm new python models; keep armed ones so (reloaded, exported anew); drop unloaded."""
         if self._failover is None or self._stop.is_set():
             return
         self._failover.forget(model.name for model in report if model.state == "UNAVAILABLE")
         self._failover.arm(self._failover.pending(report))
+        ready = {model.name for model in report if model.state == "READY" and model.stubs_alive}
+        for name in sorted(self._failover.armed() & ready):
+            if not self._failover.is_switched(name) and not self._stop.is_set():
+                self._failover.ensure(name)
 
     def _keep_memory(self, report: list[ModelHealth]) -> None:
         """Reload the python models whose stubs kept memory (``launcher.recycling``)."""
@@ -228,6 +236,9 @@ class Supervisor:
         finally:
             self._reloading.discard(model.name)
         if self._failover is not None:
+            # reloaded from its config.pbtxt: raised to two instances again before it takes the
+            # ensembles' requests back
+            self._failover.ensure(model.name)
             self._failover.switch_back(model.name)
         self._retry_wait_s.pop(model.name, None)
         self._retry_at.pop(model.name, None)
