@@ -12,7 +12,10 @@ reloads python models whose stubs kept memory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 
@@ -53,6 +56,8 @@ class Supervisor:
         self._failover = failover
         self._memory = recycling.MemoryWatch(memory_growth_limit) if memory_growth_limit else None
         self._live: dict[tuple[str, int], set[int]] = {}
+        #: stubs of retired versions still running -> their CPU ticks at the last look
+        self._leftovers: dict[int, int] = {}
         self._interval_s = interval_s
         self._wake = threading.Event()
         self._deaths = DeathWatch(server.pid, self._stub_died) if failover else None
@@ -167,6 +172,25 @@ class Supervisor:
                     self._handle_failure(model)
             self._keep_memory(report)
             self._keep_standbys(report)
+            self._reap_leftovers()
+
+    def _reap_leftovers(self) -> None:
+        """End the stubs of a retired version that tritonserver keeps (see _handle_failure) once
+        they have done no work for a look: they answer nothing any more, and each holds what a
+        stub holds."""
+        for pid, ticks in list(self._leftovers.items()):
+            now = recycling.cpu_ticks(pid)
+            if now == 0:
+                del self._leftovers[pid]  # gone
+            elif now != ticks:
+                self._leftovers[pid] = now  # finishing the requests it had
+            else:
+                del self._leftovers[pid]
+                if self._deaths is not None:
+                    self._deaths.ignore(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                logger.info("ended stub %d of a version tritonserver retired but kept", pid)
 
     def _keep_standbys(self, report: list[ModelHealth]) -> None:
         """Arm new python models; keep armed ones so (reloaded, exported anew); drop unloaded."""
@@ -222,6 +246,9 @@ class Supervisor:
             return
         self._notes[model.name] = f"being reloaded after: {model.last_error}"
         self._reloading.add(model.name)
+        # the model's stubs that still run: tritonserver 2.51 never finishes retiring a version
+        # one of whose stubs died, so these would outlive the reload (see _reap_leftovers)
+        survivors = set(self._live.get((model.name, model.version or 0), ()))
         try:
             self._server.reload(model.name)
         except MerlinTorchServingError as error:
@@ -240,6 +267,7 @@ class Supervisor:
             # ensembles' requests back
             self._failover.ensure(model.name)
             self._failover.switch_back(model.name)
+        self._leftovers.update(dict.fromkeys(survivors, -1))
         self._retry_wait_s.pop(model.name, None)
         self._retry_at.pop(model.name, None)
         self._restarts[model.name] = self._restarts.get(model.name, 0) + 1
