@@ -46,6 +46,7 @@ from merlin_torch_serving.health import (
     model_statuses,
     probe_request,
     stub_answered,
+    with_services,
 )
 from merlin_torch_serving.schemas import schema_from_json
 
@@ -170,7 +171,8 @@ class Client:
 
         A server in another process cannot be looked into, so each READY python model gets a
         request of no rows: a running stub answers it (or refuses it), a dead one makes the
-        server say the stub "is not healthy". Ensembles and libtorch models have no stubs."""
+        server say the stub "is not healthy". Ensembles and libtorch models have no stubs. The
+        outside services a model calls (a feature server) are asked from this process."""
         try:
             stats = self._call(None, self._client.get_inference_statistics, **self._json_flag())
         except MerlinTorchServingError:
@@ -179,18 +181,19 @@ class Client:
         report = []
         for status in self.models():
             alive, error = None, status.reason if status.state != "READY" else ""
+            config = None
             if status.state == "READY":
                 alive, error = self._probe(status.name)
-            report.append(
-                ModelHealth(
-                    status.name,
-                    status.version,
-                    status.state,
-                    alive,
-                    failures.get((status.name, status.version or 0)),
-                    error,
-                )
+                config = self._config_or_none(status.name)
+            health = ModelHealth(
+                status.name,
+                status.version,
+                status.state,
+                alive,
+                failures.get((status.name, status.version or 0)),
+                error,
             )
+            report.append(with_services(health, config))
         return report
 
     def wait_until_ready(self, model: str | None = None, timeout_s: float = 60.0) -> None:
@@ -340,6 +343,12 @@ class Client:
         except MerlinTorchServingError:
             return None
         return None if model in known else UnknownModelError(model, sorted(set(known)))
+
+    def _config_or_none(self, model: str) -> dict | None:
+        try:
+            return self._config(model)
+        except MerlinTorchServingError:
+            return None
 
     def _config(self, model: str) -> dict:
         config = self._call(model, self._client.get_model_config, model, **self._json_flag())

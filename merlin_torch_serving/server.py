@@ -16,7 +16,7 @@ from pathlib import Path
 from merlin_torch_serving import preflight
 from merlin_torch_serving.backends.layout import python_backend_directory
 from merlin_torch_serving.exceptions import PortInUseError, ServerError
-from merlin_torch_serving.health import ModelHealth, ModelStatus
+from merlin_torch_serving.health import ModelHealth, ModelStatus, with_services
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess, free_ports, new_shm_prefix
 from merlin_torch_serving.launcher.config import Ports, ServerConfig
 from merlin_torch_serving.launcher.locate import (
@@ -219,10 +219,14 @@ class TritonServer:
     def health(self) -> list[ModelHealth]:
         """Each model of the repository index: its state, whether its python-backend stubs run
         (Triton still calls a model READY after its stub died), how many of its requests failed,
-        the last error, and how often it was reloaded after a failure."""
-        self._require_running()
+        the last error, how often it was reloaded after a failure, and whether the outside services
+        its operators call (a feature server) answer."""
+        running = self._require_running()
         assert self._supervisor is not None  # started with the server
-        return self._supervisor.health()
+        return [
+            with_services(health, _python_config(running, health))
+            for health in self._supervisor.health()
+        ]
 
     # -- model control --------------------------------------------------------------------------
 
@@ -295,3 +299,13 @@ class TritonServer:
                 + (" and follows its changes" if mode == "poll" else "")
                 + "; reload() reloads one of them"
             )
+
+
+def _python_config(running: RunningServer, health: ModelHealth) -> dict | None:
+    """The config of a ready python model (the only kind that calls outside services), or None."""
+    if health.state != "READY" or health.stubs_alive is None:
+        return None
+    try:
+        return running.admin.model_config(health.name, health.version)
+    except ServerError:
+        return None
