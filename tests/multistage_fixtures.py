@@ -64,15 +64,11 @@ def feature_server(feature_repository):
     """``feast serve`` on the test repository; a server that cannot start fails the tests."""
     from examples.multi_stage import feature_store
 
-    server = feature_store.FeatureServer(feature_repository)
     try:
-        server.start()
+        with feature_store.FeatureServer(feature_repository) as server:
+            yield server
     except (FileNotFoundError, RuntimeError) as error:
         pytest.fail(f"Feast's feature server could not start: {error}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -99,3 +95,12 @@ def multistage_request(held_out: pd.DataFrame, tables: Tables, sessions: int, se
     rows = request_rows(known, sessions - 1, seed)
     missing = held_out[held_out["session_id"] == tables.missing_sessions[0]]
     return pd.concat([rows, missing], ignore_index=True)
+
+
+def feature_store_free_url() -> str:
+    """The URL of a port nothing listens on (a feature server that is down)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"

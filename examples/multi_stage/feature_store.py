@@ -9,6 +9,7 @@ speaks to the feature server over HTTP. Offline throughout: the ``local`` provid
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -144,14 +145,15 @@ class FeatureServer:
             "--port",
             str(self.port),
         ]
-        self._process = subprocess.Popen(
-            [*command, "--no-access-log"],
-            cwd=self.folder,
-            env=_feast_environment(),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with self.log_path.open("ab") as log:  # the child keeps a descriptor of its own
+            self._process = subprocess.Popen(
+                [*command, "--no-access-log"],
+                cwd=self.folder,
+                env=_feast_environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + self.start_timeout_s
         while not self.answers():
             if self._process.poll() is not None or time.monotonic() > deadline:
@@ -162,7 +164,24 @@ class FeatureServer:
                     f" its log ends with:\n{log}"
                 )
             time.sleep(0.2)
+        self._first_lookup()
         return self
+
+    def _first_lookup(self, timeout_s: float = 60.0) -> None:
+        """One lookup of each view: the feature server's first one opens the registry and the
+        online store (a second or more), which a serving step's timeout must not have to cover."""
+        for view, features, entity in (
+            (ITEM_VIEW, ITEM_FEATURES, "item_id"),
+            (SESSION_VIEW, SESSION_FEATURES, "session_id"),
+        ):
+            body = {"features": [f"{view}:{name}" for name in features], "entities": {entity: [0]}}
+            request = urllib.request.Request(
+                self.url + "/get-online-features",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                response.read()
 
     def answers(self, timeout_s: float = 1.0) -> bool:
         try:

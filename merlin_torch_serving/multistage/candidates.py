@@ -70,7 +70,7 @@ class FilterCandidates(ServingOperator):
 
     @property
     def dependencies(self):
-        return [self.exclude_node] if isinstance(self.exclude_node, Node) else []
+        return [self.exclude_node] if self.exclude_node is not None else []
 
     # ---- schemas ---------------------------------------------------------------------------
 

@@ -158,7 +158,7 @@ class CandidateOrdering(ServingOperator):
 
     @property
     def dependencies(self):
-        return [n for n in (self.candidates_node, self.key_node) if isinstance(n, Node)]
+        return [n for n in (self.candidates_node, self.key_node) if n is not None]
 
     # ---- schemas ---------------------------------------------------------------------------
 

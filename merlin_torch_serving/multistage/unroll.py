@@ -54,7 +54,9 @@ class UnrollCandidates(ServingOperator):
 
     @property
     def dependencies(self):
-        return [self.session_node] if self.session_node is not None else []
+        if self.session_node is not None:
+            return [self.session_node]
+        return [self._session_names] if self._session_names else []
 
     @property
     def session_names(self) -> list[str]:
