@@ -110,6 +110,17 @@ def candidates_graph(workflow, session_model, *, candidates: int = 200, index=No
     return session, retrieved >> FilterCandidates(block_ids=blocked)
 
 
+def ranking_rows_graph(workflow, session_model, features: FeatureSource, **candidate_options):
+    """(each session's filtered candidates, one row per (session, candidate) with what the ranker
+    reads): the pipeline up to the ranker, which the example also trains the ranker on."""
+    session, filtered = candidates_graph(workflow, session_model, **candidate_options)
+    session_level = session["session_id", CATEGORY_LIST_COLUMN] + (
+        session["session_id"] >> features.session_features()
+    )
+    rows = filtered >> UnrollCandidates(session_level)
+    return session, filtered, rows + (rows["candidate_ids"] >> features.item_features())
+
+
 def recommendations_graph(
     workflow,
     session_model,
@@ -126,15 +137,10 @@ def recommendations_graph(
     """The whole pipeline: per session ``item_ids`` (raw, ``[-1, k]``, -1 past ``item_count``),
     ``item_scores`` (the ranker's) and ``item_count``. ``sampling`` (``{"temperature": 1.0,
     "seed": 0}``) orders by a softmax sample instead of the top-k."""
-    session, filtered = candidates_graph(
-        workflow, session_model, candidates=candidates, index=index, blocked=blocked
+    session, filtered, rows = ranking_rows_graph(
+        workflow, session_model, features, candidates=candidates, index=index, blocked=blocked
     )
-    session_level = session["session_id", CATEGORY_LIST_COLUMN] + (
-        session["session_id"] >> features.session_features()
-    )
-    rows = filtered >> UnrollCandidates(session_level)
-    item_features = rows["candidate_ids"] >> features.item_features()
-    scored = (rows + item_features) >> PredictPytorch(
+    scored = rows >> PredictPytorch(
         ranker, ranking.input_schema(), ranking.output_schema(), backend=ranker_backend
     )
     if sampling is not None:

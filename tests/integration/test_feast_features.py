@@ -79,4 +79,7 @@ def test_the_url_comes_from_the_environment_where_it_is_set(
     found, counted = looked_up(ensemble, multistage_tables.items["item_id"][:3])
 
     assert (metrics.FEATURE_SERVER_ERRORS, (("lookup", ITEM_VIEW),)) not in counted
+    np.testing.assert_array_equal(
+        found["popularity"].values, multistage_tables.items["popularity"][:3].to_numpy()
+    )
     assert ensemble.plan.calls[0].op.health().reachable
