@@ -220,7 +220,9 @@ class CandidateOrdering(ServingOperator):
         }
         if self.key_column is not None:
             inputs["key"] = _tensor(_int_keys(np.asarray(transformable[self.key_column].values)))
-        with torch.inference_mode():
+        # as PredictPytorch: TorchScript's optimizing executor would re-specialise for every new
+        # count of candidates (a fraction of a second each)
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
             ids, scores, counts = self.module(inputs)
         counted = counts.numpy()
         metrics.count(metrics.SHORT_ANSWERS, int((counted < self.k).sum()))
