@@ -1,8 +1,8 @@
-"""Merlin Systems 23.08 serving the multi-stage pipeline with its own operators: ``TransformWorkflow``
--> the session encoder -> ``QueryFaiss`` -> ``FilterCandidates`` -> item and session features ->
-``UnrollFeatures`` -> ``PredictPyTorch`` (the ranker, on the libtorch backend built here) ->
-``SoftmaxSampling``, on the same workflow, faiss index, models and feature table as this project's
-pipeline in multistage.py.
+"""Merlin Systems 23.08 serving the multi-stage pipeline with its own operators:
+``TransformWorkflow`` -> the session encoder -> ``QueryFaiss`` -> ``FilterCandidates`` -> item and
+session features -> ``UnrollFeatures`` -> ``PredictPyTorch`` (the ranker, on the libtorch backend
+built here) -> ``SoftmaxSampling``, on the same workflow, faiss index, models and feature table as
+this project's pipeline in multistage.py.
 
 Two substitutions, both needed to serve at all:
 

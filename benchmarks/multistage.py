@@ -1,30 +1,26 @@
-"""The multi-stage pipeline measured side by side: this project's ensemble (retrieve 100 candidates
-from an IVF index with the session example's XLNet encoder, filter, look up item and session
-features from exported tables, rank every candidate on libtorch, softmax-sample 10) in-process and
-served, the Triton floor of as many no-op steps, and Merlin Systems 23.08 serving the same pipeline
-with its own operators (benchmarks/merlin_multistage.py says what was substituted).
+"""The multi-stage pipeline measured side by side: this project's ensemble (retrieve 100
+candidates from an IVF index with the session example's XLNet encoder, filter, look up item and
+session features from exported tables, rank every candidate on libtorch, softmax-sample 10)
+in-process and served, the Triton floor of as many no-op steps, and Merlin Systems 23.08 serving
+the same pipeline with its own operators (benchmarks/merlin_multistage.py says what was
+substituted).
 
     ./run bench --only multistage [--quick]
 
-Writes results/multistage.{json,md}: one-session p50 through ``Client`` over gRPC against (in-process
-+ floor) and against Merlin, and sessions/s with 8 clients sending 32 sessions a request (Merlin: one
-session a request, all its operators can answer).
+Writes results/multistage.{json,md}: one-session p50 through ``Client`` over gRPC against
+(in-process + floor) and against Merlin, and sessions/s with 8 clients sending 32 sessions a
+request (Merlin: one session a request, all its operators can answer).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
-if str(REPOSITORY_ROOT) not in sys.path:  # run as a script
-    sys.path.insert(0, str(REPOSITORY_ROOT))
-
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -55,7 +51,7 @@ from merlin_torch_serving import (
     wire,
 )
 
-RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL, MERLIN_MODEL = "multistage", "executor_model"
 CANDIDATES, TOP_K, TEMPERATURE = 100, 10, 1.0
 INDEX = IVFIndex(lists=64, probes=16)
