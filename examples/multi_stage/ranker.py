@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from merlin.schema import ColumnSchema, Schema
 
+from examples.ranking.model import train_on_inputs
+
 OUTPUT_COLUMN = "click_probability"
 #: how many of the session's last clicked categories the ranker reads, and tags per item
 SESSION_CATEGORIES, TAGS = 20, 4
@@ -99,24 +101,13 @@ def train(
     seed: int = 0,
 ) -> list[float]:
     """Binary cross-entropy with Adam over ``inputs`` (the forward's dict, padded); each epoch's
-    mean loss."""
-    targets = torch.from_numpy(np.asarray(labels, dtype=np.float32))
-    optimizer = torch.optim.Adam(ranker.parameters(), lr=learning_rate)
-    shuffle = torch.Generator().manual_seed(seed)
-    losses = []
-    ranker.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(targets), generator=shuffle)
-        batch_losses = []
-        for start in range(0, len(targets), batch_size):
-            rows = order[start : start + batch_size]
-            loss = torch.nn.functional.binary_cross_entropy(
-                ranker({name: value[rows] for name, value in inputs.items()}), targets[rows]
-            )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            batch_losses.append(loss.item())
-        losses.append(float(np.mean(batch_losses)))
-    ranker.eval()
-    return losses
+    mean loss (the ranking example's training loop)."""
+    return train_on_inputs(
+        ranker,
+        inputs,
+        labels,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
+    )

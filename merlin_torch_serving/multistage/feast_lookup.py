@@ -15,11 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import metrics, wire
-from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.multistage.feature_server import FeatureServerClient, OnlineFeatures
 from merlin_torch_serving.multistage.feature_specs import (
     FeatureSpec,
@@ -27,11 +25,10 @@ from merlin_torch_serving.multistage.feature_specs import (
     parse_features,
     to_config,
 )
-from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.schemas import describe_column
+from merlin_torch_serving.multistage.lookup import FeatureLookup
 
 
-class FeastFeatures(ServingOperator):
+class FeastFeatures(FeatureLookup):
     """The features of a Feast feature view for each row's key, from a running ``feast serve``.
 
     Parameters
@@ -102,34 +99,8 @@ class FeastFeatures(ServingOperator):
     def label(self) -> str:
         return f"FeastFeatures({self.view!r})"
 
-    # ---- schemas ---------------------------------------------------------------------------
-
-    def expected_input_schema(self, input_schema: Schema) -> Schema:
-        column = input_schema.get(self.column)
-        if column is None:
-            return Schema([ColumnSchema(self.column, dtype="int64", dims=(None,))])
-        return Schema([column])
-
-    def root_columns(self) -> list[str]:
-        return [self.column]
-
-    def validate_schemas(
-        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
-    ):
-        column = input_schema[self.column]
-        if column.is_list or column.dtype.element_type.value not in ("int", "string"):
-            raise SchemaError(
-                self.label,
-                self.column,
-                f"one int or text {self.entity!r} key per row",
-                describe_column(column),
-                "unroll lists of candidates into rows first (UnrollCandidates)"
-                if column.is_list
-                else "",
-            )
-
-    def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
-        return Schema([spec.column(self.prefix + spec.name) for spec in self.specs])
+    def key_description(self) -> str:
+        return f"one int or text {self.entity!r} key per row"
 
     # ---- running -----------------------------------------------------------------------------
 

@@ -17,25 +17,22 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from merlin_torch_serving import metrics, wire
-from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.multistage.feature_specs import (
     FeatureSpec,
     gather,
     parse_features,
     to_config,
 )
-from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.schemas import describe_column
+from merlin_torch_serving.multistage.lookup import FeatureLookup
 
 TABLE_FILE = "features.npz"
 _KEYS = "__keys__"
 
 
-class LookupFeatures(ServingOperator):
+class LookupFeatures(FeatureLookup):
     """The features of each row's key, from a table.
 
     Parameters
@@ -91,41 +88,17 @@ class LookupFeatures(ServingOperator):
         )
         self.specs = parse_features(declared, defaults, f"LookupFeatures({self.name!r})")
         self.keys, self.arrays = _sorted_arrays(frame, key, self.specs, self.name)
+        text_keys = self.keys.dtype.kind == "U"
+        self.key_kinds = ("string",) if text_keys else ("int",)
+        self.key_dtype = self.keys.dtype
 
     @property
     def label(self) -> str:
         return f"LookupFeatures({self.name!r})"
 
-    # ---- schemas ---------------------------------------------------------------------------
-
-    def expected_input_schema(self, input_schema: Schema) -> Schema:
-        column = input_schema.get(self.column)
-        if column is None:
-            return Schema([ColumnSchema(self.column, dtype=self.keys.dtype, dims=(None,))])
-        return Schema([column])
-
-    def root_columns(self) -> list[str]:
-        return [self.column]
-
-    def validate_schemas(
-        self, parents_schema, deps_schema, input_schema, output_schema, strict_dtypes=False
-    ):
-        column = input_schema[self.column]
-        text_keys = self.keys.dtype.kind == "U"
-        kind = column.dtype.element_type.value
-        if column.is_list or (kind == "string") != text_keys or kind not in ("int", "string"):
-            raise SchemaError(
-                self.label,
-                self.column,
-                f"one {'text' if text_keys else 'int'} key per row, as the table's {self.key!r}",
-                describe_column(column),
-                "unroll lists of candidates into rows first (UnrollCandidates)"
-                if column.is_list
-                else "",
-            )
-
-    def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None) -> Schema:
-        return Schema([spec.column(self.prefix + spec.name) for spec in self.specs])
+    def key_description(self) -> str:
+        kind = "text" if self.keys.dtype.kind == "U" else "int"
+        return f"one {kind} key per row, as the table's {self.key!r}"
 
     # ---- running -----------------------------------------------------------------------------
 

@@ -225,3 +225,15 @@ def _total(text: str, name: str, labels: dict, model_prefix: str = f"{FEAST}-") 
         if all(f'{key}="{item}"' in series for key, item in labels.items()):
             total += float(number)
     return total
+
+
+@pytest.mark.parametrize("model", [FEAST, TABLE])
+def test_a_request_without_sessions_is_answered_without_rows(
+    triton_server, ensembles, session_split, multistage_tables, scenario, model
+):
+    rows = request(session_split, multistage_tables, scenario, 7, seed=8).iloc[:0]
+
+    served = client(triton_server, "grpc").infer(model, rows)
+
+    assert len(served) == 0
+    assert_frames_equal(served, ensembles[model].transform(rows))
