@@ -17,6 +17,7 @@ from merlin_torch_serving import preflight
 from merlin_torch_serving.backends.layout import python_backend_directory
 from merlin_torch_serving.exceptions import PortInUseError, ServerError
 from merlin_torch_serving.health import ModelHealth, ModelStatus, with_services
+from merlin_torch_serving.launcher import access
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess, free_ports, new_shm_prefix
 from merlin_torch_serving.launcher.config import Ports, ServerConfig
 from merlin_torch_serving.launcher.locate import (
@@ -65,6 +66,16 @@ class TritonServer:
     because the alternative is an outage nobody is told about, and a reload touches only a model
     that already fails every request; failed reloads are retried with a growing wait, up to a
     minute. ``health()`` reports each model either way.
+
+    Safe by default: the server listens on ``host`` only, loopback unless told otherwise (pass
+    ``host="0.0.0.0"`` to serve every interface), and its ``restricted_apis`` (the model
+    repository's load, unload and index, shared memory, statistics, trace and logging) answer
+    only requests that carry ``admin_key`` in the ``mts-admin-key`` header, whatever the host.
+    The key is ``$MTS_ADMIN_KEY`` when set, else made anew for each server; this object's own
+    calls send it, ``admin_key`` gives it, and while the server runs it is also in an owner-only
+    file per port (``launcher.access``) where ``Client`` and the command line of the same user
+    find it. Inference, metadata, health and model configurations stay open.
+    ``restricted_apis=()`` lifts the restriction.
     """
 
     def __init__(
@@ -85,6 +96,9 @@ class TritonServer:
         log_verbose: int = 0,
         extra_args: Sequence[str] = (),
         log_path: str | os.PathLike | None = None,
+        host: str = access.LOOPBACK_HOST,
+        admin_key: str | None = None,
+        restricted_apis: Sequence[str] = access.DEFAULT_RESTRICTED_APIS,
     ):
         self.config = ServerConfig(
             repository=repository if isinstance(repository, str) else Path(repository),
@@ -102,6 +116,11 @@ class TritonServer:
             log_verbose=log_verbose,
             extra_args=extra_args,
             log_path=Path(log_path) if log_path is not None else None,
+            host=host,
+            admin_key=admin_key
+            or os.environ.get(access.ADMIN_KEY_ENV_VAR)
+            or access.new_admin_key(),
+            restricted_apis=restricted_apis,
         )
         self.repository = self.config.repository
         self._log = ServerLog(self.config.log_path)
@@ -111,6 +130,7 @@ class TritonServer:
         # kept after stop(), like the pid: callers check that they are free again
         self._pid: int | None = None
         self._ports: Ports | None = None
+        self._key_files: list[Path] = []
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -144,6 +164,11 @@ class TritonServer:
                     restart_failed_models=self.config.restart_failed_models,
                 )
                 self._supervisor.start()
+                if self.config.restricted_apis:
+                    ports = self._running.ports
+                    self._key_files = access.write_key_files(
+                        self.config.admin_key, (ports.http, ports.grpc)
+                    )
                 return self
             except PortInUseError as error:
                 self._shut_down(graceful=False)
@@ -186,18 +211,34 @@ class TritonServer:
 
     @property
     def http_url(self) -> str:
-        """``127.0.0.1:<port>``, the form tritonclient.http takes."""
-        return f"127.0.0.1:{self._port('http')}"
+        """``<address>:<port>`` (``127.0.0.1`` unless ``host`` names another), the form
+        tritonclient.http takes."""
+        return f"{self.config.connect_host}:{self._port('http')}"
 
     @property
     def grpc_url(self) -> str:
-        """``127.0.0.1:<port>``, the form tritonclient.grpc takes."""
-        return f"127.0.0.1:{self._port('grpc')}"
+        """``<address>:<port>``, the form tritonclient.grpc takes."""
+        return f"{self.config.connect_host}:{self._port('grpc')}"
 
     @property
     def metrics_url(self) -> str:
-        """``127.0.0.1:<port>``; the Prometheus metrics are at ``http://<metrics_url>/metrics``."""
-        return f"127.0.0.1:{self._port('metrics')}"
+        """``<address>:<port>``; the Prometheus metrics are at ``http://<metrics_url>/metrics``."""
+        return f"{self.config.connect_host}:{self._port('metrics')}"
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on (``0.0.0.0``: every interface)."""
+        return self.config.host
+
+    @property
+    def admin_key(self) -> str:
+        """The key its restricted APIs want in the ``mts-admin-key`` header (gRPC metadata)."""
+        return self.config.admin_key
+
+    @property
+    def admin_key_files(self) -> list[Path]:
+        """The owner-only files holding ``admin_key`` while the server runs, one per port."""
+        return list(self._key_files)
 
     def logs(self) -> str:
         """Everything the server wrote to stdout and stderr since the last start."""
@@ -268,6 +309,8 @@ class TritonServer:
         running, self._running = self._running, None
         if running is None:
             return
+        access.remove_key_files(self._key_files, self.config.admin_key)
+        self._key_files = []
         if self._supervisor is not None:
             # before the server goes: its stubs ending now is no failure to repair
             self._supervisor.stop(self.config.stop_timeout_s)

@@ -15,6 +15,13 @@ from merlin_torch_serving.cli.commands import (
     serve,
     version_report,
 )
+from merlin_torch_serving.launcher.access import (
+    ADMIN_KEY_ENV_VAR,
+    ADMIN_KEY_HEADER,
+    DEFAULT_RESTRICTED_APIS,
+    LOOPBACK_HOST,
+    checked_restricted_apis,
+)
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
@@ -84,6 +91,27 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="PORT",
             help="default %(default)s; 0 lets the OS choose a free one",
         )
+    serve_parser.add_argument(
+        "--host",
+        default=LOOPBACK_HOST,
+        metavar="ADDRESS",
+        help=(
+            "the address to listen on (default %(default)s: this machine only; 0.0.0.0: every"
+            " interface). Whatever it is, the admin APIs want the admin key"
+        ),
+    )
+    serve_parser.add_argument(
+        "--restricted-apis",
+        type=_restricted_apis,
+        default=DEFAULT_RESTRICTED_APIS,
+        metavar="API,...",
+        help=(
+            "the APIs that answer only requests carrying the admin key in the"
+            f" {ADMIN_KEY_HEADER!r} header (default: {','.join(DEFAULT_RESTRICTED_APIS)}; '' lifts"
+            f" the restriction). The key is ${ADMIN_KEY_ENV_VAR} when set, else made anew and"
+            " written to a file only you can read (printed when ready)"
+        ),
+    )
     serve_parser.add_argument(
         "--model-control", choices=("none", "explicit", "poll"), default="none"
     )
@@ -273,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
+
+
+def _restricted_apis(text: str) -> tuple[str, ...]:
+    try:
+        return checked_restricted_apis(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def default_url(args) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from merlin_torch_serving.launcher import access
 from merlin_torch_serving.locations import repository_argument, server_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
@@ -30,7 +31,9 @@ class ServerConfig:
     """The options of ``TritonServer`` (see its docstring), validated and normalized.
 
     Ports left as None are chosen when the server starts; ``binary`` and ``backend_directory``
-    left as None are found then too (see ``launcher.locate``).
+    left as None are found then too (see ``launcher.locate``). ``admin_key`` guards
+    ``restricted_apis`` (see ``launcher.access``); it is left out of the repr, so logging a config
+    does not leak it.
     """
 
     #: a local folder, or an object-store URL tritonserver reads itself (see ``locations``)
@@ -49,8 +52,16 @@ class ServerConfig:
     log_verbose: int = 0
     extra_args: Sequence[str] = ()
     log_path: Path | None = None
+    host: str = access.LOOPBACK_HOST
+    admin_key: str = field(default_factory=access.new_admin_key, repr=False)
+    restricted_apis: Sequence[str] = access.DEFAULT_RESTRICTED_APIS
 
     def __post_init__(self) -> None:
+        if not str(self.host).strip() or " " in str(self.host):
+            raise ValueError(
+                f"host must be the address to listen on (e.g. '127.0.0.1', or '0.0.0.0' for every"
+                f" interface), got {self.host!r}"
+            )
         if self.model_control not in MODEL_CONTROL_MODES:
             raise ValueError(
                 f"model_control must be one of {MODEL_CONTROL_MODES}, got {self.model_control!r}"
@@ -87,9 +98,17 @@ class ServerConfig:
             "log_verbose": int(self.log_verbose),
             "extra_args": tuple(str(arg) for arg in self.extra_args),
             "log_path": _optional_path(self.log_path),
+            "host": self.host.strip(),
+            "admin_key": access.checked_admin_key(self.admin_key),
+            "restricted_apis": access.checked_restricted_apis(self.restricted_apis),
         }
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def connect_host(self) -> str:
+        """The address this machine's clients reach the server at."""
+        return access.connect_host(self.host)
 
     @property
     def requested_ports(self) -> dict[str, int | None]:
@@ -125,10 +144,18 @@ class ServerConfig:
             f"--http-port={ports.http}",
             f"--grpc-port={ports.grpc}",
             f"--metrics-port={ports.metrics}",
+            # tritonserver listens on every interface unless told otherwise
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
+            *access.restriction_args(self.admin_key, self.restricted_apis),
             *self._model_control_args(),
             # One bad model must not take the others down; readiness is judged by the launcher
             # instead.
             "--exit-on-error=false",
+            # gRPC request and response objects kept for reuse hold on to the largest tensors they
+            # ever carried: after one request of a million clicks, tens of megabytes for good.
+            "--grpc-infer-allocation-pool-size=0",
             # Let the server finish its own shutdown before stop() resorts to SIGKILL.
             f"--exit-timeout-secs={max(1, math.floor(self.stop_timeout_s * 0.75))}",
             f"--log-verbose={self.log_verbose}",

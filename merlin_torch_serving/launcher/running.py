@@ -38,8 +38,13 @@ class RunningServer:
         self.ports = ports
         self.log = log
         self._backends = backends
-        self.http_url = f"127.0.0.1:{ports.http}"
-        self.admin = Admin(self.http_url, log_tail=self.log_tail, before_error=self.raise_if_exited)
+        self.http_url = f"{config.connect_host}:{ports.http}"
+        self.admin = Admin(
+            self.http_url,
+            admin_key=config.admin_key if config.restricted_apis else None,
+            log_tail=self.log_tail,
+            before_error=self.raise_if_exited,
+        )
 
     @property
     def pid(self) -> int:
