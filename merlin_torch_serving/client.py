@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -199,10 +200,8 @@ class Client:
         report = []
         for status in self.models():
             alive, error = None, status.reason if status.state != "READY" else ""
-            config = None
             if status.state == "READY":
                 alive, error = self._probe(status.name)
-                config = self._config_or_none(status.name)
             health = ModelHealth(
                 status.name,
                 status.version,
@@ -211,7 +210,8 @@ class Client:
                 failures.get((status.name, status.version or 0)),
                 error,
             )
-            report.append(with_services(health, config))
+            reader = partial(self._config, status.name) if status.state == "READY" else None
+            report.append(with_services(health, reader))
         return report
 
     def wait_until_ready(self, model: str | None = None, timeout_s: float = 60.0) -> None:
@@ -361,12 +361,6 @@ class Client:
         except MerlinTorchServingError:
             return None
         return None if model in known else UnknownModelError(model, sorted(set(known)))
-
-    def _config_or_none(self, model: str) -> dict | None:
-        try:
-            return self._config(model)
-        except MerlinTorchServingError:
-            return None
 
     def _config(self, model: str) -> dict:
         config = self._call(model, self._client.get_model_config, model, **self._json_flag())

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import MerlinTorchServingError
 
 
 @dataclass(frozen=True)
@@ -100,9 +101,14 @@ class ModelHealth:
         return any(not service.reachable for service in self.services)
 
 
-def with_services(health: ModelHealth, config: Mapping | None) -> ModelHealth:
-    """``health`` with the outside services its model's ``config`` names, each asked now."""
-    services = service_health(config or {})
+def with_services(health: ModelHealth, config_of: Callable[[], Mapping] | None) -> ModelHealth:
+    """``health`` with the outside services its model's config (``config_of()``, None for a model
+    not ready) names, each asked now; as it is when the config cannot be read."""
+    try:
+        config = config_of() if config_of else {}
+    except MerlinTorchServingError:
+        return health
+    services = service_health(config)
     return replace(health, services=services) if services else health
 
 

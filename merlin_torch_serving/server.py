@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from merlin_torch_serving import preflight
@@ -265,7 +266,7 @@ class TritonServer:
         running = self._require_running()
         assert self._supervisor is not None  # started with the server
         return [
-            with_services(health, _python_config(running, health))
+            with_services(health, _config_reader(running, health))
             for health in self._supervisor.health()
         ]
 
@@ -344,11 +345,9 @@ class TritonServer:
             )
 
 
-def _python_config(running: RunningServer, health: ModelHealth) -> dict | None:
-    """The config of a ready python model (the only kind that calls outside services), or None."""
+def _config_reader(running: RunningServer, health: ModelHealth):
+    """What reads the config of a ready python model (the only kind that calls outside services);
+    None for other models."""
     if health.state != "READY" or health.stubs_alive is None:
         return None
-    try:
-        return running.admin.model_config(health.name, health.version)
-    except ServerError:
-        return None
+    return partial(running.admin.model_config, health.name, health.version)
