@@ -138,8 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./run bench --only multistage", description=__doc__)
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="requests sent before timing each setting (default 32: every request twice)",
+    )
     arguments = parser.parse_args(argv)
     settings = QUICK if arguments.quick else FULL
+    if arguments.warmup is not None:
+        settings = LoadSettings(arguments.warmup, settings.timed_requests, settings.time_budget_s)
     load_before = os.getloadavg()
     began = time.perf_counter()
     torch.set_num_threads(1)
@@ -198,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.perf_counter() - began, 1),
         "steps": steps,
         "substitution": SUBSTITUTION_NOTE,
+        "warmup_requests": settings.warmup_requests,
         "rows": rows,
     }
     record["targets"] = _targets(rows)
@@ -282,7 +291,8 @@ def _markdown(record: dict) -> str:
         "# Multi-stage pipeline: this project against Merlin Systems 23.08",
         "",
         f"Load average before {record['load_average_before']}, after"
-        f" {record['load_average_after']}; {record['seconds']} s; {record['steps']} steps.",
+        f" {record['load_average_after']}; {record['seconds']} s; {record['steps']} steps;"
+        f" {record['warmup_requests']} requests before timing each setting.",
         "",
         "| setting | p50 ms | p99 ms | requests | sessions/s |",
         "| --- | ---: | ---: | ---: | ---: |",
