@@ -9,6 +9,8 @@ into errors (``launcher.diagnostics``) and watches its models (``launcher.superv
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -20,7 +22,8 @@ from merlin_torch_serving.exceptions import PortInUseError, ServerError
 from merlin_torch_serving.health import ModelHealth, ModelStatus, with_services
 from merlin_torch_serving.launcher import access
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess, free_ports, new_shm_prefix
-from merlin_torch_serving.launcher.config import Ports, ServerConfig
+from merlin_torch_serving.launcher.config import DEFAULT_MEMORY_GROWTH_LIMIT, Ports, ServerConfig
+from merlin_torch_serving.launcher.failover import Failover
 from merlin_torch_serving.launcher.locate import (
     BINARY_ENV_VAR,
     backend_directory,
@@ -77,6 +80,16 @@ class TritonServer:
     file per port (``launcher.access``) where ``Client`` and the command line of the same user
     find it. Inference, metadata, health and model configurations stay open.
     ``restricted_apis=()`` lifts the restriction.
+
+    ``failover`` (default on; ``$MTS_FAILOVER=0`` turns the default off): every python model an
+    ensemble runs gets a second instance and an idle standby, and the moment one of its stubs
+    dies its ensembles switch to the standby until it is reloaded, so only the requests inside
+    the dead stub fail (``launcher.failover``; it costs two more stubs per python step). Not in
+    "poll" mode. ``wait_for_failover()`` returns once every python model has its standby.
+
+    ``memory_growth_limit`` (default 0.05): a python model whose idle stubs hold 5 % (and at
+    least 32 MB) more memory than they started with, as after a very big request, is started
+    afresh without a failed request, to give it back (``launcher.recycling``); None never does.
     """
 
     def __init__(
@@ -100,6 +113,8 @@ class TritonServer:
         host: str = access.LOOPBACK_HOST,
         admin_key: str | None = None,
         restricted_apis: Sequence[str] = access.DEFAULT_RESTRICTED_APIS,
+        failover: bool | None = None,
+        memory_growth_limit: float | None = DEFAULT_MEMORY_GROWTH_LIMIT,
     ):
         self.config = ServerConfig(
             repository=repository if isinstance(repository, str) else Path(repository),
@@ -122,6 +137,8 @@ class TritonServer:
             or os.environ.get(access.ADMIN_KEY_ENV_VAR)
             or access.new_admin_key(),
             restricted_apis=restricted_apis,
+            failover=failover if failover is not None else _failover_by_default(),
+            memory_growth_limit=memory_growth_limit,
         )
         self.repository = self.config.repository
         self._log = ServerLog(self.config.log_path)
@@ -132,6 +149,7 @@ class TritonServer:
         self._pid: int | None = None
         self._ports: Ports | None = None
         self._key_files: list[Path] = []
+        self._standby_repository: Path | None = None
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -163,6 +181,8 @@ class TritonServer:
                     self,
                     self._running.admin,
                     restart_failed_models=self.config.restart_failed_models,
+                    failover=self._failover(self._running),
+                    memory_growth_limit=self.config.memory_growth_limit,
                 )
                 self._supervisor.start()
                 if self.config.restricted_apis:
@@ -270,6 +290,26 @@ class TritonServer:
             for health in self._supervisor.health()
         ]
 
+    def wait_for_failover(self, timeout_s: float = 120.0) -> set[str]:
+        """Return once every python model the server runs has its standby (see the class's
+        docstring), with their names; ``ServerError`` after ``timeout_s``."""
+        running = self._require_running()
+        assert self._supervisor is not None  # started with the server
+        if not self.config.failover:
+            raise ServerError(
+                "this server runs without failover: pass failover=True (it is off in 'poll' mode)"
+            )
+        deadline = time.monotonic() + timeout_s
+        while self._supervisor.pending(running.admin.models()):
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"python models still without a standby after {timeout_s:g} s:"
+                    f" {', '.join(self._supervisor.pending(running.admin.models()))}",
+                    running.log_tail(),
+                )
+            time.sleep(0.2)
+        return self._supervisor.armed()
+
     # -- model control --------------------------------------------------------------------------
 
     def load(self, name: str, timeout_s: float = 120.0) -> None:
@@ -301,10 +341,26 @@ class TritonServer:
         assert self._backend_directory is not None
         ports = self._ports = self.config.ports(assigned_ports)
         shm_prefix = None if self.config.names_shared_memory else new_shm_prefix()
-        command = self.config.command(binary, self._backend_directory, ports, shm_prefix)
+        if self.config.failover and self._standby_repository is None:
+            self._standby_repository = Path(tempfile.mkdtemp(prefix="mts-standby-"))
+        command = self.config.command(
+            binary, self._backend_directory, ports, shm_prefix, self._standby_repository
+        )
         process = ServerProcess(command, self._log, server_environment(), shm_prefix)
         self._pid = process.pid
-        return RunningServer(self.config, process, ports, self._log, self.backends)
+        running = RunningServer(self.config, process, ports, self._log, self.backends)
+        running.side_repository = self._standby_repository
+        return running
+
+    def _failover(self, running: RunningServer) -> Failover | None:
+        if self._standby_repository is None:
+            return None
+        return Failover(
+            running.admin,
+            self.repository,
+            self._standby_repository,
+            load_timeout_s=self.config.start_timeout_s,
+        )
 
     def _shut_down(self, *, graceful: bool) -> None:
         running, self._running = self._running, None
@@ -317,6 +373,9 @@ class TritonServer:
             self._supervisor.stop(self.config.stop_timeout_s)
             self._supervisor = None
         running.process.stop(graceful=graceful, timeout_s=self.config.stop_timeout_s)
+        if self._standby_repository is not None:
+            shutil.rmtree(self._standby_repository, ignore_errors=True)
+            self._standby_repository = None
 
     def _port(self, key: str) -> int:
         if self._ports is None:
@@ -351,3 +410,8 @@ def _config_reader(running: RunningServer, health: ModelHealth):
     if health.state != "READY" or health.stubs_alive is None:
         return None
     return partial(running.admin.model_config, health.name, health.version)
+
+
+def _failover_by_default() -> bool:
+    """On, unless ``$MTS_FAILOVER`` says 0, false, no or off (for machines short of memory)."""
+    return os.environ.get("MTS_FAILOVER", "1").strip().lower() not in ("0", "false", "no", "off")

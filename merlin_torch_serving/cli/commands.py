@@ -36,6 +36,8 @@ def serve(args) -> int:
         extra_args=args.tritonserver_args,
         host=args.host,
         restricted_apis=args.restricted_apis,
+        failover=args.failover,
+        memory_growth_limit=args.memory_growth_limit,
     )
     print(
         f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...",
@@ -55,6 +57,12 @@ def serve(args) -> int:
         print(f"  HTTP    {server.http_url}")
         print(f"  metrics {server.metrics_url}")
         _print_access(server)
+        if server.config.failover:
+            print(
+                "  failover: each python step gets a second instance and a standby, loading now"
+                " (a dying stub then fails only the requests inside it; --no-failover saves"
+                " their memory)"
+            )
         _print_models(server.health())
         print("press Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):

@@ -72,9 +72,12 @@ class Admin:
             self._call("get_model_repository_index", what="the repository index request")
         )
 
-    def load(self, name: str, timeout_s: float) -> None:
-        """Load (or reload) model ``name``; returns once it is loaded."""
-        self._call("load_model", name, timeout_s=timeout_s, refusable=True)
+    def load(self, name: str, timeout_s: float, *, config: str | None = None) -> None:
+        """Load (or reload) model ``name``; returns once it is loaded. ``config`` (JSON) replaces
+        the repository's config.pbtxt: when only its instances differ from the running config,
+        Triton adds or removes instances in place."""
+        extra = {"config": config} if config is not None else {}
+        self._call("load_model", name, timeout_s=timeout_s, refusable=True, **extra)
 
     def unload(self, name: str, timeout_s: float) -> None:
         """Ask the server to unload model ``name``; it may still be unloading when this returns."""
@@ -95,6 +98,7 @@ class Admin:
         timeout_s: float | None = None,
         what: str = "",
         refusable: bool = False,
+        **keywords: Any,
     ) -> Any:
         from tritonclient.http import InferenceServerClient
         from tritonclient.utils import InferenceServerException
@@ -105,7 +109,7 @@ class Admin:
             self.url, connection_timeout=timeout_s, network_timeout=timeout_s
         )
         try:
-            return getattr(client, method)(*args, headers=self._headers)
+            return getattr(client, method)(*args, headers=self._headers, **keywords)
         except InferenceServerException as error:
             if refusable:
                 raise Refused(_message(error), str(error.status())) from None

@@ -16,6 +16,10 @@ from merlin_torch_serving.launcher import access
 from merlin_torch_serving.locations import repository_argument, server_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
+#: reload a python model once its stubs hold this fraction more memory than they started with:
+#: what a stub keeps of a very big request is in tritonserver's memory too (their shared memory),
+#: so 5 % of the stubs is about 10 % of the server
+DEFAULT_MEMORY_GROWTH_LIMIT = 0.05
 #: the python backend's option that names its shared-memory regions
 SHM_PREFIX_OPTION = "shm-region-prefix-name"
 
@@ -55,6 +59,8 @@ class ServerConfig:
     host: str = access.LOOPBACK_HOST
     admin_key: str = field(default_factory=access.new_admin_key, repr=False)
     restricted_apis: Sequence[str] = access.DEFAULT_RESTRICTED_APIS
+    failover: bool = True
+    memory_growth_limit: float | None = DEFAULT_MEMORY_GROWTH_LIMIT
 
     def __post_init__(self) -> None:
         if not str(self.host).strip() or " " in str(self.host):
@@ -76,6 +82,11 @@ class ServerConfig:
                 f"load_models={list(self.load_models)!r} needs model_control='explicit'; with"
                 f" model_control={self.model_control!r} the server loads every model in the"
                 " repository"
+            )
+        if self.memory_growth_limit is not None and not self.memory_growth_limit > 0:
+            raise ValueError(
+                "memory_growth_limit must be a positive fraction (0.05: reload a python model whose"
+                f" stubs grew by 5 %) or None, got {self.memory_growth_limit!r}"
             )
         for name in ("start_timeout_s", "stop_timeout_s"):
             value = getattr(self, name)
@@ -101,6 +112,8 @@ class ServerConfig:
             "host": self.host.strip(),
             "admin_key": access.checked_admin_key(self.admin_key),
             "restricted_apis": access.checked_restricted_apis(self.restricted_apis),
+            # standbys are loaded and switched to through the load API, which poll mode closes
+            "failover": bool(self.failover) and self.model_control != "poll",
         }
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
@@ -133,13 +146,20 @@ class ServerConfig:
         )
 
     def command(
-        self, binary: Path, backend_directory: Path, ports: Ports, shm_prefix: str | None
+        self,
+        binary: Path,
+        backend_directory: Path,
+        ports: Ports,
+        shm_prefix: str | None,
+        standby_repository: Path | None = None,
     ) -> list[str]:
         """The tritonserver command line; ``shm_prefix`` names the python backend's shared memory
-        (None when ``extra_args`` name it)."""
+        (None when ``extra_args`` name it); ``standby_repository`` is a second repository, for the
+        standby models of failover (``launcher.failover``)."""
         return [
             str(binary),
             f"--model-repository={repository_argument(self.repository)}",
+            *([f"--model-repository={standby_repository}"] if standby_repository else []),
             f"--backend-directory={backend_directory}",
             f"--http-port={ports.http}",
             f"--grpc-port={ports.grpc}",

@@ -38,6 +38,8 @@ class RunningServer:
         self.ports = ports
         self.log = log
         self._backends = backends
+        #: a second repository the server was started with (standby models), if any
+        self.side_repository: Path | None = None
         self.http_url = f"{config.connect_host}:{ports.http}"
         self.admin = Admin(
             self.http_url,
@@ -175,6 +177,12 @@ class RunningServer:
     def reload(self, name: str, timeout_s: float) -> None:
         """Load ``name`` anew beside the running instance (see ``TritonServer.reload``)."""
         repository = self.config.repository
+        if (
+            self.side_repository is not None
+            and (self.side_repository / name).is_dir()
+            and not (isinstance(repository, Path) and (repository / name).is_dir())
+        ):
+            repository = self.side_repository
         if not isinstance(repository, Path):
             raise ServerError(
                 f"could not reload model {name!r}: tritonserver reloads a model whose files"
