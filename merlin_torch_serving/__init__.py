@@ -56,9 +56,12 @@ _LAZY = {
     "Executor": "merlin_torch_serving.executors",
     "ExactIndex": "merlin_torch_serving.retrieval",
     "ExportResult": "merlin_torch_serving.export.repository",
+    "FeastFeatures": "merlin_torch_serving.multistage",
+    "FilterCandidates": "merlin_torch_serving.multistage",
     "HNSWIndex": "merlin_torch_serving.retrieval",
     "IVFIndex": "merlin_torch_serving.retrieval",
     "LocalExecutor": "merlin_torch_serving.executors",
+    "LookupFeatures": "merlin_torch_serving.multistage",
     "MergingExecutor": "merlin_torch_serving.merging_executor",
     "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
@@ -66,10 +69,13 @@ _LAZY = {
     "PredictPytorch": "merlin_torch_serving.ops",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "ServingOperator": "merlin_torch_serving.ops",
+    "SoftmaxSampling": "merlin_torch_serving.multistage",
     "TopK": "merlin_torch_serving.ops",
+    "TopKCandidates": "merlin_torch_serving.multistage",
     "TransformWorkflow": "merlin_torch_serving.ops",
     "TritonExecutor": "merlin_torch_serving.executors",
     "TritonServer": "merlin_torch_serving.server",
+    "UnrollCandidates": "merlin_torch_serving.multistage",
 }
 
 __all__ = [
@@ -86,11 +92,14 @@ __all__ = [
     "Executor",
     "ExportError",
     "ExportResult",
+    "FeastFeatures",
+    "FilterCandidates",
     "HNSWIndex",
     "IVFIndex",
     "InferenceError",
     "InputError",
     "LocalExecutor",
+    "LookupFeatures",
     "MergingExecutor",
     "MerlinTorchServingError",
     "MissingColumnsError",
@@ -113,11 +122,14 @@ __all__ = [
     "ServerStartTimeoutError",
     "ServerUnavailableError",
     "ServingOperator",
+    "SoftmaxSampling",
     "TopK",
+    "TopKCandidates",
     "TransformWorkflow",
     "TritonExecutor",
     "TritonServer",
     "UnknownModelError",
+    "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
 ]
@@ -139,6 +151,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.health import ModelHealth, ModelStatus
     from merlin_torch_serving.merging_executor import MergingExecutor
+    from merlin_torch_serving.multistage import (
+        FeastFeatures,
+        FilterCandidates,
+        LookupFeatures,
+        SoftmaxSampling,
+        TopKCandidates,
+        UnrollCandidates,
+    )
     from merlin_torch_serving.ops import (
         DecodeItemIds,
         PredictPytorch,

@@ -274,7 +274,13 @@ def _write_step(
         spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
         _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
         config = configs.python_model_config(
-            step.name, step.input_schema, step.output_schema, options, warmup_files, feeds or []
+            step.name,
+            step.input_schema,
+            step.output_schema,
+            options,
+            warmup_files,
+            feeds or [],
+            [service for call in step.calls for service in call.op.services()],
         )
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 

@@ -185,6 +185,12 @@ class ServingOperator(BaseOperator):
         models up with, best first; the export takes the first that no filter drops."""
         return []
 
+    def services(self) -> list[dict[str, str]]:
+        """Outside services the operator calls while it serves (a feature server), as
+        ``{"name": ..., "url": ...}``; the export names them in the step's config, and health
+        reports say whether each answers (``health.service_health``)."""
+        return []
+
     def filtered_by(self, request) -> str | None:
         """What in this operator drops (part of) ``request``, for messages; None if nothing does."""
         return None
