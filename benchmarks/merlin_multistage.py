@@ -4,7 +4,8 @@ session features -> ``UnrollFeatures`` -> ``PredictPyTorch`` (the ranker, on the
 built here) -> ``SoftmaxSampling``, on the same workflow, faiss index, models and feature table as
 this project's pipeline in multistage.py.
 
-Two substitutions, both needed to serve at all:
+Its libtorch models get the executor settings this project's libtorch steps run with (see
+``_run_libtorch_as_this_project_does``). Two substitutions, both needed to serve at all:
 
 - QueryFeast -> ``TableFeatures`` (below): Merlin's ``QueryFeast`` imports Feast in the serving
   process, and no Feast release installs beside merlin-systems 23.08 and its pinned stack. The
@@ -45,7 +46,9 @@ SUBSTITUTION_NOTE = (
     " merlin-systems 23.08. The session encoder runs in PredictTorchScriptInExecutor (Merlin's"
     " libtorch step cannot take ragged lists); the ranker is Merlin's stock PredictPyTorch, served"
     " on the libtorch backend built here. One session per request: Merlin's QueryFaiss,"
-    " FilterCandidates and SoftmaxSampling flatten a request's sessions into one."
+    " FilterCandidates and SoftmaxSampling flatten a request's sessions into one. Merlin's libtorch"
+    " models run with the settings this project's do (TorchScript's optimizing executor off,"
+    " inference mode, one torch thread)."
 )
 
 
@@ -128,7 +131,29 @@ def export_merlin_multistage(
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cloudpickle.register_pickle_by_value(sys.modules["benchmarks.merlin_baseline"])
     ensemble.export(str(repository))
+    _run_libtorch_as_this_project_does(repository)
     return ensemble.output_schema.column_names
+
+
+def _run_libtorch_as_this_project_does(repository: Path) -> None:
+    """Give Merlin's libtorch models the settings this project's libtorch steps run with:
+    TorchScript's optimizing executor off (it re-specialises for every new candidate count, ~0.3 s
+    each on this machine, and Merlin's configs leave it on), inference mode, one torch thread. The
+    comparison is then of the pipelines, not of TorchScript's executor."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    for path in repository.glob("*/config.pbtxt"):
+        config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+        if config.backend != "pytorch" and config.platform != "pytorch_libtorch":
+            continue
+        for key, value in (
+            ("DISABLE_OPTIMIZED_EXECUTION", "true"),
+            ("INFERENCE_MODE", "true"),
+            ("INTRA_OP_THREAD_COUNT", "1"),
+        ):
+            config.parameters[key].string_value = value
+        path.write_text(text_format.MessageToString(config))
 
 
 def _traced_encoder(encoder, session_model, max_sequence_length: int) -> torch.jit.ScriptModule:
