@@ -86,6 +86,29 @@ def _cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return values.astype(dtype)
 
 
+def reloaded(module):
+    """A scripted module saved and loaded back, as a libtorch step loads what an export wrote."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.jit.save(module, buffer)
+    buffer.seek(0)
+    return torch.jit.load(buffer)
+
+
+def run_module(module, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A scripted workflow's answer in the wire format, called as libtorch calls it."""
+    import torch
+
+    inputs = {
+        name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in columns.items()
+    }
+    with torch.inference_mode(), torch.jit.optimized_execution(False):
+        return {name: tensor.numpy() for name, tensor in module(inputs).items()}
+
+
 def assert_wire_equal(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
     """Same arrays, names, dtypes and shapes; NaN equals NaN, -0.0 differs from 0.0."""
     assert sorted(got) == sorted(expected), f"arrays {sorted(got)} != {sorted(expected)}"
