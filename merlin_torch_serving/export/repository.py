@@ -57,7 +57,7 @@ from merlin_torch_serving.export.libtorch_batching import (
     unmerged_steps,
 )
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
-from merlin_torch_serving.export.partition import TritonStep, partition
+from merlin_torch_serving.export.partition import TritonStep, partition, placement_notes
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.export.request_dim import with_request_dim
 from merlin_torch_serving.export.warmup import warmup_inputs
@@ -201,6 +201,7 @@ def export_ensemble(
         models=model_names,
         fused={step.name: [call.op.label for call in step.calls] for step in steps},
         warnings=([warmup.problem] if warmup.problem else [])
+        + placement_notes(plan)
         + (unmerged_steps(steps, rows_from) if options.batching else []),
     )
 

@@ -211,6 +211,11 @@ class ServingOperator(BaseOperator):
         """The operator ``config()`` and ``save_artifacts`` describe, built by ``__init__``."""
         return cls(**cls.load_arguments(config, artifact_path))
 
+    def placement_notes(self) -> list[str]:
+        """Why (part of) this operator runs on another backend than it was asked to, one sentence
+        each naming the part and the reason; an export lists them in its warnings."""
+        return []
+
     def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
         """The operator as a TorchScript-able module over wire tensors, or None (see the module's
         docstring); ``input_schema`` holds its input columns as the graph feeds them."""

@@ -21,6 +21,8 @@ from merlin_torch_serving.scripted_workflow.columns import ARRAY_CELLS, ColumnTy
 class EncodedColumn(torch.nn.Module):
     """One column's vocabulary (values sorted, ``labels`` beside them) and how keys reach it."""
 
+    vocabulary: torch.Tensor
+    labels: torch.Tensor
     key_dtype: torch.dtype
     out_dtype: torch.dtype
     float_keys: bool

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import nvtabular as nvt
+import torch
 from merlin.dag import ColumnSelector, Node
 from merlin.dag.operator import Operator as BaseOperator
 from merlin.dag.ops.concat_columns import ConcatColumns
@@ -116,7 +117,7 @@ class ScriptedNode:
     label: str
     parents: tuple[int, ...]
     request_columns: tuple[str, ...]  # root columns no parent returns: read from the request
-    kernel: object | None
+    kernel: torch.nn.Module | None
     output_types: Types
     reason: str | None = None
 
@@ -250,7 +251,7 @@ def _module(workflow, nodes: list[ScriptedNode], input_types: Types, non_null: l
             widths[output.name] = output.width
     floats = {name for name, column in input_types.items() if column.is_float}
     return WorkflowScript(
-        [node.kernel for node in nodes],
+        [node.kernel for node in nodes if node.kernel is not None],
         inputs,
         [name for name in non_null if name in floats],
         [list(node.parents) for node in nodes],

@@ -23,6 +23,7 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,18 +71,22 @@ class Value:
 
     kind: str
     source: str = ""
-    column: ColumnType | None = None
-    python: object = None
+    column_type: ColumnType | None = None
+    python: Any = None
+
+    @property
+    def column(self) -> ColumnType:
+        if self.column_type is None:
+            raise NotCompiled(f"{self.python!r} is not a column")
+        return self.column_type
 
     @property
     def dtype(self) -> np.dtype:
-        if self.column is None:
-            raise NotCompiled(f"{self.python!r} is not a column")
         return self.column.dtype
 
 
 def series(source: str, column: ColumnType) -> Value:
-    return Value(SERIES, source, column)
+    return Value(SERIES, source, column_type=column)
 
 
 def scalar(number) -> Value:
@@ -205,6 +210,7 @@ class Evaluator:
 
     def _UnaryOp(self, node: ast.UnaryOp, scope: _Scope) -> Value:
         operand = self.evaluate(node.operand, scope)
+        function: Callable[[Any], Any]
         if isinstance(node.op, ast.USub):
             function, symbol = operator.neg, "-"
         elif isinstance(node.op, ast.UAdd):
@@ -221,9 +227,11 @@ class Evaluator:
     def _Call(self, node: ast.Call, scope: _Scope) -> Value:
         target = self.evaluate(node.func, scope)
         arguments = [self.evaluate(argument, scope) for argument in node.args]
-        keywords = {keyword.arg: self.evaluate(keyword.value, scope) for keyword in node.keywords}
-        if any(name is None for name in keywords):
-            raise NotCompiled(f"`{ast.unparse(node)}`: ** arguments")
+        keywords: dict[str, Value] = {}
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                raise NotCompiled(f"`{ast.unparse(node)}`: ** arguments")
+            keywords[keyword.arg] = self.evaluate(keyword.value, scope)
         for extension in self.extensions:
             handled = extension(self, "call", target, "", arguments, keywords)
             if handled is not None:
@@ -295,10 +303,10 @@ def _pandas_dtype(function: Callable, *operands: Value) -> np.dtype:
         with np.errstate(all="ignore"):
             result = function(*arguments)
     except Exception as error:
-        raise NotCompiled(f"pandas refuses it on {arguments[0].dtype} values ({error})") from None
+        raise NotCompiled(f"pandas refuses it ({error})") from None
     if not isinstance(result, pd.Series):
         raise NotCompiled(f"it gives a {type(result).__name__}, not a column")
-    return np.dtype(result.dtype)
+    return np.dtype(result.dtype)  # type: ignore[arg-type]  # a numpy dtype for these columns
 
 
 def python_value(value) -> Value:
@@ -339,7 +347,7 @@ def _astype(owner: Value, arguments: list[Value], keywords: dict[str, Value]) ->
         raise NotCompiled("astype takes one dtype here")
     try:
         dtype = np.dtype(arguments[0].python)
-    except TypeError:
+    except (TypeError, ValueError):
         raise NotCompiled(f"astype({arguments[0].python!r})") from None
     if dtype.kind not in "iufb" or owner.dtype.kind not in "iufb":
         raise NotCompiled(f"astype from {owner.dtype} to {dtype}")
@@ -407,7 +415,7 @@ def _definition(function) -> ast.Lambda | ast.FunctionDef:
         raise NotCompiled(f"the source of {_name_of(function)} does not parse") from None
     arguments = list(code.co_varnames[: code.co_argcount])
     span = _body_span(code)
-    candidates = []
+    candidates: list[ast.Lambda | ast.FunctionDef] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Lambda) and function.__name__ == "<lambda>":
             start = node.lineno
@@ -433,12 +441,12 @@ def _body_span(code) -> tuple[int, int, int, int] | None:
     positions = [p for p in code.co_positions() if None not in p and p[0] >= code.co_firstlineno]
     if not positions:
         return None
-    start = min((p[0], p[2]) for p in positions)
-    end = max((p[1], p[3]) for p in positions)
-    return (*start, *end)
+    first_line, first_column = min((p[0], p[2]) for p in positions)
+    last_line, last_column = max((p[1], p[3]) for p in positions)
+    return first_line, first_column, last_line, last_column
 
 
-def _contains(node: ast.AST, span: tuple[int, int, int, int]) -> bool:
+def _contains(node: ast.Lambda | ast.FunctionDef, span: tuple[int, int, int, int]) -> bool:
     first_line, first_column, last_line, last_column = span
     return (node.lineno, node.col_offset) <= (first_line, first_column) and (
         node.end_lineno,
@@ -451,4 +459,4 @@ def _name_of(function) -> str:
 
 
 def with_column(value: Value, **changes) -> Value:
-    return replace(value, column=replace(value.column, **changes))
+    return replace(value, column_type=replace(value.column, **changes))

@@ -198,6 +198,7 @@ def build(op: Groupby, selection: ColumnSelector, types: dict[str, ColumnType]):
                 dtype.kind not in "iuf" or (dtype.kind == "u" and dtype.itemsize == 8)
             ):
                 raise NotCompiled(f"{agg} of column {column!r} of dtype {dtype}")
+            result: np.dtype
             if agg == "count":
                 result = np.dtype(np.int64)
             elif agg in ("min", "max") or dtype.kind == "f":

@@ -18,6 +18,7 @@ from merlin_torch_serving.exceptions import InputError, WorkflowError
 from merlin_torch_serving.fastpath.errors import library_errors
 from merlin_torch_serving.scripted_workflow.compiler import compile_nodes
 from merlin_torch_serving.scripted_workflow.graph import WorkflowScript
+from merlin_torch_serving.scripted_workflow.sessions import LinedUpSessions
 
 
 class ScriptedWorkflow:
@@ -59,21 +60,31 @@ class ScriptedWorkflow:
 
     def transform(self, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The workflow's output for one request (wire format in and out), run by TorchScript."""
-        module = self.scripted()
-        inputs = {
-            name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in columns.items()
-        }
-        return {name: tensor.numpy() for name, tensor in run_scripted(module, inputs).items()}
+        return run_scripted_arrays(self.scripted(), columns)
+
+    def answer_module(self, key: str, filtered_column: str) -> torch.jit.ScriptModule:
+        """The scripted module a libtorch step runs: the workflow's answer with one row per
+        request session in first-appearance order (placeholders marked in ``filtered_column``
+        for the sessions it drops) when ``key`` names the session key, else as it comes."""
+        scripted = self.scripted()  # the module, checked to compile on its own
+        if not key or self.module is None:
+            return scripted
+        return torch.jit.script(LinedUpSessions(self.module, key, filtered_column))
 
 
-def run_scripted(module, inputs: dict[str, torch.Tensor]):
-    """Call a scripted module as libtorch does (inference mode, no optimizing executor, which
-    would specialise the graph for every new shape); a refused input is an ``InputError``."""
+def run_scripted_arrays(module, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Call a scripted module of wire tensors as libtorch does (inference mode, no optimizing
+    executor, which would specialise the graph for every new shape) on numpy arrays; a refused
+    input is an ``InputError``."""
+    inputs = {
+        name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in columns.items()
+    }
     with torch.inference_mode(), torch.jit.optimized_execution(False):
         try:
-            return module(inputs)
+            outputs = module(inputs)
         except torch.jit.Error as error:
             refused = InputError.from_message(str(error).strip().splitlines()[-1])
             if refused is None:
                 raise
             raise refused from None
+    return {name: tensor.numpy() for name, tensor in outputs.items()}
