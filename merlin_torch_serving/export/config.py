@@ -276,15 +276,7 @@ def pytorch_model_config(
         "output": tensor_configs(output_schema, request_dim=options.batching),
         "instance_group": _instance_group(options),
         "default_model_filename": LIBTORCH_MODEL_FILE,
-        # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
-        "parameters": _parameters(
-            {
-                **(options.parameters or {}),
-                "INFERENCE_MODE": "true",
-                "DISABLE_OPTIMIZED_EXECUTION": "true",
-                "INTRA_OP_THREAD_COUNT": options.torch_threads,
-            }
-        ),
+        "parameters": _libtorch_parameters(options),
         "model_warmup": _warmup(warmup_files, options, request_dim=options.batching),
         **_version_policy(options.version_policy),
     }
@@ -321,6 +313,34 @@ def pytorch_model_config(
             }
         )
     return _parse(config)
+
+
+def session_feeder_config(
+    name: str, tensors: Sequence[wire.TensorSpec], options: ModelOptions, warmup_files: dict
+) -> model_config_pb2.ModelConfig:
+    """The config of the libtorch model that feeds a batched libtorch step reading the request
+    (``libtorch_feeder``): one request at a time, in the batched form; ``ROWS_TENSOR`` and each of
+    ``tensors`` flat and one element longer (``PADDED_SUFFIX``) out."""
+    return _parse(
+        {
+            "name": name,
+            "platform": "pytorch_libtorch",
+            "backend": "pytorch",
+            "max_batch_size": 0,
+            "input": [
+                {"name": spec.name, "data_type": spec.config_dtype, "dims": [1, *spec.dims]}
+                for spec in tensors
+            ],
+            "output": [
+                {**entry, "dims": [1, *entry["dims"]]} for entry in _padded_configs(tensors)
+            ],
+            "instance_group": _instance_group(options),
+            "default_model_filename": LIBTORCH_MODEL_FILE,
+            "parameters": _libtorch_parameters(options),
+            "model_warmup": _warmup(warmup_files, options, request_dim=True),
+            **_version_policy(options.version_policy),
+        }
+    )
 
 
 def ensemble_config(
@@ -379,6 +399,18 @@ def _padded_configs(specs: Sequence[wire.TensorSpec], padded: bool = True) -> li
         {"name": ROWS_TENSOR, "data_type": "TYPE_UINT8", "dims": [-1]},
         *({"name": s.name + suffix, "data_type": s.config_dtype, "dims": [-1]} for s in specs),
     ]
+
+
+def _libtorch_parameters(options: ModelOptions) -> dict:
+    # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
+    return _parameters(
+        {
+            **(options.parameters or {}),
+            "INFERENCE_MODE": "true",
+            "DISABLE_OPTIMIZED_EXECUTION": "true",
+            "INTRA_OP_THREAD_COUNT": options.torch_threads,
+        }
+    )
 
 
 def _instance_group(options: ModelOptions) -> list[dict]:
