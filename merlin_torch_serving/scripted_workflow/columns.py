@@ -38,9 +38,13 @@ def torch_dtype(dtype: np.dtype, what: str) -> torch.dtype:
     try:
         return _TORCH_DTYPES[np.dtype(dtype)]
     except KeyError:
+        pass
+    if np.dtype(dtype).kind in "OUS":
         raise NotCompiled(
-            f"{what} has dtype {np.dtype(dtype)}, which torch does not hold"
-        ) from None
+            f"{what} holds strings, which Triton's pytorch backend hands TorchScript only as"
+            " List[str] arguments of forward, never in the Dict[str, Tensor] a step takes"
+        )
+    raise NotCompiled(f"{what} has dtype {np.dtype(dtype)}, which torch does not hold")
 
 
 @dataclass(frozen=True)

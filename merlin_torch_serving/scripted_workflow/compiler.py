@@ -83,6 +83,7 @@ _BUILDERS: dict[Callable, Builder] = {
     nvt_ops.Groupby.transform: lambda node, s, t: groupby.build(node.op, s, t),
     nvt_ops.ListSlice.transform: lambda node, s, t: lists.build(node.op, s, t),
     nvt_ops.FillMissing.transform: lambda node, s, t: continuous.build_fill_missing(node.op, s, t),
+    nvt_ops.LogOp.transform: lambda node, s, t: continuous.build_log(node.op, s, t),
     nvt_ops.Normalize.transform: lambda node, s, t: continuous.build_normalize(node.op, s, t),
     nvt_ops.NormalizeMinMax.transform: lambda node, s, t: continuous.build_normalize_minmax(
         node.op, s, t
@@ -120,6 +121,7 @@ class ScriptedNode:
     kernel: torch.nn.Module | None
     output_types: Types
     reason: str | None = None
+    follows_uncompiled: bool = False  # it has none because a parent has none
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,13 @@ class Compiled:
 
     @property
     def uncompiled(self) -> list[tuple[str, str]]:
-        """(operator, why it has no TorchScript form) for every node that has none."""
-        return [(node.label, node.reason) for node in self.nodes if node.reason is not None]
+        """(operator, why it has no TorchScript form) for every node that has none of its own
+        (not merely because a node before it has none)."""
+        return [
+            (node.label, node.reason)
+            for node in self.nodes
+            if node.reason is not None and not node.follows_uncompiled
+        ]
 
 
 def compile_nodes(workflow: nvt.Workflow, non_null_inputs: list[str]) -> Compiled:
@@ -152,8 +159,11 @@ def compile_nodes(workflow: nvt.Workflow, non_null_inputs: list[str]) -> Compile
         from_request = tuple(name for name in root_columns if name not in types)
         types.update({name: input_types[name] for name in from_request if name in input_types})
         reason = None
+        blocked = [compiled[parent].label for parent in parents if compiled[parent].kernel is None]
         absent = [name for name in from_request if name not in input_types]
-        if absent:
+        if blocked:
+            reason = f"it reads what {blocked[0]} returns, which has no TorchScript form"
+        elif absent:
             reason = f"no upstream node returns {absent!r} and the request does not hold them"
         parent_domains = {domains[parent] for parent in parents} | ({-1} if from_request else set())
         if reason is None and (None in parent_domains or len(parent_domains) > 1):
@@ -182,6 +192,7 @@ def compile_nodes(workflow: nvt.Workflow, non_null_inputs: list[str]) -> Compile
                 kernel=kernel,
                 output_types=output_types,
                 reason=reason,
+                follows_uncompiled=bool(blocked),
             )
         )
     if any(node.reason for node in compiled):
@@ -215,11 +226,11 @@ def _kernel_for(node: Node, types: Types):
     builder = _BUILDERS.get(type(node.op).transform)
     if builder is None:
         raise NotCompiled(f"{type(node.op).__name__} has no TorchScript form")
-    for name, column in types.items():
-        if name in node.input_schema.column_names:
-            torch_dtype(column.dtype, f"column {name!r}")
     selection = node.input_columns.resolve(node.input_schema)
     if builder not in _PASSING_ON:
+        for name in selection.names:
+            if name in types:
+                torch_dtype(types[name].dtype, f"column {name!r}")
         varying = [name for name in selection.names if name in types and types[name].varying]
         if varying:
             raise NotCompiled(
@@ -231,8 +242,11 @@ def _kernel_for(node: Node, types: Types):
 
 def _module(workflow, nodes: list[ScriptedNode], input_types: Types, non_null: list[str]):
     inputs: dict[str, list[str]] = {"scalar": [], "ragged": [], "fixed": []}
+    request_dtypes = {}
     for column in workflow.input_schema:
-        torch_dtype(input_types[column.name].dtype, f"request column {column.name!r}")
+        request_dtypes[column.name] = torch_dtype(
+            input_types[column.name].dtype, f"request column {column.name!r}"
+        )
         kind = "ragged" if wire.is_ragged(column) else "fixed" if column.is_list else "scalar"
         inputs[kind].append(column.name)
     final = nodes[-1].output_types
@@ -253,6 +267,7 @@ def _module(workflow, nodes: list[ScriptedNode], input_types: Types, non_null: l
     return WorkflowScript(
         [node.kernel for node in nodes if node.kernel is not None],
         inputs,
+        request_dtypes,
         [name for name in non_null if name in floats],
         [list(node.parents) for node in nodes],
         [list(node.request_columns) for node in nodes],

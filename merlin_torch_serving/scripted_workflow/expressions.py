@@ -3,8 +3,8 @@ against a small language of column arithmetic, and written out as a scripted met
 
 A function compiles when its body is one expression made of its argument's columns
 (``df["a"]``, ``df.a``, the column itself), numbers (literals, or names of the module, closures
-and ``numpy``'s constants), arithmetic, comparisons and ``& | ~``, ``.astype``, a few exact numpy
-functions (``abs``, ``sqrt``, ``floor``, ``ceil``, ``trunc``), calls of other such functions of
+and ``numpy``'s constants), arithmetic, comparisons and ``& | ~``, ``.astype``, the numpy functions
+that do not round (``abs``, ``floor``, ``ceil``, ``trunc``), calls of other such functions of
 one ``return``, and what ``dates`` adds (datetimes, whole-column reductions, functions of a column
 whose few values are known). Each step's dtype is what pandas gives it: asked of pandas itself,
 at export, on a stand-in of the column's dtype (numpy 1.x picks the dtype of ``column - 2.5`` by
@@ -52,10 +52,10 @@ _COMPARE = {
     ast.Eq: ("==", operator.eq),
     ast.NotEq: ("!=", operator.ne),
 }
-#: numpy functions whose result torch computes bit for bit (IEEE operations, no approximation)
+#: numpy functions whose result torch computes bit for bit: none of them rounds (torch's float64
+#: sqrt, for one, is not correctly rounded here: sqrt(51) came out one ulp off numpy's)
 _EXACT_UFUNCS = {
     np.absolute: "torch.abs",
-    np.sqrt: "torch.sqrt",
     np.floor: "torch.floor",
     np.ceil: "torch.ceil",
     np.trunc: "torch.trunc",

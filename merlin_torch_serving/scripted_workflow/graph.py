@@ -30,6 +30,26 @@ def _wire_cast(name: str, values: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     return values.to(dtype)
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    """numpy's name of a dtype, as the library's messages give dtypes (TorchScript holds a dtype
+    as a number, whose text is that number)."""
+    names = [
+        (torch.bool, "bool"),
+        (torch.uint8, "uint8"),
+        (torch.int8, "int8"),
+        (torch.int16, "int16"),
+        (torch.int32, "int32"),
+        (torch.int64, "int64"),
+        (torch.float16, "float16"),
+        (torch.float32, "float32"),
+        (torch.float64, "float64"),
+    ]
+    for known, name in names:
+        if dtype == known:
+            return name
+    return "another dtype"
+
+
 class WorkflowScript(torch.nn.Module):
     """A fitted workflow as one TorchScript module (built by ``compiler.script_workflow``)."""
 
@@ -39,6 +59,7 @@ class WorkflowScript(torch.nn.Module):
     non_null_inputs: list[str]
     parents: list[list[int]]
     request_columns: list[list[str]]
+    input_dtypes: dict[str, torch.dtype]
     outputs: list[str]
     ragged_outputs: list[str]
     widths: dict[str, int]
@@ -48,6 +69,7 @@ class WorkflowScript(torch.nn.Module):
         self,
         kernels: list[torch.nn.Module],
         inputs: dict[str, list[str]],
+        input_dtypes: dict[str, torch.dtype],
         non_null_inputs: list[str],
         parents: list[list[int]],
         request_columns: list[list[str]],
@@ -61,6 +83,7 @@ class WorkflowScript(torch.nn.Module):
         self.scalar_inputs = inputs["scalar"]
         self.ragged_inputs = inputs["ragged"]
         self.fixed_inputs = inputs["fixed"]
+        self.input_dtypes = input_dtypes
         self.non_null_inputs = non_null_inputs
         self.parents = parents
         self.request_columns = request_columns
@@ -128,6 +151,15 @@ class WorkflowScript(torch.nn.Module):
             offsets[name] = torch.arange(column.shape[0] + 1, dtype=torch.int64) * width
             rows.append(column.shape[0])
         names = self.scalar_inputs + self.ragged_inputs + self.fixed_inputs
+        for name in names:
+            if values[name].dtype != self.input_dtypes[name]:
+                raise ValueError(
+                    refusal(
+                        name,
+                        _dtype_name(self.input_dtypes[name]) + " values",
+                        _dtype_name(values[name].dtype) + " values",
+                    )
+                )
         for position in range(len(rows)):
             if rows[position] != rows[0]:
                 raise ValueError(
