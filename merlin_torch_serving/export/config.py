@@ -315,34 +315,6 @@ def pytorch_model_config(
     return _parse(config)
 
 
-def session_feeder_config(
-    name: str, tensors: Sequence[wire.TensorSpec], options: ModelOptions, warmup_files: dict
-) -> model_config_pb2.ModelConfig:
-    """The config of the libtorch model that feeds a batched libtorch step reading the request
-    (``libtorch_feeder``): one request at a time, in the batched form; ``ROWS_TENSOR`` and each of
-    ``tensors`` flat and one element longer (``PADDED_SUFFIX``) out."""
-    return _parse(
-        {
-            "name": name,
-            "platform": "pytorch_libtorch",
-            "backend": "pytorch",
-            "max_batch_size": 0,
-            "input": [
-                {"name": spec.name, "data_type": spec.config_dtype, "dims": [1, *spec.dims]}
-                for spec in tensors
-            ],
-            "output": [
-                {**entry, "dims": [1, *entry["dims"]]} for entry in _padded_configs(tensors)
-            ],
-            "instance_group": _instance_group(options),
-            "default_model_filename": LIBTORCH_MODEL_FILE,
-            "parameters": _libtorch_parameters(options),
-            "model_warmup": _warmup(warmup_files, options, request_dim=True),
-            **_version_policy(options.version_policy),
-        }
-    )
-
-
 def ensemble_config(
     name: str,
     input_schema: Schema,

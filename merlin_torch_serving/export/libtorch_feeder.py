@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from merlin.schema import Schema
+from tritonclient.grpc import model_config_pb2
 
 from merlin_torch_serving import wire
 from merlin_torch_serving.export import config as configs
@@ -47,12 +49,16 @@ def padded(tensor: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class Feeder:
     """The feeder of libtorch step ``step``: its model name, the request's session key, and the
-    wire tensors it passes on padded."""
+    columns it passes on padded (the step's inputs)."""
 
     name: str
     step: str
     key: str
-    tensors: list[wire.TensorSpec]
+    input_schema: Schema
+
+    @property
+    def tensors(self) -> list[wire.TensorSpec]:
+        return wire.schema_specs(self.input_schema)
 
 
 def request_feeders(plan: Plan, steps: list[TritonStep]) -> list[Feeder]:
@@ -69,14 +75,7 @@ def request_feeders(plan: Plan, steps: list[TritonStep]) -> list[Feeder]:
             continue
         if groups[0] not in step.inputs:
             continue
-        feeders.append(
-            Feeder(
-                step.name + FEEDER_SUFFIX,
-                step.name,
-                groups[0],
-                wire.schema_specs(step.input_schema),
-            )
-        )
+        feeders.append(Feeder(step.name + FEEDER_SUFFIX, step.name, groups[0], step.input_schema))
     return feeders
 
 
@@ -114,8 +113,23 @@ def write_feeder(model_dir: Path, feeder: Feeder, version: int, options, arrays:
     )
     model_file = model_dir / str(version) / configs.LIBTORCH_MODEL_FILE
     torch.jit.save(feeder_module(feeder), str(model_file))
-    config = configs.session_feeder_config(feeder.name, feeder.tensors, options, warmup_files)
-    (model_dir / "config.pbtxt").write_text(configs.to_pbtxt(config))
+    (model_dir / "config.pbtxt").write_text(
+        configs.to_pbtxt(feeder_config(feeder, options, warmup_files))
+    )
+
+
+def feeder_config(feeder: Feeder, options: configs.ModelOptions, warmup_files: dict):
+    """A libtorch step of the batched export that answers one request at a time (its request
+    tensors in the batched form), whose outputs are ``ROWS_TENSOR`` and each tensor padded."""
+    config = configs.pytorch_model_config(
+        feeder.name, feeder.input_schema, feeder.input_schema, options, warmup_files
+    )
+    del config.output[:]
+    for name, dtype in [(configs.ROWS_TENSOR, "TYPE_UINT8")] + [
+        (spec.name + configs.PADDED_SUFFIX, spec.config_dtype) for spec in feeder.tensors
+    ]:
+        config.output.add(name=name, data_type=model_config_pb2.DataType.Value(dtype), dims=[1, -1])
+    return config
 
 
 def ensemble_step(feeder: Feeder) -> dict:

@@ -28,6 +28,8 @@ Export (the contract the exporter relies on):
 - ``format_version``: the version of what ``config()`` and the files hold. Bump it when their
   meaning changes; a step saved with another version refuses to load and says so. (The layout of
   the exported files around them has its own version, ``export.manifest.STEP_FORMAT_VERSION``.)
+- ``parts()``: optional, the operators this one runs as in the plan (itself by default), for an
+  operator split between backends.
 - ``torchscript(input_schema)``: optional, the fusion hook. A ``torch.nn.Module`` whose
   ``forward`` takes one ``Dict[str, Tensor]`` of the operator's inputs in the wire format (keyed by
   the column names of ``input_schema``; a ragged list ``c`` as ``c__values`` and ``c__offsets``) and
@@ -210,6 +212,14 @@ class ServingOperator(BaseOperator):
     def load(cls, config: dict[str, Any], artifact_path: str) -> ServingOperator:
         """The operator ``config()`` and ``save_artifacts`` describe, built by ``__init__``."""
         return cls(**cls.load_arguments(config, artifact_path))
+
+    def parts(self) -> list[ServingOperator]:
+        """The operators this one runs as in a plan, in order: itself by default. An operator that
+        runs partly on one backend and partly on another (a workflow whose custom operator has no
+        TorchScript form) returns one part per backend; each part reads the operator's inputs and
+        the outputs of the parts before it, by column name, and the last part's outputs are the
+        operator's."""
+        return [self]
 
     def placement_notes(self) -> list[str]:
         """Why (part of) this operator runs on another backend than it was asked to, one sentence

@@ -101,6 +101,8 @@ class TransformWorkflow(ServingOperator):
         self.backend_choice = backend
         self._placement_notes: list[str] = []
         self._scripted_answer: torch.nn.Module | None = None
+        self._parts: list[ServingOperator] = []
+        self._reduces_over_rows = False
         if backend == "pytorch":
             self._script()
 
@@ -109,19 +111,44 @@ class TransformWorkflow(ServingOperator):
         from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
 
         scripted = ScriptedWorkflow(self.workflow, self.non_null_inputs())
-        if scripted.complete:
+        self._reduces_over_rows = bool(scripted.reduces_over_rows)
+        reasons = "; ".join(f"{label}: {reason}" for label, reason in scripted.uncompiled)
+        self._answer_schema = self.compute_output_schema(self.workflow.input_schema, None)
+        if scripted.module is not None:
             self._scripted_answer = scripted.answer_module(
                 self.session_key or "", self.filtered_column or ""
             )
-            self._answer_schema = self.compute_output_schema(self.workflow.input_schema, None)
+        if scripted.complete:
             return
-        self.backend_choice = "python"
-        reasons = "; ".join(f"{label}: {reason}" for label, reason in scripted.uncompiled)
-        self._placement_notes = [
-            f"TransformWorkflow runs on the python backend, not libtorch: operators without a"
-            f" TorchScript form: {reasons}"
-        ]
-        logger.warning(self._placement_notes[0])
+        if scripted.head is not None and self._scripted_answer is not None:
+            from merlin_torch_serving.scripted_workflow.parts import WorkflowHead, WorkflowTail
+
+            head = scripted.head
+            head_part = WorkflowHead(
+                self.workflow, sorted(head.nodes), head.columns, self._compiled
+            )
+            sent = head.output_schema()
+            tail_inputs = Schema(
+                [c for c in self.workflow.input_schema if wire.is_carried_by_tensors(c)]
+                + list(sent)
+            )
+            self._parts = [head_part, WorkflowTail(self, self._scripted_answer, tail_inputs)]
+            note = (
+                f"TransformWorkflow runs {head_part.operators} in a python step"
+                f" before the rest of the workflow in TorchScript: {reasons}"
+            )
+        else:
+            self.backend_choice = "python"
+            self._scripted_answer = None
+            note = (
+                "TransformWorkflow runs on the python backend, not libtorch: operators without a"
+                f" TorchScript form: {reasons}; {scripted.split_problem}"
+            )
+        self._placement_notes = [note]
+        logger.warning(note)
+
+    def parts(self) -> list[ServingOperator]:
+        return self._parts or [self]
 
     # `backend` is what the exporter reads; it is per instance here
     @property
@@ -177,7 +204,11 @@ class TransformWorkflow(ServingOperator):
 
     def request_groups(self) -> list[str] | None:
         """The keys of the workflow's Groupby when they are request columns (the session id): the
-        other operators of a fitted workflow transform rows independently."""
+        other operators of a fitted workflow transform rows independently, unless a function reads
+        a whole column (``col - col.min()``), which its TorchScript form tells: then no split of
+        a request is safe."""
+        if self._reduces_over_rows:
+            return None
         return _groupby_columns(self.workflow)
 
     def non_null_inputs(self) -> list[str]:
@@ -208,10 +239,14 @@ class TransformWorkflow(ServingOperator):
         return answer
 
     def _scripted_transform(self, transformable: TensorTable) -> TensorTable:
-        """The TorchScript a libtorch step runs, run here: the served answer, bit for bit."""
+        return self.scripted_answer(self._scripted_answer, transformable)
+
+    def scripted_answer(self, module, transformable: TensorTable) -> TensorTable:
+        """``module``, the TorchScript a libtorch step runs, run here: the served answer, bit for
+        bit."""
         from merlin_torch_serving.scripted_workflow.scripted import run_scripted_arrays
 
-        arrays = run_scripted_arrays(self._scripted_answer, wire.to_wire(transformable))
+        arrays = run_scripted_arrays(module, wire.to_wire(transformable))
         table = wire.from_wire(arrays, self._answer_schema)
         if self.filtered_column:
             metrics.count(

@@ -4,16 +4,19 @@ into one TorchScript method, kept only where it equals NVTabular on the fast pat
 
 # no `from __future__ import annotations`: TorchScript reads the annotations below as types
 
+from dataclasses import replace
+
 import numpy as np
+import pandas as pd
 import torch
 from merlin.dag import ColumnSelector, Node
 
-from merlin_torch_serving.fastpath.batch import Batch, same_values
+from merlin_torch_serving.fastpath.batch import Batch, Column, same_values
 from merlin_torch_serving.fastpath.callables import probe_batches
 from merlin_torch_serving.fastpath.errors import NotCompiled
 from merlin_torch_serving.fastpath.fallback import NVTabularStep
 from merlin_torch_serving.scripted_workflow import dates
-from merlin_torch_serving.scripted_workflow.columns import ColumnType
+from merlin_torch_serving.scripted_workflow.columns import ColumnType, torch_dtype
 from merlin_torch_serving.scripted_workflow.expressions import (
     FRAME,
     SERIES,
@@ -23,7 +26,19 @@ from merlin_torch_serving.scripted_workflow.expressions import (
     columns_attributes,
     series,
 )
-from merlin_torch_serving.scripted_workflow.ragged import integer_cast, take  # noqa: F401
+
+# the helpers a function's TorchScript calls, found here by name when it is defined
+from merlin_torch_serving.scripted_workflow.ragged import (  # noqa: F401
+    column_max,
+    column_min,
+    integer_cast,
+    table_lookup,
+    take,
+    to_datetime_ns,
+)
+
+#: the most values a function of a column is tabulated for
+_MAX_TABLE = 4096
 
 _SIGNATURE = (
     "def forward(self, values: Dict[str, Tensor], offsets: Dict[str, Tensor], rows: int)"
@@ -31,13 +46,19 @@ _SIGNATURE = (
 )
 
 
-def scripted_method(source: str) -> torch.jit.ScriptModule:
-    """A module whose ``forward`` is ``source``: a class per module, since TorchScript keeps the
-    methods a ScriptModule defines on its class. Names in ``source`` resolve in this module."""
+def scripted_method(
+    source: str, reduces_over_rows: bool, tables: dict[str, torch.Tensor] | None = None
+) -> torch.jit.ScriptModule:
+    """A module whose ``forward`` is ``source``, with ``tables`` as buffers: a class per module,
+    since TorchScript keeps the methods a ScriptModule defines on its class. Names in ``source``
+    resolve in this module. ``reduces_over_rows`` records that the function reads every row."""
 
     class Expression(torch.jit.ScriptModule):
         def __init__(self):
             super().__init__()
+            for name, table in (tables or {}).items():
+                self.register_buffer(name, table)
+            self.reduces_over_rows = reduces_over_rows
             self.define(source)
 
     return Expression()
@@ -48,23 +69,66 @@ def _evaluator() -> Evaluator:
 
 
 def build_udf(node: Node, selection: ColumnSelector, types: dict[str, ColumnType]):
-    """Each selected column through the function; returns only those columns."""
+    """Each selected column through the function; returns only those columns. A function that does
+    not translate, of a column whose few values are known (a weekday), becomes a table of its
+    values, computed by calling it as NVTabular does."""
     if node.op.dependencies:
         raise NotCompiled("the operator has dependencies")
     lines, output = [_SIGNATURE, "    output: Dict[str, Tensor] = {}"], {}
+    tables: dict[str, torch.Tensor] = {}
+    reduces = False
     for name in selection.names:
         column = types[name]
         if column.is_list:
             raise NotCompiled(f"a function of the list column {name!r}")
-        result = _evaluator().call(node.op.f, [series(f"values[{column_text(name)}]", column)])
+        argument = series(f"values[{column_text(name)}]", column)
+        evaluator = _evaluator()
+        try:
+            result = evaluator.call(node.op.f, [argument])
+        except NotCompiled as untranslated:
+            table = f"table_{len(tables)}"
+            tables[table], result = _tabulated(node.op.f, argument, table, untranslated)
+        reduces = reduces or evaluator.reduces_over_rows
         if result.kind != SERIES:
             raise NotCompiled(f"the function gives a {result.kind} for {name!r}, not a column")
         lines.append(f"    output[{column_text(name)}] = {dates.as_rows(result)}")
         output[name] = result.column
     lines.append("    return output, {}, rows")
-    module = scripted_method("\n".join(lines) + "\n")
+    module = scripted_method("\n".join(lines) + "\n", reduces, tables)
     _check_on_probe(module, node, selection, types)
     return module, output
+
+
+def _tabulated(function, argument: Value, table: str, untranslated: NotCompiled):
+    """``function`` of a column of known integers as a lookup in the table of its values."""
+    value_range = argument.column.value_range
+    if value_range is None or value_range[1] - value_range[0] >= _MAX_TABLE:
+        raise untranslated
+    low, high = value_range
+    domain = np.arange(low, high + 1).astype(argument.dtype)
+    try:
+        values = _series_values(function, domain)
+        # the same values whatever else the column holds: elementwise, so a table reproduces it
+        for rows in (domain[::-1], domain[: len(domain) // 2 + 1], domain[-1:], domain[[0, 0]]):
+            if not same_values(_series_values(function, rows), values[rows - low]):
+                raise NotCompiled("its value for a row depends on the other rows")
+        scripted_dtype = torch_dtype(values.dtype, "its values")
+    except NotCompiled as reason:
+        raise NotCompiled(f"{untranslated.reason}; as a table of its values: {reason}") from None
+    source = f"table_lookup(self.{table}, {argument.source}, {int(low)})"
+    column = replace(argument.column, dtype=values.dtype, value_range=None)
+    return torch.from_numpy(values).to(scripted_dtype), series(source, column)
+
+
+def _series_values(function, values: np.ndarray) -> np.ndarray:
+    """``function`` called on a pandas Series of ``values``, as NVTabular calls it."""
+    try:
+        result = function(pd.Series(values))
+    except Exception as error:
+        raise NotCompiled(f"it raises {type(error).__name__}: {error}") from None
+    if not isinstance(result, pd.Series) or len(result) != len(values):
+        raise NotCompiled("it does not give one value per row")
+    return result.to_numpy()
 
 
 def build_filter(node: Node, selection: ColumnSelector, types: dict[str, ColumnType]):
@@ -74,7 +138,8 @@ def build_filter(node: Node, selection: ColumnSelector, types: dict[str, ColumnT
         for name, column in types.items()
         if not column.is_list
     }
-    result = _evaluator().call(node.op.f, [Value(FRAME, python=frame)])
+    evaluator = _evaluator()
+    result = evaluator.call(node.op.f, [Value(FRAME, python=frame)])
     if result.kind != SERIES or result.dtype != np.dtype(np.bool_):
         raise NotCompiled("the filter does not give one boolean per row")
     source = "\n".join(
@@ -84,7 +149,7 @@ def build_filter(node: Node, selection: ColumnSelector, types: dict[str, ColumnT
             "    return take((values, offsets, rows), torch.nonzero(keep).flatten())",
         ]
     )
-    module = scripted_method(source + "\n")
+    module = scripted_method(source + "\n", evaluator.reduces_over_rows)
     _check_on_probe(module, node, selection, types)
     return module, dict(types)
 
@@ -93,6 +158,7 @@ def _check_on_probe(module, node: Node, selection: ColumnSelector, types) -> Non
     """NotCompiled unless the module and NVTabular agree exactly on every probe batch."""
     nvtabular = NVTabularStep(node, selection)
     for variant, probe in probe_batches(node.input_schema).items():
+        probe = _within_types(probe, types)
         try:
             expected = nvtabular(probe)
         except Exception as error:
@@ -123,6 +189,24 @@ def _check_on_probe(module, node: Node, selection: ColumnSelector, types) -> Non
                     f"its TorchScript gives other values or dtypes for {name!r} than NVTabular"
                     f" ({variant})"
                 )
+
+
+def _within_types(batch: Batch, types: dict[str, ColumnType]) -> Batch:
+    """The probe made to hold what the scripted workflow's columns can hold: no NaT in datetimes
+    (they come from integers, through ``to_datetime``; pandas types a column with a NaT otherwise)
+    and, in a column of known integers (a weekday), only those."""
+    columns = {}
+    for name, column in batch.columns.items():
+        values = column.values
+        known = types[name].value_range if name in types else None
+        if not column.is_list and values.dtype.kind in "mM":
+            column = Column(np.where(np.isnat(values), values.dtype.type(0, "s"), values))
+        elif not column.is_list and known is not None and values.dtype.kind in "iu":
+            low, high = known
+            span = high - low + 1
+            column = Column((low + (values.astype(np.int64) - low) % span).astype(values.dtype))
+        columns[name] = column
+    return Batch(columns, batch.num_rows)
 
 
 def as_tensors(batch: Batch, types: dict[str, ColumnType]):

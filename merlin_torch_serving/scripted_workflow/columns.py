@@ -39,6 +39,8 @@ def torch_dtype(dtype: np.dtype, what: str) -> torch.dtype:
         return _TORCH_DTYPES[np.dtype(dtype)]
     except KeyError:
         pass
+    if np.dtype(dtype) in (np.dtype("datetime64[ns]"), np.dtype("timedelta64[ns]")):
+        return torch.int64  # nanoseconds, as pandas holds them
     if np.dtype(dtype).kind in "OUS":
         raise NotCompiled(
             f"{what} holds strings, which Triton's pytorch backend hands TorchScript only as"
@@ -88,6 +90,6 @@ def python_scalar_dtype(dtype: np.dtype, what: str) -> np.dtype:
         return np.dtype(np.int64)
     if dtype.kind == "f":
         return np.dtype(np.float64)
-    if dtype.kind == "b":
+    if dtype.kind in "bmM":  # pandas reads Timestamps and Timedeltas back as datetime64
         return dtype
     raise NotCompiled(f"{what} of dtype {dtype} in python lists")

@@ -41,6 +41,7 @@ from merlin_torch_serving.scripted_workflow import (
 )
 from merlin_torch_serving.scripted_workflow.columns import ColumnType, Types, torch_dtype
 from merlin_torch_serving.scripted_workflow.graph import WorkflowScript
+from merlin_torch_serving.scripted_workflow.head import Head
 from merlin_torch_serving.scripted_workflow.passthrough import Identity, Select
 
 Builder = Callable[[Node, ColumnSelector, Types], tuple]
@@ -132,6 +133,14 @@ class Compiled:
     module: WorkflowScript | None
 
     @property
+    def reduces_over_rows(self) -> list[str]:
+        """The operators whose function reads a whole column (``col - col.min()``): the answer to a
+        row depends on the request's other rows."""
+        return [
+            node.label for node in self.nodes if getattr(node.kernel, "reduces_over_rows", False)
+        ]
+
+    @property
     def uncompiled(self) -> list[tuple[str, str]]:
         """(operator, why it has no TorchScript form) for every node that has none of its own
         (not merely because a node before it has none)."""
@@ -142,15 +151,26 @@ class Compiled:
         ]
 
 
-def compile_nodes(workflow: nvt.Workflow, non_null_inputs: list[str]) -> Compiled:
-    """Every node's kernel (or reason), and the whole workflow's module when all have one."""
+def compile_nodes(
+    workflow: nvt.Workflow, non_null_inputs: list[str], head: Head | None = None
+) -> Compiled:
+    """Every node's kernel (or reason), and the whole workflow's module when all have one. With a
+    ``head`` (``split``), the columns its nodes send are inputs of the module, as the request's are,
+    and those nodes take them from there."""
     input_types = request_types(workflow.input_schema)
+    if head is not None:
+        input_types.update(head.types)
     nodes = nodes_in_run_order(workflow.output_node)
     index = {id(node): position for position, node in enumerate(nodes)}
     compiled: list[ScriptedNode] = []
     domains: list[int | None] = []  # which rows a node holds: -1 the request's, else a node's
     may_be_empty: list[bool] = []
     for position, node in enumerate(nodes):
+        if head is not None and position in head.external:
+            compiled.append(_sent_by_head(node, position, head))
+            domains.append(-1)
+            may_be_empty.append(False)
+            continue
         parents = tuple(index[id(parent)] for parent in node.parents_with_dependencies)
         types: Types = {}
         for parent in parents:
@@ -198,7 +218,7 @@ def compile_nodes(workflow: nvt.Workflow, non_null_inputs: list[str]) -> Compile
     if any(node.reason for node in compiled):
         return Compiled(compiled, None)
     try:
-        module = _module(workflow, compiled, input_types, non_null_inputs)
+        module = _module(workflow, compiled, input_types, non_null_inputs, head)
     except NotCompiled as not_compiled:
         last = compiled[-1]
         compiled[-1] = ScriptedNode(
@@ -240,13 +260,33 @@ def _kernel_for(node: Node, types: Types):
     return builder(node, selection, types)
 
 
-def _module(workflow, nodes: list[ScriptedNode], input_types: Types, non_null: list[str]):
+def _sent_by_head(node: Node, position: int, head: Head) -> ScriptedNode:
+    """A node of the head, whose columns the module receives: it reads them from its inputs."""
+    sent = {name: column for name, (source, column) in head.columns.items() if source == position}
+    return ScriptedNode(
+        label=describe_operator(node.op),
+        parents=(),
+        request_columns=tuple(sent),
+        kernel=Select(list(sent), list(sent.values())),
+        output_types={column: head.types[name] for name, column in sent.items()},
+    )
+
+
+def _module(
+    workflow,
+    nodes: list[ScriptedNode],
+    input_types: Types,
+    non_null: list[str],
+    head: Head | None,
+):
     inputs: dict[str, list[str]] = {"scalar": [], "ragged": [], "fixed": []}
     request_dtypes = {}
-    for column in workflow.input_schema:
-        request_dtypes[column.name] = torch_dtype(
-            input_types[column.name].dtype, f"request column {column.name!r}"
-        )
+    sent = [] if head is None else [head.schema[name] for name in head.columns]
+    for column in [*workflow.input_schema, *sent]:
+        dtype = input_types[column.name].dtype
+        if head is not None and dtype.kind in "OUS":
+            continue  # a string the head reads (the module could not take it)
+        request_dtypes[column.name] = torch_dtype(dtype, f"request column {column.name!r}")
         kind = "ragged" if wire.is_ragged(column) else "fixed" if column.is_list else "scalar"
         inputs[kind].append(column.name)
     final = nodes[-1].output_types

@@ -18,11 +18,10 @@ import ast
 import builtins
 import inspect
 import json
-import linecache
 import math
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,8 +29,12 @@ import pandas as pd
 
 from merlin_torch_serving.fastpath.errors import NotCompiled
 from merlin_torch_serving.scripted_workflow.columns import ColumnType, torch_dtype
+from merlin_torch_serving.scripted_workflow.sources import function_ast, name_of
 
 SERIES, SCALAR, FRAME, PYTHON = "series", "scalar", "frame", "python"
+#: one value of a whole column, a 0-dim tensor (``col.min()``; see ``dates``)
+REDUCED = "reduced"
+_TENSORS = (SERIES, REDUCED)
 
 _BINARY = {
     ast.Add: ("+", operator.add),
@@ -122,7 +125,7 @@ def stand_in(column: ColumnType):
 
 def cast(value: Value, dtype: np.dtype) -> str:
     """``value``'s source in ``dtype`` (a number is left to torch, which keeps a tensor's dtype)."""
-    if value.kind != SERIES or value.dtype == dtype:
+    if value.kind not in _TENSORS or value.dtype == dtype:
         return value.source
     return f"{value.source}.to({_torch_name(dtype)})"
 
@@ -138,6 +141,8 @@ class Evaluator:
     def __init__(self, extensions: list[Callable] | None = None):
         self.extensions = list(extensions or [])
         self._depth = 0
+        #: set when the function reduces a whole column (its rows depend on the request's others)
+        self.reduces_over_rows = False
 
     def call(self, function, arguments: list[Value]) -> Value:
         """The value of ``function(*arguments)``, from its source."""
@@ -146,7 +151,7 @@ class Evaluator:
         parameters, body = function_ast(function)
         if len(parameters) != len(arguments):
             raise NotCompiled(
-                f"{_name_of(function)} takes {len(parameters)} arguments, got {len(arguments)}"
+                f"{name_of(function)} takes {len(parameters)} arguments, got {len(arguments)}"
             )
         names = dict(zip(parameters, arguments, strict=True))
         self._depth += 1
@@ -222,7 +227,7 @@ class Evaluator:
         if operand.kind == SCALAR:
             return scalar(function(operand.python))
         dtype = _pandas_dtype(lambda s: function(s), operand)
-        return series(f"({symbol}{cast(operand, dtype)})", operand.column.with_dtype(dtype))
+        return _tensor_like(operand, f"({symbol}{cast(operand, dtype)})", dtype)
 
     def _Call(self, node: ast.Call, scope: _Scope) -> Value:
         target = self.evaluate(node.func, scope)
@@ -247,11 +252,11 @@ class Evaluator:
                 return scalar(function(argument.python))
             dtype = _pandas_dtype(function, argument)
             source = f"{_EXACT_UFUNCS[function]}({cast(argument, dtype)})"
-            return series(source, argument.column.with_dtype(dtype))
+            return _tensor_like(argument, source, dtype)
         if inspect.isfunction(function) and not keywords:
             return self.call(function, arguments)
         raise NotCompiled(
-            f"`{ast.unparse(node)}`: {_name_of(function)} has no exact TorchScript counterpart"
+            f"`{ast.unparse(node)}`: {name_of(function)} has no exact TorchScript counterpart"
         )
 
 
@@ -260,7 +265,7 @@ def binary(symbol: str, function: Callable, left: Value, right: Value) -> Value:
     if left.kind == SCALAR and right.kind == SCALAR:
         return scalar(function(left.python, right.python))
     for side in (left, right):
-        if side.kind not in (SERIES, SCALAR):
+        if side.kind not in (SERIES, SCALAR, REDUCED):
             raise NotCompiled(f"`{symbol}` of a {side.kind}")
     if symbol in ("//", "%") and any(
         side.kind == SERIES and side.dtype.kind in "iub" for side in (left, right)
@@ -279,8 +284,14 @@ def binary(symbol: str, function: Callable, left: Value, right: Value) -> Value:
         source = f"({cast(left, common)} {symbol} {cast(right, common)})"
     else:
         source = f"({cast(left, result)} {symbol} {cast(right, result)})"
-    column = left.column if left.kind == SERIES else right.column
-    return series(source, column.with_dtype(result))
+    shaped = next(side for side in (left, right) if side.kind in _TENSORS)
+    rows = left if left.kind == SERIES else right if right.kind == SERIES else shaped
+    return _tensor_like(rows, source, result)
+
+
+def _tensor_like(shape: Value, source: str, dtype: np.dtype) -> Value:
+    """A result of ``dtype`` shaped like ``shape``: a column, or one value of a column."""
+    return Value(shape.kind, source, column_type=shape.column.with_dtype(dtype))
 
 
 def _comparison_symbols() -> set[str]:
@@ -289,14 +300,18 @@ def _comparison_symbols() -> set[str]:
 
 def _common_dtype(left: Value, right: Value) -> np.dtype:
     """The dtype numpy compares two operands in (a number's value counts, numpy 1.x)."""
-    operands = [side.dtype if side.kind == SERIES else side.python for side in (left, right)]
+    operands = [side.dtype if side.kind in _TENSORS else side.python for side in (left, right)]
     return np.result_type(*operands)
 
 
 def _pandas_dtype(function: Callable, *operands: Value) -> np.dtype:
     """The dtype pandas gives ``function`` of the operands (columns stood in for)."""
     arguments = [
-        stand_in(operand.column) if operand.kind == SERIES else operand.python
+        stand_in(operand.column)
+        if operand.kind == SERIES
+        else stand_in(operand.column).min()
+        if operand.kind == REDUCED
+        else operand.python
         for operand in operands
     ]
     try:
@@ -304,9 +319,13 @@ def _pandas_dtype(function: Callable, *operands: Value) -> np.dtype:
             result = function(*arguments)
     except Exception as error:
         raise NotCompiled(f"pandas refuses it ({error})") from None
-    if not isinstance(result, pd.Series):
-        raise NotCompiled(f"it gives a {type(result).__name__}, not a column")
-    return np.dtype(result.dtype)  # type: ignore[arg-type]  # a numpy dtype for these columns
+    if isinstance(result, pd.Series):
+        return np.dtype(result.dtype)  # type: ignore[arg-type]  # a numpy dtype for these columns
+    if isinstance(result, (pd.Timestamp, pd.Timedelta)):  # one value of a datetime column
+        return np.dtype("datetime64[ns]" if isinstance(result, pd.Timestamp) else "m8[ns]")
+    if all(operand.kind != SERIES for operand in operands) and hasattr(result, "dtype"):
+        return np.dtype(result.dtype)  # one value of a column, and numbers
+    raise NotCompiled(f"it gives a {type(result).__name__}, not a column")
 
 
 def python_value(value) -> Value:
@@ -357,9 +376,6 @@ def _astype(owner: Value, arguments: list[Value], keywords: dict[str, Value]) ->
     return series(cast(owner, dtype), owner.column.with_dtype(dtype))
 
 
-# ---- source -----------------------------------------------------------------------------------
-
-
 class _Scope:
     """Names a function body sees: its parameters, then its closure, module and builtins."""
 
@@ -379,84 +395,3 @@ class _Scope:
         if hasattr(builtins, name):
             return python_value(getattr(builtins, name))
         raise NotCompiled(f"the name {name!r} is not defined where the function is")
-
-
-def function_ast(function) -> tuple[list[str], ast.expr]:
-    """A function's parameter names and the one expression it returns, from its source."""
-    if not inspect.isfunction(function):
-        raise NotCompiled(f"{_name_of(function)} is not a python function")
-    code = function.__code__
-    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount:
-        raise NotCompiled(f"{_name_of(function)} takes *args, **kwargs or keyword-only arguments")
-    node = _definition(function)
-    parameters = [argument.arg for argument in node.args.args]
-    if isinstance(node, ast.Lambda):
-        return parameters, node.body
-    body = [
-        statement
-        for statement in node.body
-        if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
-    ]
-    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
-        raise NotCompiled(f"{_name_of(function)} is more than one `return` of an expression")
-    return parameters, body[0].value
-
-
-def _definition(function) -> ast.Lambda | ast.FunctionDef:
-    """The function's own ``lambda`` or ``def`` node in the source of its file."""
-    code = function.__code__
-    filename = code.co_filename
-    lines = linecache.getlines(filename, function.__globals__)
-    if not lines:
-        raise NotCompiled(f"the source of {_name_of(function)} is not available ({filename})")
-    try:
-        tree = ast.parse("".join(lines))
-    except SyntaxError:
-        raise NotCompiled(f"the source of {_name_of(function)} does not parse") from None
-    arguments = list(code.co_varnames[: code.co_argcount])
-    span = _body_span(code)
-    candidates: list[ast.Lambda | ast.FunctionDef] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Lambda) and function.__name__ == "<lambda>":
-            start = node.lineno
-        elif isinstance(node, ast.FunctionDef) and node.name == function.__name__:
-            start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-        else:
-            continue
-        if start != code.co_firstlineno or [a.arg for a in node.args.args] != arguments:
-            continue
-        candidates.append(node)
-    if len(candidates) > 1 and span is not None:
-        candidates = [node for node in candidates if _contains(node, span)]
-    if len(candidates) != 1:
-        raise NotCompiled(
-            f"the source of {_name_of(function)} cannot be told apart from other functions on"
-            f" line {code.co_firstlineno} of {filename}"
-        )
-    return candidates[0]
-
-
-def _body_span(code) -> tuple[int, int, int, int] | None:
-    """The source span of a code object's instructions (Python 3.11 records their columns)."""
-    positions = [p for p in code.co_positions() if None not in p and p[0] >= code.co_firstlineno]
-    if not positions:
-        return None
-    first_line, first_column = min((p[0], p[2]) for p in positions)
-    last_line, last_column = max((p[1], p[3]) for p in positions)
-    return first_line, first_column, last_line, last_column
-
-
-def _contains(node: ast.Lambda | ast.FunctionDef, span: tuple[int, int, int, int]) -> bool:
-    first_line, first_column, last_line, last_column = span
-    return (node.lineno, node.col_offset) <= (first_line, first_column) and (
-        node.end_lineno,
-        node.end_col_offset,
-    ) >= (last_line, last_column)
-
-
-def _name_of(function) -> str:
-    return getattr(function, "__qualname__", None) or repr(function)
-
-
-def with_column(value: Value, **changes) -> Value:
-    return replace(value, column_type=replace(value.column, **changes))

@@ -88,3 +88,44 @@ def integer_cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if bool((~torch.isfinite(values)).any()):
         raise ValueError("Cannot convert non-finite values (NA or inf) to integer")
     return values.to(dtype)
+
+
+def to_datetime_ns(values: torch.Tensor, nanoseconds: int) -> torch.Tensor:
+    """Integers in a unit as pandas' ``to_datetime`` makes them: int64 nanoseconds since 1970,
+    refused outside what datetime64[ns] holds, as pandas refuses them."""
+    bound = 9223372036854775807 // nanoseconds
+    if bool(((values > bound) | (values < -bound)).any()):
+        raise ValueError(
+            "cannot convert input to datetime: a value lies outside 1677-09-21 to 2262-04-11"
+            + " (pandas: OutOfBoundsDatetime)"
+        )
+    return values * nanoseconds
+
+
+def column_min(values: torch.Tensor) -> torch.Tensor:
+    """The column's smallest value, NaN skipped (NaN if all are), as pandas' ``Series.min``."""
+    if values.is_floating_point():
+        present = values[~torch.isnan(values)]
+        if present.numel() == 0:
+            return torch.full([], float("nan"), dtype=values.dtype)
+        return present.min()
+    return values.min()
+
+
+def column_max(values: torch.Tensor) -> torch.Tensor:
+    """The column's largest value, NaN skipped (NaN if all are), as pandas' ``Series.max``."""
+    if values.is_floating_point():
+        present = values[~torch.isnan(values)]
+        if present.numel() == 0:
+            return torch.full([], float("nan"), dtype=values.dtype)
+        return present.max()
+    return values.max()
+
+
+def table_lookup(table: torch.Tensor, values: torch.Tensor, low: int) -> torch.Tensor:
+    """``table[value - low]`` for each value: a function of a column of known integers, tabulated
+    (values outside the table cannot arise, and are refused)."""
+    positions = values.to(torch.int64) - low
+    if bool(((positions < 0) | (positions >= table.shape[0])).any()):
+        raise ValueError("a value outside the range the function was tabulated on")
+    return table.index_select(0, positions)

@@ -18,14 +18,19 @@ from merlin_torch_serving.exceptions import InputError, WorkflowError
 from merlin_torch_serving.fastpath.errors import library_errors
 from merlin_torch_serving.scripted_workflow.compiler import compile_nodes
 from merlin_torch_serving.scripted_workflow.graph import WorkflowScript
+from merlin_torch_serving.scripted_workflow.head import Head
 from merlin_torch_serving.scripted_workflow.sessions import LinedUpSessions
+from merlin_torch_serving.scripted_workflow.split import split
 
 
 class ScriptedWorkflow:
     """A fitted NVTabular workflow compiled to TorchScript, node by node.
 
-    ``uncompiled`` lists (operator, reason) for each node without a TorchScript form; ``module``
-    is the whole workflow's (unscripted) module when there is none such. ``non_null_inputs`` are
+    ``uncompiled`` lists (operator, reason) for each node without a TorchScript form of its own;
+    ``module`` is the whole workflow's (unscripted) module when there is none such. Otherwise, when
+    those nodes can run first on the request's rows, ``head`` says which (they run in a python
+    step on the fast path) and ``module`` is the rest, reading the columns the head sends beside
+    the request's; else ``module`` is None and ``split_problem`` says why. ``non_null_inputs`` are
     request columns in which a null is refused (float columns only: integers hold none).
     """
 
@@ -34,9 +39,18 @@ class ScriptedWorkflow:
             raise TypeError(f"ScriptedWorkflow takes a fitted nvtabular.Workflow, got {workflow!r}")
         with library_errors():
             compiled = compile_nodes(workflow, list(non_null_inputs))
+            self.head: Head | None = None
+            self.split_problem: str | None = None
+            self.uncompiled = compiled.uncompiled
+            if compiled.module is None:
+                cut = split(workflow, list(non_null_inputs), compiled)
+                self.split_problem = cut.problem
+                if cut.head is not None and cut.tail is not None and cut.tail.module is not None:
+                    self.head, compiled, self.uncompiled = cut.head, cut.tail, cut.reasons
         self.input_schema = workflow.input_schema
         self.output_schema = workflow.output_schema
-        self.uncompiled = compiled.uncompiled
+        self.reduces_over_rows = compiled.reduces_over_rows
+        #: the whole workflow's module, or the tail's when a head runs before it
         self.module: WorkflowScript | None = compiled.module
         self._scripted: torch.jit.ScriptModule | None = None
         self._lock = threading.Lock()
@@ -44,7 +58,7 @@ class ScriptedWorkflow:
     @property
     def complete(self) -> bool:
         """Whether every node of the workflow has a TorchScript form."""
-        return self.module is not None
+        return self.module is not None and self.head is None
 
     def scripted(self) -> torch.jit.ScriptModule:
         """The module, scripted once."""

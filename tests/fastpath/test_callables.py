@@ -218,6 +218,24 @@ def test_datetime_lambdas_equal_nvtabular_per_request(datetime_lambdas, request)
     )
 
 
+def test_datetime_lambdas_have_a_torchscript_form_the_sine_of_weekdays_as_a_table(
+    datetime_lambdas,
+):
+    scripted = ScriptedWorkflow(datetime_lambdas)
+    assert scripted.uncompiled == []
+    assert scripted.reduces_over_rows == [
+        "nvt.ops.LambdaOp(lambda col: (col - col.min()).dt.days + 1)"
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(request=timestamps())
+def test_scripted_datetime_lambdas_equal_nvtabular_per_request(datetime_lambdas, request):
+    got = run_module(scripted_module(datetime_lambdas), request)
+    got["time"] = got["time"].view("datetime64[ns]")  # held as int64 nanoseconds in TorchScript
+    assert_wire_equal(got, oracle(datetime_lambdas, request))
+
+
 def test_a_function_of_the_whole_batch_sees_the_requests_rows_like_nvtabular(datetime_lambdas):
     day = 86_400
     alone = {"t": np.array([10 * day], dtype=np.int64)}
