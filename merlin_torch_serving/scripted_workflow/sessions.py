@@ -84,6 +84,13 @@ class LinedUpSessions(torch.nn.Module):
             rows = rows.clone()
             rows[missing] = output_keys.shape[0] + torch.arange(count, dtype=torch.int64)
         lined_up: dict[str, torch.Tensor] = {}
+        if count == 0 and bool(torch.equal(rows, torch.arange(rows.shape[0]))):
+            # the workflow answered in request order already (one session, say): as it is
+            for name, column in answer.items():
+                lined_up[name] = column
+            if self.filtered_column != "":
+                lined_up[self.filtered_column] = missing
+            return lined_up
         for name in self.scalars:
             lined_up[name] = answer[name].index_select(0, rows)
         for name in self.fixed:

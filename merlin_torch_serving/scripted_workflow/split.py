@@ -110,20 +110,19 @@ def _head(workflow, nodes: list[Node], parents: list[set[int]], in_head: set[int
         read_by_tail.add(len(nodes) - 1)  # the workflow's output comes from the head
     columns: dict[str, tuple[int, str]] = {}
     schema: dict[str, ColumnSchema] = {}
-    request = set(workflow.input_schema.column_names)
+    # the request columns the tail takes as they are: a column the head sends under the same name
+    # (Categorify's encoded ids beside the raw ones) travels under a name of its own
+    taken = {c.name for c in workflow.input_schema if wire.is_carried_by_tensors(c)}
     for position in sorted(read_by_tail):
         for column in nodes[position].output_schema:
-            if column.name in columns or column.name in request:
-                return (
-                    f"{describe_operator(nodes[position].op)} returns {column.name!r}, which"
-                    " the part after it also receives from "
-                    + ("the request" if column.name in request else "another operator before it")
-                )
             try:
                 np.dtype(wire.column_numpy_dtype(column))
             except TypeError:
                 operator = describe_operator(nodes[position].op)
                 return f"{column.name!r} has no dtype in {operator}'s schema"
-            columns[column.name] = (position, column.name)
-            schema[column.name] = column
+            sent = column.name
+            if sent in taken or sent in columns:
+                sent = f"{column.name}.{position}"
+            columns[sent] = (position, column.name)
+            schema[sent] = column.with_name(sent)
     return Head(frozenset(in_head), external, columns, schema)

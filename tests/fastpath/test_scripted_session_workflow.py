@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from merlin_torch_serving import Ensemble, TransformWorkflow, wire
 from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
 from tests.fastpath.helpers import assert_wire_equal, known_ids, oracle, reloaded, run_module
 from tests.fastpath.strategies import session_requests
@@ -92,3 +93,39 @@ def test_scripted_session_workflow_answers_an_empty_request_with_empty_outputs(s
     assert got["item_id-list__values"].dtype == np.int64
     assert got["item_id-count"].dtype == np.int32
     assert got["item_id-count"].shape == (0,)
+
+
+@pytest.fixture(scope="module")
+def split_rich(rich_session_workflow):
+    """The rich workflow's TorchScript form: string ids and LogOp run first, in python."""
+    workflow = TransformWorkflow(rich_session_workflow, backend="pytorch", keep_request_order=False)
+    return Ensemble(
+        rich_session_workflow.input_schema.column_names >> workflow,
+        rich_session_workflow.input_schema,
+    )
+
+
+def test_rich_workflow_runs_its_string_categorify_and_log_in_python_before_torchscript(split_rich):
+    assert [call.op.label for call in split_rich.plan.calls] == [
+        "TransformWorkflow[python: Categorify, LogOp]",
+        "TransformWorkflow",
+    ]
+    assert [call.op.backend for call in split_rich.plan.calls] == ["python", "pytorch"]
+
+
+@PROPERTY
+@given(data=st.data())
+def test_rich_workflow_split_in_two_equals_nvtabular_on_random_requests(
+    rich_session_workflow, split_rich, data
+):
+    request = data.draw(
+        session_requests(
+            known_ids(rich_session_workflow, "item_id"),
+            item_kind="str",
+            min_longest=2,
+            with_price=True,
+            distinct_times=True,
+        )
+    )
+    answer = split_rich.run(wire.from_wire(request, rich_session_workflow.input_schema))
+    assert_wire_equal(wire.to_wire(answer), oracle(rich_session_workflow, request))
