@@ -34,9 +34,11 @@ Export (the contract the exporter relies on):
   ``forward`` takes one ``Dict[str, Tensor]`` of the operator's inputs in the wire format (keyed by
   the column names of ``input_schema``; a ragged list ``c`` as ``c__values`` and ``c__offsets``) and
   returns its outputs as a Tensor or a tuple of Tensors in output-schema order, or as a
-  ``Dict[str, Tensor]`` keyed by output column. An operator with one that reads a libtorch step's
-  outputs, read by nothing else, is compiled into that step's model (``export.fusion``), which
-  saves the scores of a whole catalog from crossing to a python step. Return ``None`` when the
+  ``Dict[str, Tensor]`` keyed by output column (a ragged output ``c`` as ``c__values`` and
+  ``c__offsets``). An operator with one that reads a libtorch step's outputs, which nothing but
+  operators with a TorchScript form and the columns every answer carries read, is compiled into
+  that step's model (``export.fusion``), which saves the scores of a whole catalog from crossing to
+  a python step. Return ``None`` when the
   operator cannot run in TorchScript as configured (the default). Run the same TorchScript
   functions in ``transform`` and served answers equal in-process answers bit for bit. (TorchScript
   reads a module's class annotations as types: leave ``from __future__ import annotations`` out
