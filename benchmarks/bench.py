@@ -28,6 +28,7 @@ from benchmarks.results import (
     ALONE,
     FLOOR,
     IN_PROCESS,
+    LIBTORCH,
     MERLIN,
     MIXED,
     PROJECT,
@@ -40,6 +41,7 @@ from benchmarks.results import (
 from benchmarks.workload import MAX_SEQUENCE_LENGTH, TOP_K, build_workload
 from examples.session_based import features
 from merlin_torch_serving import TritonServer
+from merlin_torch_serving.backends import pytorch_backend_directory
 
 _MB = 2**20
 # How often a disturbed measurement (see environment.BUSY_MACHINE_CORES) is repeated, and the
@@ -144,6 +146,11 @@ class Benchmark:
         mixed = systems.project_ensemble(workload, backend="pytorch")
         mixed_repository = self.work_dir / "mixed"
         mixed_exported = mixed.export(mixed_repository, systems.MIXED_MODEL, overwrite=True)
+        libtorch = systems.project_ensemble(workload, backend="pytorch", workflow_backend="pytorch")
+        libtorch_repository = self.work_dir / "libtorch"
+        libtorch_exported = libtorch.export(
+            libtorch_repository, systems.LIBTORCH_MODEL, overwrite=True
+        )
         shared_repository = self.work_dir / "shared"
         ensemble.export(shared_repository, systems.PROJECT_MODEL, overwrite=True)
         mixed.export(shared_repository, systems.MIXED_MODEL, overwrite=True)
@@ -181,6 +188,18 @@ class Benchmark:
             " workflow on the python backend, the model with TopK and DecodeItemIds compiled into"
             " one libtorch model on Triton's pytorch backend; same requests, same"
             " `ModelOptions()`, same server settings as (c)."
+        )
+        libtorch_steps = "; ".join(
+            f"{model}: {', '.join(ops)}" for model, ops in libtorch_exported.fused.items()
+        )
+        self.notes.append(
+            "(f) this project, all libtorch: the same graph exported with"
+            ' `TransformWorkflow(workflow, backend="pytorch")` and'
+            ' `PredictPytorch(backend="pytorch")`'
+            f" as `{systems.LIBTORCH_MODEL}` ({libtorch_steps}): the workflow's TorchScript form,"
+            " the model, TopK and DecodeItemIds in one libtorch model, served by a tritonserver"
+            " whose backend folder holds Triton's pytorch backend alone (no python backend); same"
+            " requests, same `ModelOptions()`."
         )
         self.notes.append(
             "(c) / (e) sharing a server: both exports loaded in one tritonserver, each sent"
@@ -226,6 +245,13 @@ class Benchmark:
                 PROJECT, project_repository, systems.PROJECT_MODEL, request_schema
             ),
             systems.project_system(MIXED, mixed_repository, systems.MIXED_MODEL, request_schema),
+            systems.project_system(
+                LIBTORCH,
+                libtorch_repository,
+                systems.LIBTORCH_MODEL,
+                request_schema,
+                pytorch_backend_directory(),
+            ),
             systems.ServedSystem(
                 MERLIN,
                 merlin_repository,
@@ -284,6 +310,7 @@ class Benchmark:
             system.repository,
             log_path=self.work_dir / f"{system.key}.log",
             start_timeout_s=self.server_start_timeout_s,
+            backend_directory=system.backend_directory,
         ) as server:
             start = self._cold_start(system, server, launched, ready=time.perf_counter())
             self._bring_to_steady_state(system, server)

@@ -1,6 +1,7 @@
 """Concurrency sweep: many users at once, one session each, against the session example exported
-four ways (all python or mixed; cross-request batching on or off), in one tritonserver; then the
-cold start of each export on a server of its own.
+six ways (all python, mixed or all libtorch; cross-request batching on or off), in one
+tritonserver; then the cold start of each export on a server of its own (the all-libtorch ones on a
+server whose backend folder holds the pytorch backend alone).
 
 Run it with ``./run bench-sweep`` (``--quick`` for a smoke run). For every export, protocol and
 number of closed-loop clients (1, 8, 32, 64), it reports p50 and p99 latency, sessions per second
@@ -44,16 +45,19 @@ from benchmarks.sweep_clients import (
 from benchmarks.systems import project_ensemble
 from benchmarks.workload import build_workload
 from merlin_torch_serving import ModelOptions, TritonServer, frames, wire
+from merlin_torch_serving.backends import pytorch_backend_directory
 
 RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
 CONCURRENCIES = (1, 8, 32, 64)
 PROTOCOLS = ("grpc", "http")
 CLIENT_PROCESSES = 2  # one per core: more only adds interpreters that compete with the server
-EXPORTS = {  # name -> (model backend, batching)
-    "python-off": ("python", False),
-    "python-on": ("python", True),
-    "mixed-off": ("pytorch", False),
-    "mixed-on": ("pytorch", True),
+EXPORTS = {  # name -> (model backend, workflow backend, batching)
+    "python-off": ("python", "python", False),
+    "python-on": ("python", "python", True),
+    "mixed-off": ("pytorch", "python", False),
+    "mixed-on": ("pytorch", "python", True),
+    "libtorch-off": ("pytorch", "pytorch", False),
+    "libtorch-on": ("pytorch", "pytorch", True),
 }
 #: one-session requests of different sessions: each client sends its own (64 clients, 4 each), as
 #: many users would; clients that sent the same session at once could not share a merged run
@@ -130,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         schema = workload.workflow.input_schema
         repository = work / "repository"
-        for export, (backend, batching) in EXPORTS.items():
-            project_ensemble(workload, backend).export(
+        for export, (backend, workflow_backend, batching) in EXPORTS.items():
+            project_ensemble(workload, backend, workflow_backend).export(
                 repository / export, export, options=ModelOptions(batching=batching)
             )
         plain = [
@@ -142,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             True: [{k: v[np.newaxis] for k, v in arrays.items()} for arrays in plain],
         }
         cold = [
-            _cold_start(repository / export, export, forms[batching])
-            for export, (_, batching) in EXPORTS.items()
+            _cold_start(repository / export, export, forms[batching], workflow == "pytorch")
+            for export, (_, workflow, batching) in EXPORTS.items()
         ]
         points, alternating = _sweep(repository, forms, protocols, warmup_s, window_s)
     record = {
@@ -196,7 +200,7 @@ def _sweep(
                 windows = {export: [] for export in EXPORTS}
                 batches = {export: [] for export in EXPORTS}
                 for _ in range(ROUNDS):
-                    for export, (_, batching) in EXPORTS.items():
+                    for export, (_, _, batching) in EXPORTS.items():
                         before = _step_statistics(server.http_url, export)
                         windows[export].append(
                             _closed_loop(
@@ -223,7 +227,7 @@ def _sweep(
             job = AlternatingJob(
                 url,
                 protocol,
-                [(export, forms[batching]) for export, (_, batching) in EXPORTS.items()],
+                [(export, forms[batching]) for export, (_, _, batching) in EXPORTS.items()],
                 OUTPUTS,
                 ALTERNATING_ROUNDS,
                 warmup_rounds=20,
@@ -390,11 +394,13 @@ def _formed_batches(before: dict, after: dict) -> tuple[float | None, int | None
     return None, None
 
 
-def _cold_start(repository: Path, export: str, requests: list) -> ColdStart:
+def _cold_start(repository: Path, export: str, requests: list, libtorch_only: bool) -> ColdStart:
     """A server of this export alone: launch to ready, then its first requests one at a time,
-    then its steady p50 (gRPC, one session)."""
+    then its steady p50 (gRPC, one session). ``libtorch_only``: the server's backend folder holds
+    the pytorch backend alone."""
     launched = time.perf_counter()
-    with TritonServer(repository, start_timeout_s=600.0) as server:
+    backends = {"backend_directory": pytorch_backend_directory()} if libtorch_only else {}
+    with TritonServer(repository, start_timeout_s=600.0, **backends) as server:
         ready = time.perf_counter()
         # connected before timing, requests serialized: the server's cold start, not the client's
         # (a fresh tritonclient process paid 2 to 10 ms more on its first infer here, warm server
@@ -458,7 +464,7 @@ def _targets(
 ) -> list[str]:
     found = {(p.export, p.protocol, p.clients): p for p in points}
     lines = []
-    for kind in ("python", "mixed"):
+    for kind in ("python", "mixed", "libtorch"):
         for protocol in sorted({p.protocol for p in points}):
             on32, off32 = (
                 found.get((f"{kind}-on", protocol, 32)),
@@ -488,6 +494,7 @@ def _targets(
                     f"{'met' if ratio <= 1.10 else 'NOT met'}; alternating request by request "
                     f"{on} vs {off} ms, x{on / off:.2f}: {'met' if on / off <= 1.10 else 'NOT met'}"
                 )
+    lines += _libtorch_targets(found, cold)
     for start in cold:
         ratio = start.first_request_ms / start.steady_p50_ms
         in_server = start.server_first_ms / start.server_steady_mean_ms
@@ -502,6 +509,38 @@ def _targets(
     return lines
 
 
+def _libtorch_targets(found: dict, cold: list[ColdStart]) -> list[str]:
+    """The all-libtorch export against the mixed one, batched, at 32 clients: CPU a session of
+    tritonserver and the clients (the python stubs it has none of), and the exports' start."""
+    lines = []
+    for protocol in sorted({protocol for _, protocol, _ in found}):
+        libtorch, mixed = (
+            found.get(("libtorch-on", protocol, 32)),
+            found.get(("mixed-on", protocol, 32)),
+        )
+        if libtorch and mixed:
+            ours = sum(libtorch.cpu_ms_per_session.values())
+            theirs = sum(mixed.cpu_ms_per_session.values())
+            ratio = ours / theirs
+            lines.append(
+                f"libtorch-on vs mixed-on {protocol}, 32 clients: CPU ms a session (tritonserver +"
+                f" stubs + clients) {ours:.2f} vs {theirs:.2f}, x{ratio:.2f} (target <= 0.6):"
+                f" {'met' if ratio <= 0.6 else 'NOT met'}; sessions/s {libtorch.sessions_per_s}"
+                f" vs {mixed.sessions_per_s}"
+            )
+    start = {c.export: c for c in cold}
+    for state in ("off", "on"):
+        ours, theirs = start.get(f"libtorch-{state}"), start.get(f"mixed-{state}")
+        if ours and theirs:
+            ratio = ours.start_to_ready_s / theirs.start_to_ready_s
+            lines.append(
+                f"libtorch-{state} vs mixed-{state}: start to ready {ours.start_to_ready_s} vs"
+                f" {theirs.start_to_ready_s} s, x{ratio:.2f} (target <= 0.5):"
+                f" {'met' if ratio <= 0.5 else 'NOT met'}"
+            )
+    return lines
+
+
 def _markdown(record: dict) -> str:
     lines = [
         f"# Concurrency sweep ({record['started']} UTC, {record['minutes']} min)",
@@ -510,7 +549,7 @@ def _markdown(record: dict) -> str:
         f"{record['load_average_after']} ({record.get('cores', 2)} cores). "
         f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized "
         f"requests (as perf_analyzer does), one session per request, each client its own sessions, "
-        f"{record['rounds']} windows of {record['window_s']} s per point, the four exports taking "
+        f"{record['rounds']} windows of {record['window_s']} s per point, the exports taking "
         f"turns. Batches: requests per execution of the step that runs the model.",
         "",
         "CPU: milliseconds of CPU per session the server answered, of tritonserver / its python "
@@ -529,7 +568,7 @@ def _markdown(record: dict) -> str:
     alternating = record["one_client_alternating_p50_ms"]
     lines += [
         "",
-        "One client alternating between the four exports, request by request "
+        "One client alternating between the exports, request by request "
         f"({ALTERNATING_ROUNDS} rounds, the order rotating), p50 ms:",
         "",
         "| protocol | " + " | ".join(EXPORTS) + " |",

@@ -10,6 +10,7 @@ from pathlib import Path
 from benchmarks import chart
 from benchmarks.environment import BUSY_MACHINE_CORES
 from benchmarks.results import (
+    LIBTORCH,
     MIXED,
     PROJECT,
     SYSTEM_LABELS,
@@ -183,42 +184,46 @@ def write_markdown(
 
 
 def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerStart]) -> list[str]:
-    """(e) against (c) on the same requests and server settings: latency, throughput, cold start."""
+    """(e) and (f) against (c) on the same requests and server settings: latency, throughput, cold
+    start."""
+    libtorch = any(m.system == LIBTORCH for m in measurements)
     lines = [
         (
-            "Same requests, same `ModelOptions()`, same server settings; `Client` over gRPC. Ratio:"
-            " mixed / all python."
+            "Same requests, same `ModelOptions()`, same server settings; `Client` over gRPC."
+            " Ratios: mixed / all python" + (", all libtorch / mixed." if libtorch else ".")
         ),
         "",
-        "| | (c) all python | (e) mixed | ratio |",
-        "| --- | ---: | ---: | ---: |",
+        "| | (c) all python | (e) mixed |"
+        + (" (f) all libtorch |" if libtorch else "")
+        + " (e) / (c) |"
+        + (" (f) / (e) |" if libtorch else ""),
+        "| --- | ---: | ---: | ---: |" + (" ---: | ---: |" if libtorch else ""),
     ]
+    systems = [PROJECT, MIXED] + ([LIBTORCH] if libtorch else [])
     for sessions, concurrency in sorted(
         {(m.sessions, m.concurrency) for m in measurements if m.system == PROJECT}
     ):
-        python = find(measurements, PROJECT, "grpc", sessions, concurrency, "Client")
-        mixed = find(measurements, MIXED, "grpc", sessions, concurrency, "Client")
+        found = [find(measurements, s, "grpc", sessions, concurrency, "Client") for s in systems]
         setting = f"{sessions} session(s), {concurrency} client(s)"
-        lines.append(
-            f"| p50 ms, {setting} | {python.p50_ms:.2f} | {mixed.p50_ms:.2f} |"
-            f" {mixed.p50_ms / python.p50_ms:.2f} |"
-        )
-        lines.append(
-            f"| sessions/s, {setting} | {python.sessions_per_s:.0f} | {mixed.sessions_per_s:.0f} "
-            f"| {mixed.sessions_per_s / python.sessions_per_s:.2f} |"
-        )
+        lines.append(_ratio_row(f"p50 ms, {setting}", [m.p50_ms for m in found], 2))
+        lines.append(_ratio_row(f"sessions/s, {setting}", [m.sessions_per_s for m in found], 0))
     start = {s.system: s for s in starts}
-    if PROJECT in start and MIXED in start:
+    if all(system in start for system in systems):
         for label, field, digits in (
             ("start to ready s", "start_to_ready_s", 1),
             ("first request after ready ms", "first_request_ms", 2),
             ("RSS after ready MB", "rss_after_ready_mb", 0),
         ):
-            python, mixed = getattr(start[PROJECT], field), getattr(start[MIXED], field)
-            lines.append(
-                f"| {label} | {python:.{digits}f} | {mixed:.{digits}f} | {mixed / python:.2f} |"
-            )
+            values = [getattr(start[system], field) for system in systems]
+            lines.append(_ratio_row(label, values, digits))
     return lines
+
+
+def _ratio_row(label: str, values: list[float], digits: int) -> str:
+    """``values`` of (c), (e) [and (f)], then (e)/(c) [and (f)/(e)]."""
+    ratios = [values[i] / values[i - 1] for i in range(1, len(values))]
+    cells = [f"{value:.{digits}f}" for value in values] + [f"{ratio:.2f}" for ratio in ratios]
+    return f"| {label} | " + " | ".join(cells) + " |"
 
 
 def _disturbance_summary(measurements: list[Measurement]) -> str:

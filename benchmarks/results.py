@@ -11,6 +11,7 @@ IN_PROCESS = "in-process"
 FLOOR = "triton-floor"
 PROJECT = "merlin-torch-serving"
 MIXED = "merlin-torch-serving-mixed"
+LIBTORCH = "merlin-torch-serving-libtorch"
 MERLIN = "merlin-systems"
 PROJECT_SHARED = "merlin-torch-serving-shared"
 MIXED_SHARED = "merlin-torch-serving-mixed-shared"
@@ -20,6 +21,7 @@ SYSTEM_LABELS = {
     FLOOR: "(b) Triton floor",
     PROJECT: "(c) this project, all python",
     MIXED: "(e) this project, mixed",
+    LIBTORCH: "(f) this project, all libtorch",
     MERLIN: "(d) Merlin Systems 23.08",
     PROJECT_SHARED: "(c) sharing a server with (e)",
     MIXED_SHARED: "(e) sharing a server with (c)",

@@ -29,6 +29,7 @@ from merlin_torch_serving import (
 
 PROJECT_MODEL = "session_recs"
 MIXED_MODEL = "session_recs_mixed"
+LIBTORCH_MODEL = "session_recs_libtorch"
 # A request that takes longer than this fails the run rather than stalling it.
 REQUEST_TIMEOUT_S = 60.0
 
@@ -52,14 +53,22 @@ class ServedSystem:
     repository: Path
     model: str
     clients: tuple[ClientPath, ...]
+    #: the server's backend folder, when not the default (the pytorch backend alone)
+    backend_directory: Path | None = None
 
 
-def project_ensemble(workload: Workload, backend: str = "python") -> Ensemble:
+def project_ensemble(
+    workload: Workload, backend: str = "python", workflow_backend: str = "python"
+) -> Ensemble:
     """The example's graph: raw clicks in; per session its id and the k best raw item ids not
     yet clicked, with their scores (as in examples/session_based/demo.py). ``backend="pytorch"``
-    makes the mixed export: the model, TopK and DecodeItemIds in one libtorch model."""
+    makes the mixed export: the model, TopK and DecodeItemIds in one libtorch model; with
+    ``workflow_backend="pytorch"`` too, the all-libtorch export: the workflow's TorchScript with
+    them, one libtorch model from raw clicks to raw item ids."""
     workflow = workload.workflow
-    session_features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
+    session_features = workflow.input_schema.column_names >> TransformWorkflow(
+        workflow, backend=workflow_backend
+    )
     recommendations = (
         session_features
         >> PredictPytorch(workload.session_model, backend=backend)
@@ -69,7 +78,13 @@ def project_ensemble(workload: Workload, backend: str = "python") -> Ensemble:
     return Ensemble(session_features["session_id"] + recommendations, workflow.input_schema)
 
 
-def project_system(key: str, repository: Path, model: str, request_schema: Schema) -> ServedSystem:
+def project_system(
+    key: str,
+    repository: Path,
+    model: str,
+    request_schema: Schema,
+    backend_directory: Path | None = None,
+) -> ServedSystem:
     """An export of this project, measured through ``Client``.
 
     It is also measured through prebuilt tritonclient requests.
@@ -79,6 +94,7 @@ def project_system(key: str, repository: Path, model: str, request_schema: Schem
         repository,
         model,
         (project_client(model), prebuilt_tritonclient(model, request_schema)),
+        backend_directory,
     )
 
 

@@ -9,7 +9,9 @@ from benchmarks.results import (
     ALONE,
     FLOOR,
     IN_PROCESS,
+    LIBTORCH,
     MERLIN,
+    MIXED,
     PROJECT,
     SYSTEM_LABELS,
     Measurement,
@@ -21,6 +23,10 @@ from benchmarks.results import (
 PROJECT_CLIENT = "Client"
 #: how much slower an export's p99 may get when it shares its server with the other export
 SHARED_P99_LIMIT = 2.0
+#: the all-libtorch export against the mixed one: p50, start to ready, server memory
+LIBTORCH_P50_LIMIT = 0.7
+LIBTORCH_READY_LIMIT = 0.5
+LIBTORCH_RSS_LIMIT = 0.6
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
     rss = {system: _peak_rss(measurements, system) for system in (PROJECT, MERLIN)}
     return [
         *_shared_server_targets(measurements),
+        *_libtorch_targets(measurements, starts),
         Target(
             "1 session, 1 client: p50 of (c) gRPC <= 1.5 x (in-process (a) + Triton floor (b))",
             served.p50_ms / (limit.p50_ms + floor.p50_ms),
@@ -107,6 +114,42 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
             1.0,
             True,
             f"(c) {rss[PROJECT]:.0f} MB vs (d) {rss[MERLIN]:.0f} MB",
+        ),
+    ]
+
+
+def _libtorch_targets(measurements: list[Measurement], starts: list[ServerStart]) -> list[Target]:
+    """(f), the all-libtorch export, against (e), the mixed one: the python step it removes."""
+    if not any(m.system == LIBTORCH for m in measurements):
+        return []
+    libtorch = find(measurements, LIBTORCH, "grpc", 1, 1, PROJECT_CLIENT)
+    mixed = find(measurements, MIXED, "grpc", 1, 1, PROJECT_CLIENT)
+    start = {s.system: s for s in starts}
+    rss = {system: _peak_rss(measurements, system) for system in (LIBTORCH, MIXED)}
+    return [
+        Target(
+            f"1 session, 1 client: p50 of (f) gRPC (Client) <= {LIBTORCH_P50_LIMIT:g} x (e)",
+            libtorch.p50_ms / mixed.p50_ms,
+            LIBTORCH_P50_LIMIT,
+            True,
+            f"(f) {libtorch.p50_ms:.2f} ms vs (e) {mixed.p50_ms:.2f} ms",
+            _disturbed(libtorch, mixed),
+        ),
+        Target(
+            f"start to ready of (f) <= {LIBTORCH_READY_LIMIT:g} x (e)",
+            start[LIBTORCH].start_to_ready_s / start[MIXED].start_to_ready_s,
+            LIBTORCH_READY_LIMIT,
+            True,
+            f"(f) {start[LIBTORCH].start_to_ready_s:.2f} s vs (e)"
+            f" {start[MIXED].start_to_ready_s:.2f} s",
+        ),
+        Target(
+            f"server memory of (f) <= {LIBTORCH_RSS_LIMIT:g} x (e) (peak RSS of tritonserver +"
+            " stubs)",
+            rss[LIBTORCH] / rss[MIXED],
+            LIBTORCH_RSS_LIMIT,
+            True,
+            f"(f) {rss[LIBTORCH]:.0f} MB vs (e) {rss[MIXED]:.0f} MB",
         ),
     ]
 

@@ -7,6 +7,8 @@
 
     Dockerfile                         CPU image: Python 3.11, this library, the bundled
                                        tritonserver, Triton's libtorch backend built for its torch
+    Dockerfile.libtorch                CPU image without Python, for exports whose steps are all
+                                       libtorch models: tritonserver and the pytorch backend alone
     k8s/deployment.yaml                `merlin-torch-serving serve` on the repository URL; probes on
                                        Triton's health endpoints; /dev/shm in memory; resources;
                                        the admin key from a Secret
@@ -34,6 +36,8 @@ from merlin_torch_serving.launcher.access import (
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 #: where the image keeps the python-backend layout and the libtorch backend it built
 IMAGE_CACHE_DIR = "/opt/merlin-torch-serving/cache"
+#: where the image without Python keeps tritonserver and the pytorch backend (backends.runtime)
+RUNTIME_DIR = "/opt/triton"
 #: the HPA's metric: Triton's mean queue time per request over the last minute, in microseconds
 QUEUE_METRIC = "triton_queue_us_per_request"
 
@@ -78,7 +82,10 @@ def render(settings: DeploySettings = DeploySettings()) -> dict[str, str]:
         "# Rendered by merlin_torch_serving.deployment (merlin-torch-serving deploy-files); edit"
         " there.\n"
     )
-    files = {"Dockerfile": header + dockerfile(settings)}
+    files = {
+        "Dockerfile": header + dockerfile(settings),
+        "Dockerfile.libtorch": header + libtorch_dockerfile(settings),
+    }
     for path, documents in {
         "k8s/deployment.yaml": [deployment(settings)],
         "k8s/service.yaml": [service(settings)],
@@ -143,6 +150,45 @@ ENV MODEL_REPOSITORY=/models
 # every interface of the container (its network is the pod's); the admin APIs want the key in
 # $MTS_ADMIN_KEY, or one made at start and known to nobody when it is unset
 ENTRYPOINT ["/bin/sh", "-c", "exec merlin-torch-serving serve \\"$MODEL_REPOSITORY\\" --host 0.0.0.0 --http-port {HTTP_PORT} --grpc-port {GRPC_PORT} --metrics-port {METRICS_PORT} \\"$@\\"", "serve"]
+"""  # noqa: E501 - the Dockerfile as it is written
+
+
+def libtorch_dockerfile(settings: DeploySettings) -> str:
+    """An image without Python, for exports whose steps are all libtorch models
+    (``TransformWorkflow(..., backend="pytorch")`` with the model on libtorch): the first stage
+    installs the library and builds the backend, as ``dockerfile`` does, and lays out the runtime
+    (``backends.runtime``: tritonserver, its libraries, the pytorch backend and the part of
+    libtorch it loads); the second copies that folder onto Debian and runs tritonserver itself.
+    The same deployment manifests run it (set ``image``)."""
+    return f"""\
+FROM python:3.11-slim-bookworm AS build
+ARG PIP_EXTRA_INDEX_URL=""
+ENV PIP_EXTRA_INDEX_URL=${{PIP_EXTRA_INDEX_URL}} PIP_NO_CACHE_DIR=1 MTS_CACHE_DIR={IMAGE_CACHE_DIR}
+# cmake, a compiler, git and RapidJSON build Triton's libtorch backend for this torch
+RUN apt-get update && apt-get install -y --no-install-recommends \\
+        build-essential cmake ninja-build git rapidjson-dev ca-certificates \\
+    && rm -rf /var/lib/apt/lists/*
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+# pip 26.1 and newer refuse the metadata of merlin's packages
+RUN pip install "pip>=23.2,<26.1"
+WORKDIR /src
+COPY pyproject.toml constraints.txt README.md ./
+COPY merlin_torch_serving ./merlin_torch_serving
+RUN pip install -c constraints.txt ".[server]"
+# the backend for this torch, then the runtime: no Python is copied into the image below
+RUN merlin-torch-serving build-backend pytorch \\
+    && python -c "from merlin_torch_serving.backends.runtime import lay_out_libtorch_runtime as f; f('{RUNTIME_DIR}')"
+
+FROM debian:bookworm-slim
+RUN useradd --create-home --uid 1000 triton
+COPY --from=build {RUNTIME_DIR} {RUNTIME_DIR}
+USER 1000
+EXPOSE {HTTP_PORT} {GRPC_PORT} {METRICS_PORT}
+# the model repository (a folder mounted into the container, or an s3://, gs://, as:// URL) of an
+# export whose steps are all libtorch models
+ENV MODEL_REPOSITORY=/models
+ENTRYPOINT ["/bin/sh", "-c", "exec {RUNTIME_DIR}/pytriton/tritonserver/bin/tritonserver --model-repository=\\"$MODEL_REPOSITORY\\" --backend-directory={RUNTIME_DIR}/backends --http-port={HTTP_PORT} --grpc-port={GRPC_PORT} --metrics-port={METRICS_PORT} \\"$@\\"", "tritonserver"]
 """  # noqa: E501 - the Dockerfile as it is written
 
 

@@ -147,14 +147,19 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
         selected = (
             node.selector.names if node.selector is not None else node.input_schema.column_names
         )
-        call = OpCall(
-            index=len(calls),
-            op=op,
-            inputs={name: _find(name, upstream, node) for name in selected},
-            input_schema=node.input_schema.select_by_name(selected),
-            output_schema=node.output_schema,
-        )
-        calls.append(call)
+        inputs = {name: _find(name, upstream, node) for name in selected}
+        parts = op.parts()
+        if parts == [op]:
+            call = OpCall(
+                index=len(calls),
+                op=op,
+                inputs=inputs,
+                input_schema=node.input_schema.select_by_name(selected),
+                output_schema=node.output_schema,
+            )
+            calls.append(call)
+        else:
+            call = _append_parts(parts, inputs, calls, schemas)
         refs[id(node)] = {c.name: Ref(call.index, c.name) for c in node.output_schema}
         schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
 
@@ -165,6 +170,40 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
             outputs = _blank_filtered_rows(call, flag, calls, outputs, schemas)
     output_schema = Schema([schemas[ref].with_name(name) for name, ref in outputs.items()])
     return Plan(input_schema, calls, outputs, output_schema, schemas)
+
+
+def _append_parts(
+    parts: list[ServingOperator],
+    inputs: dict[str, Ref],
+    calls: list[OpCall],
+    schemas: dict[Ref, ColumnSchema],
+) -> OpCall:
+    """One call per part of an operator (``ServingOperator.parts``), each reading the operator's
+    inputs and the outputs of the parts before it by name; returns the last."""
+    available = dict(inputs)
+    call: OpCall | None = None
+    for part in parts:
+        offered = Schema([schemas[ref].with_name(name) for name, ref in available.items()])
+        expected = part.expected_input_schema(offered)
+        names = offered.column_names if expected is None else expected.column_names
+        missing = [name for name in names if name not in available]
+        if missing:
+            raise SchemaError(part.label, missing[0], "the column from the part before it", "none")
+        input_schema = offered.select_by_name(names)
+        call = OpCall(
+            index=len(calls),
+            op=part,
+            inputs={name: available[name] for name in names},
+            input_schema=input_schema,
+            output_schema=part.compute_output_schema(input_schema, ColumnSelector(names)),
+        )
+        calls.append(call)
+        for column in call.output_schema:
+            available[column.name] = Ref(call.index, column.name)
+            schemas[Ref(call.index, column.name)] = column
+    if call is None:
+        raise SchemaError("an operator", None, "at least one part", "none")
+    return call
 
 
 def _with_returned_columns(calls: list[OpCall], outputs: dict[str, Ref]) -> dict[str, Ref]:

@@ -106,6 +106,11 @@ def column_numpy_dtype(column: ColumnSchema) -> np.dtype:
     return np.dtype(column.dtype.to_numpy)
 
 
+def is_carried_by_tensors(column: ColumnSchema) -> bool:
+    """Whether the column is numbers or booleans (TorchScript tensors hold it), not text."""
+    return column_numpy_dtype(column).kind in "biuf"
+
+
 def is_ragged(column: ColumnSchema) -> bool:
     return bool(column.shape.dims is not None and column.shape.is_ragged)
 

@@ -7,7 +7,8 @@ tests/triton_models.py) or export ensembles there, and load them by name.
 ``session_split`` / ``session_workflow`` / ``xlnet`` / ``gpt2`` / ``torchscript_model``: the
 session-based example's clicks, workflow and three next-item models (tests/session_models.py).
 ``pytorch_backend``: Triton's pytorch backend built for this torch; a test that needs it fails,
-naming the command that builds it, when it is not.
+naming the command that builds it, when it is not. ``pytorch_only_server``: a second tritonserver
+whose backend folder holds that backend alone, for exports with no python step.
 ``ranking``: the ranking example (examples/ranking) at test size, trained once.
 
 Servers run without failover (``MTS_FAILOVER=0``) unless a test asks for it: each would start two
@@ -63,6 +64,32 @@ def triton_server(tmp_path_factory):
         server.start()
     except ServerError as error:
         pytest.fail(f"the shared tritonserver could not start: {error}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pytorch_only_server(tmp_path_factory, pytorch_backend):
+    """A running tritonserver whose backend folder holds Triton's pytorch backend alone (no python
+    backend at all), as a serving image without Python has; explicit model control.
+
+    A server that cannot start fails the tests.
+    """
+    from merlin_torch_serving.backends import pytorch_backend_directory
+
+    server = TritonServer(
+        tmp_path_factory.mktemp("pytorch_only_repository"),
+        model_control="explicit",
+        backend_directory=pytorch_backend_directory(),
+        start_timeout_s=120.0,
+        stop_timeout_s=6.0,
+    )
+    try:
+        server.start()
+    except ServerError as error:
+        pytest.fail(f"the pytorch-only tritonserver could not start: {error}", pytrace=False)
     try:
         yield server
     finally:

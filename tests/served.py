@@ -32,6 +32,50 @@ def frames_equal(served: pd.DataFrame, local: pd.DataFrame) -> bool:
     return True
 
 
+def concurrent_answers(
+    url: str, protocol: str, model: str, requests, rounds: int, threads: int
+) -> list:
+    """(request index, answer) for every request sent by ``threads`` clients at once, each sending
+    every request ``rounds`` times in an order of its own."""
+    answers, errors = [], []
+    start = threading.Barrier(threads)
+
+    def send(seed: int) -> None:
+        order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(requests)), rounds))
+        with Client(url, protocol, retries=0) as client:
+            start.wait()
+            for index in order:
+                try:
+                    answers.append((int(index), client.infer(model, requests[index])))
+                except Exception as error:
+                    errors.append(f"request {index}: {type(error).__name__}: {error}")
+
+    workers = [threading.Thread(target=send, args=(seed,)) for seed in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(300)
+    assert not errors, errors[:3]
+    assert len(answers) == threads * rounds * len(requests)
+    return answers
+
+
+def batches_formed(url: str, model: str) -> dict[int, int]:
+    """Batch size -> how many times ``model`` ran a batch of that many requests (Triton's
+    statistics, over HTTP)."""
+    import tritonclient.http
+
+    client = tritonclient.http.InferenceServerClient(url)
+    try:
+        stats = client.get_inference_statistics(model)["model_stats"][0]
+    finally:
+        client.close()
+    return {
+        int(entry["batch_size"]): int(entry["compute_infer"]["count"])
+        for entry in stats["batch_stats"]
+    }
+
+
 def raw_infer(module, url: str, model: str, arrays: dict, output_names) -> dict:
     """A raw tritonclient request, one tensor per array exactly as given (no checks, no casts)."""
     client = module.InferenceServerClient(url)

@@ -47,9 +47,20 @@ TOP_K = 10
 RESERVED_IDS = (0, 1, 2)
 
 
-def recommendation_graph(workflow, session_model, *, k: int = TOP_K, backend: str = "python"):
-    """Raw clicks in; per session: its id, the k best raw item ids not yet clicked, their scores."""
-    session_features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
+def recommendation_graph(
+    workflow,
+    session_model,
+    *,
+    k: int = TOP_K,
+    backend: str = "python",
+    workflow_backend: str = "python",
+):
+    """Raw clicks in; per session: its id, the k best raw item ids not yet clicked, their scores.
+    ``backend`` is the model's, ``workflow_backend`` the workflow's ("pytorch": its TorchScript
+    form, into which the model and the rest compile when they run on libtorch too)."""
+    session_features = workflow.input_schema.column_names >> TransformWorkflow(
+        workflow, backend=workflow_backend
+    )
     recommendations = (
         session_features
         >> PredictPytorch(session_model, backend=backend)

@@ -3,7 +3,11 @@ the nvidia-pytriton wheel provides (``bundle``), and building the pytorch backen
 (``pytorch_build``).
 """
 
-from merlin_torch_serving.backends.layout import bundled_backend_directory, python_backend_directory
+from merlin_torch_serving.backends.layout import (
+    bundled_backend_directory,
+    python_backend_directory,
+    pytorch_backend_directory,
+)
 from merlin_torch_serving.backends.pytorch_build import (
     BuiltBackend,
     build_pytorch_backend,
@@ -18,4 +22,5 @@ __all__ = [
     "built_pytorch_backend",
     "bundled_backend_directory",
     "python_backend_directory",
+    "pytorch_backend_directory",
 ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from merlin_torch_serving.backends import bundle
 from merlin_torch_serving.backends.pytorch_build import (
     BACKEND_LIBRARY,
+    BUILD_COMMAND,
     BuiltBackend,
     TorchInstall,
     built_for_running_torch,
@@ -88,19 +89,48 @@ def bundled_backend_directory(binary: str | os.PathLike | None = None) -> Path:
     server_library = bundle.libtritonserver()
     if server_library is None:
         return python_only
-    # The pytorch folder links into this interpreter's torch and wheel and copies the build, so it
-    # is laid out per install and per build.
-    identity = "\n".join(
-        map(str, (built.library, built.library.stat().st_mtime_ns, torch.lib, server_library))
+    target = (
+        python_only.parent / f"{python_only.name}-{_pytorch_folder_name(built, server_library)}"
     )
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
-    target = python_only.parent / f"{python_only.name}-torch-{torch.version}-{digest}"
 
     def lay_out(staging: Path) -> None:
         shutil.copytree(python_only / "python", staging / "python", symlinks=True)
         _lay_out_pytorch_backend(built, torch, server_library, staging / "pytorch")
 
     return _laid_out(target, "pytorch" + os.sep + BACKEND_LIBRARY, lay_out)
+
+
+def pytorch_backend_directory(
+    binary: str | os.PathLike | None = None, *, cache_dir: str | os.PathLike | None = None
+) -> Path:
+    """A backend folder holding Triton's pytorch backend alone, without the python backend: a
+    tritonserver started with it serves libtorch models only, as a serving image without Python
+    does (``TritonServer(repository, backend_directory=pytorch_backend_directory())``)."""
+    built = built_for_running_torch(binary)
+    server_library = bundle.libtritonserver()
+    if built is None or server_library is None:
+        raise ServerError(
+            "Triton's pytorch backend is not built for this torch and the bundled tritonserver"
+            f" (or nvidia-pytriton is not installed); build it with `{BUILD_COMMAND}`"
+        )
+    cache_dir = Path(cache_dir) if cache_dir is not None else bundle.cache_root() / _LAYOUTS_FOLDER
+    folder = _pytorch_folder_name(built, server_library)
+    target = cache_dir / f"pytriton-{bundle.pytriton_version()}-pytorch-only-{folder}"
+
+    def lay_out(staging: Path) -> None:
+        _lay_out_pytorch_backend(built, TorchInstall.running(), server_library, staging / "pytorch")
+
+    return _laid_out(target, "pytorch" + os.sep + BACKEND_LIBRARY, lay_out)
+
+
+def _pytorch_folder_name(built: BuiltBackend, server_library: Path) -> str:
+    """The pytorch folder links into this interpreter's torch and wheel and copies the build, so it
+    is laid out per install and per build."""
+    torch = TorchInstall.running()
+    identity = "\n".join(
+        map(str, (built.library, built.library.stat().st_mtime_ns, torch.lib, server_library))
+    )
+    return f"torch-{torch.version}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"
 
 
 def _copy_python_backend(source: Path, stub: Path, target: Path) -> None:

@@ -280,15 +280,7 @@ def pytorch_model_config(
         "output": tensor_configs(output_schema, request_dim=options.batching),
         "instance_group": _instance_group(options),
         "default_model_filename": LIBTORCH_MODEL_FILE,
-        # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
-        "parameters": _parameters(
-            {
-                **(options.parameters or {}),
-                "INFERENCE_MODE": "true",
-                "DISABLE_OPTIMIZED_EXECUTION": "true",
-                "INTRA_OP_THREAD_COUNT": options.torch_threads,
-            }
-        ),
+        "parameters": _libtorch_parameters(options),
         "model_warmup": _warmup(warmup_files, options, request_dim=options.batching),
         **_version_policy(options.version_policy),
     }
@@ -383,6 +375,18 @@ def _padded_configs(specs: Sequence[wire.TensorSpec], padded: bool = True) -> li
         {"name": ROWS_TENSOR, "data_type": "TYPE_UINT8", "dims": [-1]},
         *({"name": s.name + suffix, "data_type": s.config_dtype, "dims": [-1]} for s in specs),
     ]
+
+
+def _libtorch_parameters(options: ModelOptions) -> dict:
+    # as models run in-process: no per-shape re-optimisation (see ops/pytorch.py)
+    return _parameters(
+        {
+            **(options.parameters or {}),
+            "INFERENCE_MODE": "true",
+            "DISABLE_OPTIMIZED_EXECUTION": "true",
+            "INTRA_OP_THREAD_COUNT": options.torch_threads,
+        }
+    )
 
 
 def _instance_group(options: ModelOptions) -> list[dict]:

@@ -8,6 +8,8 @@ instead (see ``libtorch_batching``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
@@ -25,8 +27,10 @@ def ensemble_model_config(
     options: configs.ModelOptions,
     rows_from: dict[str, str],
     feeds: dict[str, list[wire.TensorSpec]],
+    feeder_steps: Sequence[dict] = (),
 ) -> model_config_pb2.ModelConfig:
-    """The ensemble's config; ``rows_from`` and ``feeds`` as ``libtorch_batching`` gives them."""
+    """The ensemble's config; ``rows_from`` and ``feeds`` as ``libtorch_batching`` gives them,
+    ``feeder_steps`` the steps of the session feeders (``libtorch_feeder``), run first."""
     names = tensor_names(plan, steps)
     step_configs: list[dict[str, dict[str, str]]] = []
     for step in steps:
@@ -62,7 +66,13 @@ def ensemble_model_config(
         ensemble.input_schema,
         response_schema,
         ensemble.output_schema,
-        [{"model_name": step.name, **maps} for step, maps in zip(steps, step_configs, strict=True)],
+        [
+            *feeder_steps,
+            *(
+                {"model_name": step.name, **maps}
+                for step, maps in zip(steps, step_configs, strict=True)
+            ),
+        ],
         plan.request_groups(),
         options,
     )

@@ -54,18 +54,23 @@ def libtorch_module(step: TritonStep) -> torch.jit.ScriptModule:
 
 def chain_source(step: TritonStep, modules: list[torch.jit.ScriptModule]) -> str:
     """The TorchScript ``forward`` of ``step``: each operator called on a dict of its inputs (step
-    inputs, or outputs of the operators before it), then the step's outputs returned in order.
-    (A tuple, not a list: Triton's pytorch backend crashes on a returned list.)"""
-    known: dict[Ref, str] = {}  # the TorchScript expression of every tensor produced so far
+    inputs, or outputs of the operators before it), then the step's outputs returned in order, a
+    ragged list as its values and offsets. (A tuple, not a list: Triton's pytorch backend crashes
+    on a returned list.)"""
+    known: dict[Ref, dict[str, str]] = {}  # per tensor produced so far: wire suffix -> expression
     lines = []
     for position, (call, module) in enumerate(zip(step.calls, modules, strict=True)):
         arguments = ", ".join(
             f"{_text(name)}: {source}" for name, source in _reads(call, step, known)
         )
         lines.append(f"    out_{position} = self.stage_{position}({{{arguments}}})")
-        for name, expression in _outputs(call, module, f"out_{position}"):
-            known[Ref(call.index, name)] = expression
-    returned = [known[ref] for ref in step.outputs.values()]
+        for name, expressions in _outputs(call, module, f"out_{position}"):
+            known[Ref(call.index, name)] = expressions
+    returned = []
+    for name, ref in step.outputs.items():
+        column = step.output_schema[name]
+        for spec in wire.column_specs(column):
+            returned.append(known[ref][spec.name[len(column.name) :]])
     returns = "Tensor" if len(returned) == 1 else _tuple_type(len(returned))
     header = f"def forward(self, inputs: Dict[str, Tensor]) -> {returns}:"
     return "\n".join([header, *lines, f"    return {', '.join(returned)}", ""])
@@ -82,13 +87,15 @@ def _scripted(call: OpCall, module: torch.nn.Module) -> torch.jit.ScriptModule:
         ) from error
 
 
-def _reads(call: OpCall, step: TritonStep, known: dict[Ref, str]) -> list[tuple[str, str]]:
+def _reads(
+    call: OpCall, step: TritonStep, known: dict[Ref, dict[str, str]]
+) -> list[tuple[str, str]]:
     """``(name, expression)`` of each wire tensor ``call`` receives: an output of an operator before
     it in the step, or a step input (a ragged column as its values and offsets)."""
-    reads = []
+    reads: list[tuple[str, str]] = []
     for name, ref in call.inputs.items():
         if ref in known:
-            reads.append((name, known[ref]))
+            reads.extend((name + suffix, source) for suffix, source in known[ref].items())
             continue
         step_name = next(
             step_name for step_name, step_ref in step.inputs.items() if step_ref == ref
@@ -101,19 +108,39 @@ def _reads(call: OpCall, step: TritonStep, known: dict[Ref, str]) -> list[tuple[
     return reads
 
 
-def _outputs(call: OpCall, module: torch.jit.ScriptModule, result: str) -> list[tuple[str, str]]:
-    """``(output column, expression)`` for what ``call``'s module returns as ``result``: one Tensor,
-    a tuple (or list) of Tensors in output-schema order, or a ``Dict[str, Tensor]`` keyed by output
-    column."""
-    names = call.output_schema.column_names
+def _outputs(
+    call: OpCall, module: torch.jit.ScriptModule, result: str
+) -> list[tuple[str, dict[str, str]]]:
+    """``(output column, {wire suffix: expression})`` for what ``call``'s module returns as
+    ``result``: one Tensor, a tuple (or list) of Tensors in output-schema order, or a
+    ``Dict[str, Tensor]`` keyed by wire tensor (a ragged list as ``c__values`` and ``c__offsets``,
+    any other column under its name)."""
+    columns = list(call.output_schema)
+    names = [column.name for column in columns]
     returns = module.forward.schema.returns  # type: ignore[attr-defined]  # a ScriptMethod
     kind = str(returns[0].type) if len(returns) == 1 else "nothing"
-    if kind == "Tensor" and len(names) == 1:
-        return [(names[0], result)]
-    if kind in (_tuple_type(len(names)), "List[Tensor]"):
-        return [(name, f"{result}[{position}]") for position, name in enumerate(names)]
     if kind == "Dict[str, Tensor]":
-        return [(name, f"{result}[{_text(name)}]") for name in names]
+        return [
+            (
+                column.name,
+                {
+                    spec.name[len(column.name) :]: f"{result}[{_text(spec.name)}]"
+                    for spec in wire.column_specs(column)
+                },
+            )
+            for column in columns
+        ]
+    ragged = [column.name for column in columns if wire.is_ragged(column)]
+    if ragged:
+        raise ExportError(
+            f"the TorchScript form of operator {call.op.label} returns {kind}, but its output"
+            f" {ragged[0]!r} is a ragged list: return a Dict[str, Tensor] holding its"
+            f" '{ragged[0]}__values' and '{ragged[0]}__offsets'"
+        )
+    if kind == "Tensor" and len(names) == 1:
+        return [(names[0], {"": result})]
+    if kind in (_tuple_type(len(names)), "List[Tensor]"):
+        return [(name, {"": f"{result}[{position}]"}) for position, name in enumerate(names)]
     raise ExportError(
         f"the TorchScript form of operator {call.op.label} returns {kind}; it must return its"
         f" {len(names)} output(s) {names} as a Tensor (one output), a tuple of {len(names)} Tensors"

@@ -13,12 +13,15 @@ an empty one; Triton gives the model each request's element counts (``COUNT_SUFF
 below drops the padding, rebuilds one merged request (ragged offsets shifted, fixed-width rows
 reshaped), runs the step's module once, and checks that it answered one row per row.
 
-A libtorch step batches this way when all its inputs come from one python step and every output
-has one row per input row (``dims`` ``[-1, fixed...]``); any other answers one request at a time in
-the batched wire form (``request_dim``).
+A libtorch step batches this way when all its inputs come from one python step, or from the request
+through a small libtorch step that does the python step's part (``libtorch_feeder``), and every
+output has one row per input row (``dims`` ``[-1, fixed...]``); any other answers one request at a
+time in the batched wire form (``request_dim``).
 """
 
 # no `from __future__ import annotations`: TorchScript reads the annotations below as types
+
+import json
 
 import numpy as np
 import torch
@@ -76,10 +79,7 @@ def unbatchable_reason(step: TritonStep) -> str | None:
     for spec in wire.schema_specs(step.input_schema):
         if -1 in spec.dims[1:]:
             return f"input {spec.name!r} has rows of variable width (dims {list(spec.dims)})"
-    outputs = wire.schema_specs(step.output_schema)
-    if len(outputs) > 2:
-        return f"it has {len(outputs)} outputs (one or two can be cut back per request)"
-    for spec in outputs:
+    for spec in wire.schema_specs(step.output_schema):
         if spec.name.endswith((wire.VALUES_SUFFIX, wire.OFFSETS_SUFFIX)):
             return f"output {spec.name!r} is a ragged list"
         if not spec.dims or spec.dims[0] != -1 or -1 in spec.dims[1:]:
@@ -100,12 +100,13 @@ def _merged_inputs(
         if alone:
             merged[name] = flat[:-1].reshape([-1] + width)
             continue
-        pads = torch.cumsum(inputs[name + "__count"].to(torch.long), 0) - 1
+        counts = inputs[name + "__count"].to(torch.long)
+        pads = torch.cumsum(counts, 0) - 1
         keep = torch.ones(flat.shape[0], dtype=torch.bool)
         keep[pads] = False
         tensor = flat[keep]
         if name.endswith("__offsets"):  # wire.OFFSETS_SUFFIX (TorchScript reads no globals)
-            merged[name] = _merged_offsets(tensor, rows)
+            merged[name] = _merged_offsets(tensor, counts - 2)
         else:
             merged[name] = tensor.reshape([-1] + width)
     return merged, int(rows.sum())
@@ -124,6 +125,33 @@ def _merged_offsets(flat: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return torch.cat([flat.new_zeros(1), tail.to(flat.dtype)])
 
 
+def _shared_key(inputs: dict[str, torch.Tensor], key: str) -> bool:
+    """Whether two requests of the batch hold the same value of ``key`` (the session id): merged,
+    the workflow would make their clicks one session."""
+    counts = inputs[key + "__count"].to(torch.long)
+    if counts.shape[0] < 2:
+        return False
+    flat = inputs[key]
+    request = torch.repeat_interleave(torch.arange(counts.shape[0]), counts)
+    keep = torch.ones(flat.shape[0], dtype=torch.bool)
+    keep[torch.cumsum(counts, 0) - 1] = False  # each request's padding element
+    keys, key_ids = torch.unique(flat[keep], return_inverse=True)
+    pairs = torch.unique(key_ids * counts.shape[0] + request[keep])
+    return pairs.shape[0] != keys.shape[0]
+
+
+def _one_request(
+    inputs: dict[str, torch.Tensor], widths: dict[str, list[int]], index: int
+) -> tuple[dict[str, torch.Tensor], int]:
+    """Request ``index`` of a batch on its own, and its row count."""
+    alone: dict[str, torch.Tensor] = {}
+    for name, width in widths.items():
+        counts = inputs[name + "__count"].to(torch.long)
+        start = int(counts[:index].sum())
+        alone[name] = inputs[name][start : start + int(counts[index]) - 1].reshape([-1] + width)
+    return alone, int(inputs["__rows__count"][index])
+
+
 def _checked(output: torch.Tensor, rows: int) -> torch.Tensor:
     if output.shape[0] != rows:
         raise RuntimeError(
@@ -136,53 +164,62 @@ def _checked(output: torch.Tensor, rows: int) -> torch.Tensor:
     return output
 
 
-class MergedRequestsOne(torch.nn.Module):
-    """Runs a module of one output once on all the requests of a batch."""
-
-    widths: dict[str, list[int]]
-
-    def __init__(self, inner: torch.nn.Module, widths: dict[str, list[int]]):
-        super().__init__()
-        self.inner = inner
-        self.widths = widths
-
-    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        merged, rows = _merged_inputs(inputs, self.widths)
-        return _checked(self.inner(merged), rows)
-
-
-class MergedRequestsPair(torch.nn.Module):
-    """Runs a module of two outputs once on all the requests of a batch."""
-
-    widths: dict[str, list[int]]
-
-    def __init__(self, inner: torch.nn.Module, widths: dict[str, list[int]]):
-        super().__init__()
-        self.inner = inner
-        self.widths = widths
-
-    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        merged, rows = _merged_inputs(inputs, self.widths)
-        first, second = self.inner(merged)
-        return _checked(first, rows), _checked(second, rows)
-
-
 def merged_requests(
-    module: torch.jit.ScriptModule, input_schema: Schema, outputs: int
+    module: torch.jit.ScriptModule, input_schema: Schema, outputs: int, key: str = ""
 ) -> torch.jit.ScriptModule:
-    """``module`` (of one or two ``outputs``) taking a whole batch of requests at once."""
+    """``module`` (of ``outputs`` outputs) taking a whole batch of requests at once; with ``key``
+    (the session id of a step that reads the request), requests that share a session are answered
+    one at a time instead."""
     widths = {
         spec.name: [int(d) for d in spec.dims[1:]] for spec in wire.schema_specs(input_schema)
     }
-    wrapper = MergedRequestsOne if outputs == 1 else MergedRequestsPair
-    return torch.jit.script(wrapper(module, widths))
+    answers = ["answer"] if outputs == 1 else [f"answer[{i}]" for i in range(outputs)]
+    returns = "Tensor" if outputs == 1 else "Tuple[" + ", ".join(["Tensor"] * outputs) + "]"
+    lines = [f"def forward(self, inputs: Dict[str, Tensor]) -> {returns}:"]
+    if key:
+        lines += [
+            f"    if _shared_key(inputs, {json.dumps(key)}):",
+            *(f"        parts_{i}: List[Tensor] = []" for i in range(outputs)),
+            "        for index in range(inputs['__rows__count'].shape[0]):",
+            "            alone, rows = _one_request(inputs, self.widths, index)",
+            "            answer = self.inner(alone)",
+            *(
+                f"            parts_{i}.append(_checked({answer}, rows))"
+                for i, answer in enumerate(answers)
+            ),
+            "        return " + ", ".join(f"torch.cat(parts_{i})" for i in range(outputs)),
+        ]
+    lines += [
+        "    merged, rows = _merged_inputs(inputs, self.widths)",
+        "    answer = self.inner(merged)",
+        "    return " + ", ".join(f"_checked({answer}, rows)" for answer in answers),
+        "",
+    ]
+    source = "\n".join(lines)
+
+    # a class per module: TorchScript keeps the methods a ScriptModule defines on its class
+    class MergedRequests(torch.jit.ScriptModule):
+        """Runs the step's module once on all the requests of a batch."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = module
+            self.widths = torch.jit.Attribute(widths, dict[str, list[int]])
+            self.define(source)
+
+    return MergedRequests()
 
 
-def flat_batch(requests: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def flat_batch(
+    requests: list[dict[str, np.ndarray]], key: str | None = None
+) -> dict[str, np.ndarray]:
     """What Triton's pytorch backend hands a merged module for ``requests`` (each its wire arrays),
-    as the python step that feeds it sends them: every tensor flat and padded, the requests back to
-    back, and the element counts of each."""
-    sent = [merging.padded_for_libtorch(request) for request in requests]
+    as the step that feeds it sends them: every tensor flat and padded, the requests back to back,
+    and the element counts of each; with ``key``, each request's rows are its sessions."""
+    sent = [
+        merging.padded_for_libtorch(request, None if key is None else len(np.unique(request[key])))
+        for request in requests
+    ]
     batch = {name: np.concatenate([request[name] for request in sent]) for name in sent[0]}
     for name in sent[0]:
         batch[name + COUNT_SUFFIX] = np.array([len(r[name]) for r in sent], dtype=np.int32)

@@ -155,12 +155,14 @@ def rows(arrays: Arrays) -> int:
     return 0
 
 
-def padded_for_libtorch(arrays: Arrays) -> dict[str, np.ndarray]:
+def padded_for_libtorch(arrays: Arrays, answer_rows: int | None = None) -> dict[str, np.ndarray]:
     """``arrays`` as a python step sends them to a batched libtorch step: each flat with one element
     more (Triton's pytorch backend mishandles a batch holding an empty tensor), and
-    ``ROWS_TENSOR``: one byte per row, its shape telling Triton the rows of the request."""
+    ``ROWS_TENSOR``: one byte per row the step answers (``answer_rows``, by default the rows of
+    ``arrays``), its shape telling Triton how to cut the answer."""
     sent = {name: padded(array) for name, array in arrays.items()}
-    sent[ROWS_TENSOR] = np.zeros(rows(arrays), dtype=np.uint8)
+    count = rows(arrays) if answer_rows is None else answer_rows
+    sent[ROWS_TENSOR] = np.zeros(count, dtype=np.uint8)
     return sent
 
 

@@ -50,7 +50,7 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
     """Assign every call to a step, then derive each step's inputs and outputs."""
     steps: list[TritonStep] = []
     step_of_call: dict[int, int] = {}
-    consumers = _consumer_counts(plan)
+    readers = _readers(plan)
     for call in plan.calls:
         backend = call.op.backend
         if backend not in BACKENDS:
@@ -62,7 +62,7 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
             step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
         ]
         earliest = max(producer_steps, default=0)
-        target, module = _libtorch_step_to_join(call, steps, step_of_call, consumers)
+        target, module = _libtorch_step_to_join(call, steps, step_of_call, readers, plan)
         if target is None and backend == "python":
             # any python step at or after the last producer's step already has the inputs ready
             target = next(
@@ -115,15 +115,20 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
 
 
 def _libtorch_step_to_join(
-    call: OpCall, steps: list[TritonStep], step_of_call: dict[int, int], consumers: dict[Ref, int]
+    call: OpCall,
+    steps: list[TritonStep],
+    step_of_call: dict[int, int],
+    readers: dict[Ref, list[OpCall | None]],
+    plan: Plan,
 ) -> tuple[int | None, torch.nn.Module | None]:
     """The libtorch step ``call`` compiles into, with its TorchScript form; ``(None, None)`` if
     none.
 
-    It joins the latest step it reads from when that is a libtorch step, nothing else reads what it
-    takes from that step (the scores of a whole catalog then never leave the model), its other
-    inputs come from the request or earlier steps, libtorch carries every tensor it reads and
-    writes, and it has a TorchScript form for these inputs.
+    It joins the latest step it reads from when that is a libtorch step, what it takes from that
+    step is read by nothing that needs it elsewhere (the scores of a whole catalog then never leave
+    the model; see ``_stays_inside``), its other inputs come from the request or earlier steps,
+    libtorch carries every tensor it reads and writes, and it has a TorchScript form for these
+    inputs.
     """
     producer_steps = [
         step_of_call[ref.producer] for ref in call.inputs.values() if ref.producer != REQUEST
@@ -136,7 +141,7 @@ def _libtorch_step_to_join(
         for ref in call.inputs.values()
         if ref.producer != REQUEST and step_of_call[ref.producer] == target
     ]
-    if any(consumers.get(ref, 0) != 1 for ref in taken):
+    if any(not _stays_inside(ref, call, readers, plan) for ref in taken):
         return None, None
     if not _libtorch_carries(call.input_schema) or not _libtorch_carries(
         call.output_schema, dense=True
@@ -147,20 +152,39 @@ def _libtorch_step_to_join(
 
 
 def _libtorch_root(call: OpCall) -> torch.nn.Module:
-    """The TorchScript form of an operator that starts a libtorch step."""
+    """The TorchScript form of an operator that starts a libtorch step (ragged outputs come back
+    as a ``Dict[str, Tensor]`` keyed by their wire tensors; see ``fusion``)."""
     module = call.op.torchscript(call.input_schema)
     if module is None:
         raise ExportError(
             f"operator {call.op.label} declares backend 'pytorch' but has no TorchScript form (its"
             " torchscript() returned None); Triton's pytorch backend runs TorchScript only"
         )
-    ragged = [column.name for column in call.output_schema if wire.is_ragged(column)]
-    if ragged:
-        raise ExportError(
-            f"operator {call.op.label} declares backend 'pytorch' but its output {ragged[0]!r} is a"
-            " ragged list; a libtorch model returns dense tensors only"
-        )
     return module
+
+
+def placement_notes(plan: Plan) -> list[str]:
+    """Why parts of operators run on another backend than they were asked to (see
+    ``ServingOperator.placement_notes``), for the export's warnings."""
+    return [note for call in plan.calls for note in call.op.placement_notes()]
+
+
+def _stays_inside(
+    ref: Ref, call: OpCall, readers: dict[Ref, list[OpCall | None]], plan: Plan
+) -> bool:
+    """Whether ``call`` may take ``ref`` into the libtorch step that makes it: every other reader
+    of it is an operator with a TorchScript form (which can read it inside the step too), or the
+    ensemble's output for a column its operator returns with every answer (the session id, the mark
+    of filtered sessions). Scores read by anything else stay a step output of their own."""
+    for reader in readers.get(ref, []):
+        if reader is call:
+            continue
+        if reader is None:
+            if ref.column not in plan.calls[ref.producer].op.returned_columns():
+                return False
+        elif reader.op.torchscript(reader.input_schema) is None:
+            return False
+    return True
 
 
 def _libtorch_carries(schema: Schema, dense: bool = False) -> bool:
@@ -174,14 +198,15 @@ def _libtorch_carries(schema: Schema, dense: bool = False) -> bool:
         return False
 
 
-def _consumer_counts(plan: Plan) -> dict[Ref, int]:
-    """How many calls (and ensemble outputs) read each ref."""
-    counts: dict[Ref, int] = {}
-    for ref in [ref for call in plan.calls for ref in call.inputs.values()] + list(
-        plan.outputs.values()
-    ):
-        counts[ref] = counts.get(ref, 0) + 1
-    return counts
+def _readers(plan: Plan) -> dict[Ref, list[OpCall | None]]:
+    """The calls that read each ref, and None for each ensemble output that is it."""
+    readers: dict[Ref, list[OpCall | None]] = {}
+    for call in plan.calls:
+        for ref in call.inputs.values():
+            readers.setdefault(ref, []).append(call)
+    for ref in plan.outputs.values():
+        readers.setdefault(ref, []).append(None)
+    return readers
 
 
 def _step_name(ensemble_name: str, index: int, calls: list[OpCall]) -> str:

@@ -47,6 +47,7 @@ from merlin_torch_serving.export.checks import (
     check_libtorch_schemas,
     warn_about_differing_thread_counts,
 )
+from merlin_torch_serving.export.config import PADDED_SUFFIX, ROWS_TENSOR
 from merlin_torch_serving.export.ensemble_wiring import ensemble_model_config
 from merlin_torch_serving.export.fusion import libtorch_module
 from merlin_torch_serving.export.libtorch_batching import (
@@ -56,8 +57,14 @@ from merlin_torch_serving.export.libtorch_batching import (
     row_sources,
     unmerged_steps,
 )
+from merlin_torch_serving.export.libtorch_feeder import (
+    Feeder,
+    ensemble_step,
+    request_feeders,
+    write_feeder,
+)
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
-from merlin_torch_serving.export.partition import TritonStep, partition
+from merlin_torch_serving.export.partition import TritonStep, partition, placement_notes
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.export.request_dim import with_request_dim
 from merlin_torch_serving.export.warmup import warmup_inputs
@@ -123,7 +130,10 @@ def export_ensemble(
     repository = Path(path).absolute()
     plan: Plan = ensemble.plan
     steps = partition(plan, name)
-    model_names = [step.name for step in steps] + [name]
+    feeder_names = (
+        [feeder.name for feeder in request_feeders(plan, steps)] if options.batching else []
+    )
+    model_names = feeder_names + [step.name for step in steps] + [name]
     existing = [model for model in model_names if (repository / model).exists()]
     if overwrite:
         # steps of the previous export that this one does not write again (say, a step that moved
@@ -147,11 +157,18 @@ def export_ensemble(
             doing = "copying the current repository into the staging folder"
             _copy_tree(repository, staged, skip=[] if add_version else existing)
         staged.mkdir(exist_ok=True)
-        # batched: libtorch step -> the python step that tells it each request's rows
+        # batched: libtorch step -> the python step that tells it each request's rows, or the
+        # libtorch model that does for a step reading the request (libtorch_feeder)
         rows_from = row_sources(steps) if options.batching else {}
         feeds = fed_tensors(steps, rows_from)
+        feeders = request_feeders(plan, steps) if options.batching else []
+        rows_from.update({feeder.step: feeder.name for feeder in feeders})
+        session_keys = {feeder.step: feeder.key for feeder in feeders}
         doing = "building the warm-up requests"
         warmup = warmup_inputs(plan, steps)
+        for feeder in feeders:
+            doing = f"writing the session feeder {feeder.name!r}"
+            write_feeder(staged / feeder.name, feeder, version, options, warmup.arrays[feeder.step])
         for step in steps:
             doing = (
                 f"writing step {step.name!r} ({', '.join(call.op.label for call in step.calls)})"
@@ -164,12 +181,22 @@ def export_ensemble(
                 warmup.arrays[step.name],
                 merged=step.name in rows_from,
                 feeds=feeds.get(step.name),
+                session_key=session_keys.get(step.name),
             )
         doing = f"writing the ensemble {name!r}"
         _write_ensemble(
             staged / name,
             version,
-            ensemble_model_config(name, ensemble, plan, steps, options, rows_from, feeds),
+            ensemble_model_config(
+                name,
+                ensemble,
+                plan,
+                steps,
+                options,
+                rows_from,
+                feeds,
+                [ensemble_step(feeder) for feeder in feeders],
+            ),
         )
         _write_manifest(
             staged / name / str(version) / MANIFEST_FILE,
@@ -180,6 +207,7 @@ def export_ensemble(
             options,
             warmup.problem,
             staged,
+            feeders,
         )
         warn_about_differing_thread_counts(staged)
         doing = "putting the new repository in place of the old one"
@@ -201,6 +229,7 @@ def export_ensemble(
         models=model_names,
         fused={step.name: [call.op.label for call in step.calls] for step in steps},
         warnings=([warmup.problem] if warmup.problem else [])
+        + placement_notes(plan)
         + (unmerged_steps(steps, rows_from) if options.batching else []),
     )
 
@@ -216,9 +245,11 @@ def _write_step(
     warmup_arrays: dict,
     merged: bool = False,
     feeds: list[wire.TensorSpec] | None = None,
+    session_key: str | None = None,
 ) -> None:
     """``merged``: a libtorch step that answers a batch of requests at once; ``feeds``: the outputs
-    of a python step that such a step reads (see libtorch_batching.py)."""
+    of a python step that such a step reads (see libtorch_batching.py); ``session_key``: the
+    request's session id, for a merged step that reads the request (libtorch_feeder.py)."""
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
     warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
@@ -228,10 +259,11 @@ def _write_step(
         check_libtorch_return_type(step.name, module)
         outputs = len(wire.schema_specs(step.output_schema))
         if merged:
-            module = merged_requests(module, step.input_schema, outputs)
-            sent = merging.padded_for_libtorch(warmup_arrays)
+            module = merged_requests(module, step.input_schema, outputs, session_key or "")
+            sessions = None if session_key is None else len(np.unique(warmup_arrays[session_key]))
+            sent = merging.padded_for_libtorch(warmup_arrays, sessions)
             warmup_files = write_warmup_arrays(model_dir / WARMUP_DIR, sent)
-            warmup_arrays = flat_batch([warmup_arrays, warmup_arrays])
+            warmup_arrays = flat_batch([warmup_arrays, warmup_arrays], session_key)
         elif options.batching:
             module = with_request_dim(module, step.name, outputs)
             warmup_arrays = {name: array[np.newaxis] for name, array in warmup_arrays.items()}
@@ -302,6 +334,7 @@ def _write_manifest(
     options,
     warmup_problem: str | None,
     staged: Path,
+    feeders: list[Feeder],
 ) -> None:
     record = {
         "ensemble": name,
@@ -336,6 +369,19 @@ def _write_manifest(
             for step in steps
         ],
     }
+    record["steps"][:0] = [
+        {
+            "model": feeder.name,
+            "backend": "pytorch",
+            "fused_operators": [],
+            "operators": [],
+            "feeds": feeder.step,
+            "inputs": [spec.name for spec in feeder.tensors],
+            "outputs": [ROWS_TENSOR] + [spec.name + PADDED_SUFFIX for spec in feeder.tensors],
+            "artifacts": manifest.file_digests(staged / feeder.name / str(version)),
+        }
+        for feeder in feeders
+    ]
     _write_text(path, json.dumps(record, indent=1))
 
 

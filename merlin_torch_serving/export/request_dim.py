@@ -11,8 +11,6 @@ expect: ``[1, ...]``.
 
 import torch
 
-from merlin_torch_serving.exceptions import ExportError
-
 
 def _inner(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     unbatched: dict[str, torch.Tensor] = {}
@@ -21,40 +19,31 @@ def _inner(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return unbatched
 
 
-class OneRequestOne(torch.nn.Module):
-    """Wraps a module of one output."""
-
-    def __init__(self, inner: torch.nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.inner(_inner(inputs)).unsqueeze(0)
-
-
-class OneRequestPair(torch.nn.Module):
-    """Wraps a module of two outputs."""
-
-    def __init__(self, inner: torch.nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        first, second = self.inner(_inner(inputs))
-        return first.unsqueeze(0), second.unsqueeze(0)
-
-
 def with_request_dim(
     module: torch.jit.ScriptModule, step: str, outputs: int
 ) -> torch.jit.ScriptModule:
     """``module`` (a scripted libtorch step of ``outputs`` outputs) in the batched wire form."""
     if outputs == 1:
-        return torch.jit.script(OneRequestOne(module))
-    if outputs == 2:
-        return torch.jit.script(OneRequestPair(module))
-    raise ExportError(
-        f"step {step!r}: a libtorch step of {outputs} outputs cannot join a batched export (one "
-        f"or two "
-        "outputs can); export with ModelOptions(batching=False), or run that model on the python "
-        "backend"
+        returns, returned = "Tensor", "answer.unsqueeze(0)"
+    else:
+        returns = "Tuple[" + ", ".join(["Tensor"] * outputs) + "]"
+        returned = ", ".join(f"answer[{i}].unsqueeze(0)" for i in range(outputs))
+    source = "\n".join(
+        [
+            f"def forward(self, inputs: Dict[str, Tensor]) -> {returns}:",
+            "    answer = self.inner(_inner(inputs))",
+            f"    return {returned}",
+            "",
+        ]
     )
+
+    # a class per module: TorchScript keeps the methods a ScriptModule defines on its class
+    class OneRequest(torch.jit.ScriptModule):
+        """Takes and returns every tensor with the batched form's leading 1."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = module
+            self.define(source)
+
+    return OneRequest()

@@ -47,7 +47,7 @@ def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
         except Exception as error:  # a candidate the graph rejects: try the next one
             failures.append(f"{type(error).__name__}: {error}")
             continue
-        dropped = _dropped_by(plan, env, request)
+        dropped = _dropped_by(plan, env)
         if dropped is None:
             return WarmupInputs(_step_arrays(steps, env))
         filtered = filtered or (env, dropped)
@@ -97,13 +97,13 @@ def _run(plan: Plan, request: TensorTable) -> dict:
     return env
 
 
-def _dropped_by(plan: Plan, env: dict, request: TensorTable) -> str | None:
+def _dropped_by(plan: Plan, env: dict) -> str | None:
     """What dropped a row of the request, when a workflow marked one as filtered out."""
     for call in plan.calls:
         flag = call.op.filtered_rows_column()
         if flag and np.asarray(env[Ref(call.index, flag)].values).any():
             inputs = TensorTable(
-                {name: request[ref.column] for name, ref in call.inputs.items()}, _unsafe=True
+                {name: env[ref] for name, ref in call.inputs.items()}, _unsafe=True
             )
             return call.op.filtered_by(inputs) or f"the filters of {call.op.label}"
     return None

@@ -25,6 +25,7 @@ from merlin_torch_serving.fastpath.wire_io import (
     request_batch,
     wire_arrays,
 )
+from merlin_torch_serving.wire import VALUES_SUFFIX
 
 logger = logging.getLogger("merlin_torch_serving")
 _NO_ROWS = Batch({}, 0)
@@ -98,6 +99,19 @@ class CompiledWorkflow:
                 return node.description
         return None
 
+    def node_outputs(self, columns: Mapping[str, np.ndarray], nodes: set[int]) -> dict[int, Batch]:
+        """What the given nodes (positions in run order, every parent of one among them) return
+        for one request, the other nodes not run: the part of a workflow that runs before its
+        TorchScript form (``scripted_workflow``)."""
+        given = [name for name in self._input_schema.column_names if _holds(columns, name)]
+        request = request_batch(columns, self._input_schema.select_by_name(given))
+        outputs: list[Batch] = []
+        with library_errors():
+            for position, node in enumerate(self._nodes):
+                ran = position in nodes and request.num_rows > 0
+                outputs.append(self._run(node, outputs, request) if ran else _NO_ROWS)
+        return {position: outputs[position] for position in nodes}
+
     def _outputs(self, request: Batch) -> list[Batch]:
         outputs: list[Batch] = []
         for node in self._nodes:
@@ -139,6 +153,10 @@ class CompiledWorkflow:
             )
             metrics.count(metrics.FASTPATH_FALLBACKS, operator=node.label)
             return node.fallback(batch)
+
+
+def _holds(columns: Mapping[str, np.ndarray], name: str) -> bool:
+    return name in columns or name + VALUES_SUFFIX in columns
 
 
 def _merge(label: str, batches: list[Batch]) -> Batch:

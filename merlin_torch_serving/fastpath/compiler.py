@@ -88,7 +88,7 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
         raise FastPathError(
             "the workflow has no schemas yet; fit it (workflow.fit(dataset)) before compiling it"
         )
-    nodes = _nodes_in_run_order(workflow.output_node)
+    nodes = nodes_in_run_order(workflow.output_node)
     unfitted = [
         node.op.label for node in nodes if isinstance(node.op, StatOperator) and not node.op.fitted
     ]
@@ -108,7 +108,7 @@ def _compile(workflow: nvt.Workflow, kernels: bool) -> CompiledWorkflow:
         compiled.append(
             CompiledNode(
                 label=node.op.label if node.op else "input",
-                description=_describe(node.op),
+                description=describe_operator(node.op),
                 parents=tuple(index[id(parent)] for parent in node.parents_with_dependencies),
                 input_columns=tuple(node.input_schema.column_names),
                 root_columns=tuple(
@@ -139,7 +139,7 @@ def _kernel_for(node: Node) -> tuple[Kernel, Kernel | None, str | None]:
         return fallback, fallback, not_compiled.reason
 
 
-def _describe(op) -> str:
+def describe_operator(op) -> str:
     """The operator's label; for a Filter with its function's source, so messages can name it."""
     if op is None:
         return "input"
@@ -175,7 +175,7 @@ def _nvtabular_step(node: Node) -> tuple[Kernel, Kernel | None, None]:
     return step, None, None
 
 
-def _nodes_in_run_order(output_node: Node) -> list[Node]:
+def nodes_in_run_order(output_node: Node) -> list[Node]:
     """Every node once, each after all of its parents and dependencies; the output node last."""
     ordered: list[Node] = []
     visited: set[int] = set()

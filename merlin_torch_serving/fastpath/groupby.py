@@ -58,10 +58,12 @@ class GroupbyKernel:
         aggregated = list(self.reductions) + self.list_cols + [column for column, _ in self.picks]
         self.input_cols = list(dict.fromkeys(self.groupby_cols + self.sort_cols + aggregated))
         output_names = self.groupby_cols + [
-            self._name(column, agg) for column, aggs in self.reductions.items() for agg in aggs
+            self.output_name(column, agg)
+            for column, aggs in self.reductions.items()
+            for agg in aggs
         ]
-        output_names += [self._name(column, "list") for column in self.list_cols]
-        output_names += [self._name(column, agg) for column, agg in self.picks]
+        output_names += [self.output_name(column, "list") for column in self.list_cols]
+        output_names += [self.output_name(column, agg) for column, agg in self.picks]
         # NVTabular casts by the output name's suffix, whatever the column holds.
         self.casts: dict[str, np.dtype] = {}
         for name in output_names:
@@ -70,7 +72,7 @@ class GroupbyKernel:
             elif re.search(f"{op.name_sep}(mean|median|std|var|sum)$", name):
                 self.casts[name] = np.dtype(np.float32)
 
-    def _name(self, column: str, agg: str) -> str:
+    def output_name(self, column: str, agg: str) -> str:
         return f"{column}{self.name_sep}{agg}"
 
     def __call__(self, batch: Batch) -> Batch:
@@ -88,10 +90,10 @@ class GroupbyKernel:
         for column, aggs in self.reductions.items():
             values = batch[column].values[grouped_rows]
             for agg in aggs:
-                output[self._name(column, agg)] = Column(_reduce(agg, values, groups))
+                output[self.output_name(column, agg)] = Column(_reduce(agg, values, groups))
         offsets = wire.offsets_from_lengths(groups.counts, OFFSETS_DTYPE)
         for column in self.list_cols:
-            output[self._name(column, "list")] = Column(
+            output[self.output_name(column, "list")] = Column(
                 as_python_scalars(batch[column].values[grouped_rows]), offsets
             )
         for column, agg in self.picks:
@@ -99,7 +101,7 @@ class GroupbyKernel:
             # NVTabular swaps first and last when sorting descending
             take_first = (agg == "first") == self.ascending
             positions = offsets[:-1] if take_first else offsets[1:] - 1
-            output[self._name(column, agg)] = Column(values[positions])
+            output[self.output_name(column, agg)] = Column(values[positions])
         for name, dtype in self.casts.items():
             aggregated = output[name]
             if aggregated.is_list:

@@ -28,13 +28,17 @@ Export (the contract the exporter relies on):
 - ``format_version``: the version of what ``config()`` and the files hold. Bump it when their
   meaning changes; a step saved with another version refuses to load and says so. (The layout of
   the exported files around them has its own version, ``export.manifest.STEP_FORMAT_VERSION``.)
+- ``parts()``: optional, the operators this one runs as in the plan (itself by default), for an
+  operator split between backends.
 - ``torchscript(input_schema)``: optional, the fusion hook. A ``torch.nn.Module`` whose
   ``forward`` takes one ``Dict[str, Tensor]`` of the operator's inputs in the wire format (keyed by
   the column names of ``input_schema``; a ragged list ``c`` as ``c__values`` and ``c__offsets``) and
   returns its outputs as a Tensor or a tuple of Tensors in output-schema order, or as a
-  ``Dict[str, Tensor]`` keyed by output column. An operator with one that reads a libtorch step's
-  outputs, read by nothing else, is compiled into that step's model (``export.fusion``), which
-  saves the scores of a whole catalog from crossing to a python step. Return ``None`` when the
+  ``Dict[str, Tensor]`` keyed by output column (a ragged output ``c`` as ``c__values`` and
+  ``c__offsets``). An operator with one that reads a libtorch step's outputs, which nothing but
+  operators with a TorchScript form and the columns every answer carries read, is compiled into
+  that step's model (``export.fusion``), which saves the scores of a whole catalog from crossing to
+  a python step. Return ``None`` when the
   operator cannot run in TorchScript as configured (the default). Run the same TorchScript
   functions in ``transform`` and served answers equal in-process answers bit for bit. (TorchScript
   reads a module's class annotations as types: leave ``from __future__ import annotations`` out
@@ -216,6 +220,19 @@ class ServingOperator(BaseOperator):
     def load(cls, config: dict[str, Any], artifact_path: str) -> ServingOperator:
         """The operator ``config()`` and ``save_artifacts`` describe, built by ``__init__``."""
         return cls(**cls.load_arguments(config, artifact_path))
+
+    def parts(self) -> list[ServingOperator]:
+        """The operators this one runs as in a plan, in order: itself by default. An operator that
+        runs partly on one backend and partly on another (a workflow whose custom operator has no
+        TorchScript form) returns one part per backend; each part reads the operator's inputs and
+        the outputs of the parts before it, by column name, and the last part's outputs are the
+        operator's."""
+        return [self]
+
+    def placement_notes(self) -> list[str]:
+        """Why (part of) this operator runs on another backend than it was asked to, one sentence
+        each naming the part and the reason; an export lists them in its warnings."""
+        return []
 
     def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
         """The operator as a TorchScript-able module over wire tensors, or None (see the module's

@@ -11,8 +11,9 @@ of the request, in the order sessions first appear, including the sessions its f
 from __future__ import annotations
 
 import copy
+import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from merlin.dag import postorder_iter_nodes
@@ -26,9 +27,12 @@ from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
 
 if TYPE_CHECKING:
+    import torch
+
     from merlin_torch_serving.fastpath import CompiledWorkflow
 
 WORKFLOW_DIR = "workflow"
+logger = logging.getLogger("merlin_torch_serving")
 
 
 class TransformWorkflow(ServingOperator):
@@ -51,6 +55,13 @@ class TransformWorkflow(ServingOperator):
     return_session_id
         Every answer of an ensemble built on this operator carries the session key column
         (when there is one), whether or not the graph selects it.
+    backend
+        ``"python"`` runs the workflow in a python-backend step (the fast path). ``"pytorch"`` runs
+        its TorchScript form (``merlin_torch_serving.scripted_workflow``) on Triton's pytorch
+        backend, where the model, top-k and decoding that follow it are compiled into the same
+        libtorch model: raw clicks in, recommendations out, no python in the serving path.
+        In-process runs use the same TorchScript. A workflow with an operator that has no
+        TorchScript form runs on the python backend instead, and the export says which and why.
     """
 
     def __init__(
@@ -60,8 +71,11 @@ class TransformWorkflow(ServingOperator):
         keep_request_order: bool = True,
         fast_path: bool = True,
         return_session_id: bool = True,
+        backend: Literal["python", "pytorch"] = "python",
     ):
         super().__init__()
+        if backend not in ("python", "pytorch"):
+            raise ValueError(f"backend must be 'python' or 'pytorch', got {backend!r}")
         _check_fitted(workflow)
         self.workflow = workflow
         self.keep_request_order = keep_request_order
@@ -84,6 +98,69 @@ class TransformWorkflow(ServingOperator):
         from merlin_torch_serving.fastpath import compile_workflow
 
         self._compiled = compile_workflow(workflow, kernels=fast_path)
+        self.backend_choice = backend
+        self._placement_notes: list[str] = []
+        self._scripted_answer: torch.nn.Module | None = None
+        self._parts: list[ServingOperator] = []
+        self._reduces_over_rows = False
+        if backend == "pytorch":
+            self._script()
+
+    def _script(self) -> None:
+        """The workflow's TorchScript form, or the python backend and why."""
+        from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
+
+        scripted = ScriptedWorkflow(self.workflow, self.non_null_inputs())
+        self._reduces_over_rows = bool(scripted.reduces_over_rows)
+        reasons = "; ".join(f"{label}: {reason}" for label, reason in scripted.uncompiled)
+        self._answer_schema = self.compute_output_schema(self.workflow.input_schema, None)
+        if scripted.module is not None:
+            self._scripted_answer = scripted.answer_module(
+                self.session_key or "", self.filtered_column or ""
+            )
+        if scripted.complete:
+            return
+        if scripted.head is not None and self._scripted_answer is not None:
+            from merlin_torch_serving.scripted_workflow.parts import WorkflowHead, WorkflowTail
+
+            head = scripted.head
+            head_part = WorkflowHead(
+                self.workflow, sorted(head.nodes), head.columns, self._compiled
+            )
+            sent = head.output_schema()
+            tail_inputs = Schema(
+                [c for c in self.workflow.input_schema if wire.is_carried_by_tensors(c)]
+                + list(sent)
+            )
+            self._parts = [head_part, WorkflowTail(self, self._scripted_answer, tail_inputs)]
+            note = (
+                f"TransformWorkflow runs {head_part.operators} in a python step"
+                f" before the rest of the workflow in TorchScript: {reasons}"
+            )
+        else:
+            self.backend_choice = "python"
+            self._scripted_answer = None
+            note = (
+                "TransformWorkflow runs on the python backend, not libtorch: operators without a"
+                f" TorchScript form: {reasons}; {scripted.split_problem}"
+            )
+        self._placement_notes = [note]
+        logger.warning(note)
+
+    def parts(self) -> list[ServingOperator]:
+        return self._parts or [self]
+
+    # `backend` is what the exporter reads; it is per instance here
+    @property
+    def backend(self) -> str:  # type: ignore[override]
+        return self.backend_choice
+
+    def placement_notes(self) -> list[str]:
+        return list(self._placement_notes)
+
+    def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
+        """The scripted workflow, answering one row per request session (libtorch only)."""
+        return self._scripted_answer if self.backend_choice == "pytorch" else None
 
     def compiled_workflow(self) -> CompiledWorkflow:
         """The workflow compiled for the fast path.
@@ -127,7 +204,11 @@ class TransformWorkflow(ServingOperator):
 
     def request_groups(self) -> list[str] | None:
         """The keys of the workflow's Groupby when they are request columns (the session id): the
-        other operators of a fitted workflow transform rows independently."""
+        other operators of a fitted workflow transform rows independently, unless a function reads
+        a whole column (``col - col.min()``), which its TorchScript form tells: then no split of
+        a request is safe."""
+        if self._reduces_over_rows:
+            return None
         return _groupby_columns(self.workflow)
 
     def non_null_inputs(self) -> list[str]:
@@ -142,6 +223,8 @@ class TransformWorkflow(ServingOperator):
         return [name for name in inputs if name in sources or name in keys]
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
+        if self.backend_choice == "pytorch":
+            return self._scripted_transform(transformable)
         arrays = self.compiled_workflow().transform(wire.to_wire(transformable))
         table = wire.from_wire(arrays, self.workflow.output_schema)
         if self.session_key is None:
@@ -154,6 +237,22 @@ class TransformWorkflow(ServingOperator):
                 metrics.FILTERED_SESSIONS, np.count_nonzero(answer[self.filtered_column].values)
             )
         return answer
+
+    def _scripted_transform(self, transformable: TensorTable) -> TensorTable:
+        return self.scripted_answer(self._scripted_answer, transformable)
+
+    def scripted_answer(self, module, transformable: TensorTable) -> TensorTable:
+        """``module``, the TorchScript a libtorch step runs, run here: the served answer, bit for
+        bit."""
+        from merlin_torch_serving.scripted_workflow.scripted import run_scripted_arrays
+
+        arrays = run_scripted_arrays(module, wire.to_wire(transformable))
+        table = wire.from_wire(arrays, self._answer_schema)
+        if self.filtered_column:
+            metrics.count(
+                metrics.FILTERED_SESSIONS, np.count_nonzero(table[self.filtered_column].values)
+            )
+        return table
 
     def config(self) -> dict[str, Any]:
         return {

@@ -1,6 +1,7 @@
 """The README's complete example, run as a user pastes it: its python block, fed to this
-interpreter at the root of the checkout. It trains, exports, serves on a real tritonserver and
-compares the served answer with the in-process one itself."""
+interpreter at the root of the checkout, then the block of the section on the workflow in
+TorchScript, which continues it. They train, export, serve on real tritonservers (the second with
+the pytorch backend alone) and compare the served answers with the in-process ones themselves."""
 
 from __future__ import annotations
 
@@ -26,8 +27,19 @@ def readme_example() -> str:
     return blocks[0]
 
 
-def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process(tmp_path):
-    example = readme_example()
+def continued_example() -> str:
+    """The python block of the README's section on the workflow in TorchScript."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## No Python in the serving path", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks, "the README's section on the workflow in TorchScript has no python block"
+    return blocks[0]
+
+
+def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process(
+    tmp_path, pytorch_backend
+):
+    example = readme_example() + "\n" + continued_example()
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example

@@ -86,6 +86,54 @@ def _cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return values.astype(dtype)
 
 
+def reloaded(module):
+    """A scripted module saved and loaded back, as a libtorch step loads what an export wrote."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.jit.save(module, buffer)
+    buffer.seek(0)
+    return torch.jit.load(buffer)
+
+
+# workflow id -> (workflow, its loaded module): the workflow is kept so that its id stays its own
+_SCRIPTED: dict[int, tuple] = {}
+
+
+def scripted_module(workflow, non_null_inputs=()):
+    """The workflow's TorchScript form (which must cover every node), saved and loaded back; built
+    once per workflow."""
+    from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
+
+    if id(workflow) not in _SCRIPTED:
+        scripted = ScriptedWorkflow(workflow, non_null_inputs)
+        assert scripted.uncompiled == [], scripted.uncompiled
+        _SCRIPTED[id(workflow)] = (workflow, reloaded(scripted.scripted()))
+    return _SCRIPTED[id(workflow)][1]
+
+
+def has_torchscript_form(workflow) -> bool:
+    from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
+
+    return id(workflow) in _SCRIPTED or ScriptedWorkflow(workflow).complete
+
+
+def run_module(module, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A scripted workflow's answer in the wire format, called as libtorch calls it."""
+    import torch
+
+    # columns the workflow does not read may be strings, which no tensor holds
+    inputs = {
+        name: torch.from_numpy(np.ascontiguousarray(array))
+        for name, array in columns.items()
+        if array.dtype != np.dtype(object)
+    }
+    with torch.inference_mode(), torch.jit.optimized_execution(False):
+        return {name: tensor.numpy() for name, tensor in module(inputs).items()}
+
+
 def assert_wire_equal(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
     """Same arrays, names, dtypes and shapes; NaN equals NaN, -0.0 differs from 0.0."""
     assert sorted(got) == sorted(expected), f"arrays {sorted(got)} != {sorted(expected)}"

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merlin_torch_serving.fastpath import compile_workflow
-from tests.fastpath.helpers import assert_wire_equal, fit, oracle
+from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
+from tests.fastpath.helpers import assert_wire_equal, fit, oracle, run_module, scripted_module
 
 TRAIN = pd.DataFrame(
     {"a": [1, -2, 3, 40], "b": [0.5, np.nan, 2.0, -1.0], "s": ["x", "y", "zz", "x"]}
@@ -59,7 +60,9 @@ def row_filter():
 def test_elementwise_lambda_is_compiled_and_equals_nvtabular(arithmetic_lambda, request):
     compiled = compile_workflow(arithmetic_lambda)
     assert compiled.fallbacks == []
-    assert_wire_equal(compiled.transform(request), oracle(arithmetic_lambda, request))
+    expected = oracle(arithmetic_lambda, request)
+    assert_wire_equal(compiled.transform(request), expected)
+    assert_wire_equal(run_module(scripted_module(arithmetic_lambda), request), expected)
 
 
 @settings(max_examples=50, deadline=None)
@@ -68,6 +71,65 @@ def test_filter_on_columns_is_compiled_and_equals_nvtabular(row_filter, request)
     compiled = compile_workflow(row_filter)
     assert compiled.fallbacks == []
     assert_wire_equal(compiled.transform(request), oracle(row_filter, request))
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        lambda col: col // 3600,
+        lambda col: -col % 7 + (col > 3),
+        lambda col: (col * 0.5).astype("int64"),
+        lambda col: abs(col - 2) ** 1,
+        lambda col: np.floor(col / 3) + np.absolute(col) * np.ceil(col / 7) - np.trunc(col / 2.5),
+        lambda col: (col >= 2) & ~(col == 5) | (col < -90),
+    ],
+    ids=[
+        "floor-division",
+        "modulo-and-comparison",
+        "astype",
+        "builtin-abs",
+        "exact-ufuncs",
+        "bits",
+    ],
+)
+@settings(max_examples=30, deadline=None)
+@given(request=requests())
+def test_scripted_lambda_of_a_column_equals_nvtabular(function, request):
+    workflow = fit(["a"] >> nvt.ops.LambdaOp(function), TRAIN)
+    scripted = ScriptedWorkflow(workflow)
+    if scripted.uncompiled:  # what the translation leaves to python, it says
+        [(_, reason)] = scripted.uncompiled
+        assert reason
+        return
+    assert_wire_equal(run_module(scripted_module(workflow), request), oracle(workflow, request))
+
+
+@settings(max_examples=50, deadline=None)
+@given(request=requests())
+def test_scripted_filter_on_columns_equals_nvtabular(request):
+    workflow = fit(
+        ["a", "b"] >> nvt.ops.Filter(f=lambda df: ((df["a"] > 0) & (df.b < 100)) | (df.a == -7)),
+        TRAIN,
+    )
+    expected = oracle(workflow, request)
+    assert_wire_equal(run_module(scripted_module(workflow), request), expected)
+
+
+@pytest.mark.parametrize(
+    ("columns", "function", "reason"),
+    [
+        (["s"], lambda col: col.str.upper(), "holds strings"),
+        (["b"], lambda col: col.fillna(0.0), "`.fillna` of a series"),
+        (["b"], lambda col: np.log(col * col + 1), "'log'> has no exact TorchScript counterpart"),
+        (["b"], lambda col: np.sqrt(col * col), "'sqrt'> has no exact TorchScript counterpart"),
+    ],
+    ids=["str-accessor", "fillna", "log", "sqrt"],
+)
+def test_lambda_without_a_torchscript_form_says_why(columns, function, reason):
+    workflow = fit(columns >> nvt.ops.LambdaOp(function), TRAIN)
+    [(operator, why)] = ScriptedWorkflow(workflow).uncompiled
+    assert operator.startswith("LambdaOp") or "lambda" in operator
+    assert reason in why
 
 
 @pytest.mark.parametrize(
@@ -154,6 +216,24 @@ def test_datetime_lambdas_equal_nvtabular_per_request(datetime_lambdas, request)
     assert_wire_equal(
         compile_workflow(datetime_lambdas).transform(request), oracle(datetime_lambdas, request)
     )
+
+
+def test_datetime_lambdas_have_a_torchscript_form_the_sine_of_weekdays_as_a_table(
+    datetime_lambdas,
+):
+    scripted = ScriptedWorkflow(datetime_lambdas)
+    assert scripted.uncompiled == []
+    assert scripted.reduces_over_rows == [
+        "nvt.ops.LambdaOp(lambda col: (col - col.min()).dt.days + 1)"
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(request=timestamps())
+def test_scripted_datetime_lambdas_equal_nvtabular_per_request(datetime_lambdas, request):
+    got = run_module(scripted_module(datetime_lambdas), request)
+    got["time"] = got["time"].view("datetime64[ns]")  # held as int64 nanoseconds in TorchScript
+    assert_wire_equal(got, oracle(datetime_lambdas, request))
 
 
 def test_a_function_of_the_whole_batch_sees_the_requests_rows_like_nvtabular(datetime_lambdas):

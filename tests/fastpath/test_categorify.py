@@ -6,12 +6,21 @@ import numpy as np
 import nvtabular as nvt
 import pandas as pd
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merlin_torch_serving import CategoryVocabulary
 from merlin_torch_serving.fastpath import compile_workflow
-from tests.fastpath.helpers import OFFSETS, VALUES, assert_wire_equal, fit, oracle
+from tests.fastpath.helpers import (
+    OFFSETS,
+    VALUES,
+    assert_wire_equal,
+    fit,
+    oracle,
+    run_module,
+    scripted_module,
+)
 
 # "b" three times, "a" twice, "c" once: labels 3, 4, 5 in that order
 LETTERS = pd.DataFrame({"item": ["b", "a", "b", "c", "a", "b"]})
@@ -106,6 +115,42 @@ def test_categorify_float_ids_fitted_with_nulls_encode_nan_as_null_like_nvtabula
     got = compile_workflow(float_workflow).transform(request)
     np.testing.assert_array_equal(got["item"][np.isnan(items)], 1)
     assert_wire_equal(got, oracle(float_workflow, request))
+    assert_wire_equal(run_module(scripted_module(float_workflow), request), got)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    items=st.lists(
+        st.one_of(st.integers(-3, 10), st.integers(10**6, 10**6 + 3)), min_size=1, max_size=40
+    )
+)
+def test_scripted_categorify_of_integer_ids_equals_nvtabular(integer_workflow, items):
+    request = {"item": np.array(items, dtype=np.int64)}
+    assert_wire_equal(
+        run_module(scripted_module(integer_workflow), request), oracle(integer_workflow, request)
+    )
+
+
+@pytest.fixture(scope="module")
+def integer_workflow(tmp_path_factory):
+    train = pd.DataFrame({"item": np.array([1, 2, 2, 3, 7, 7, 7, -2], dtype=np.int64)})
+    return categorify(train, str(tmp_path_factory.mktemp("integers")))
+
+
+def test_scripted_categorify_refuses_a_request_of_another_dtype_than_its_schema(
+    integer_workflow,
+):
+    # Triton holds served requests to the schema; a module called directly says what is wrong
+    with pytest.raises(torch.jit.Error, match="input column 'item': expected int64 values"):
+        run_module(scripted_module(integer_workflow), {"item": np.array([2.5])})
+
+
+def test_scripted_categorify_of_strings_says_they_stay_with_python(letters_workflow):
+    from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
+
+    [(operator, reason)] = ScriptedWorkflow(letters_workflow).uncompiled
+    assert operator == "Categorify"
+    assert "strings" in reason
 
 
 def test_categorify_truncates_floats_against_an_integer_vocabulary_like_nvtabular(out_path):
@@ -150,6 +195,14 @@ def test_categorify_encodes_ragged_list_inputs_element_by_element(out_path):
     got = compile_workflow(workflow).transform(request)
     # inside lists a null is only a value missing from the vocabulary: label 2, not 1
     np.testing.assert_array_equal(got["tags" + VALUES], [4, 2, 2, 3, 5])
+    numeric = categorify(
+        pd.DataFrame({"tags": [[2.0, 1.0], [2.0], [3.0, 2.0, 1.0]]}), out_path + "/numeric"
+    )
+    numbers = {
+        "tags" + VALUES: np.array([1.0, np.nan, 9.0, 2.0, 3.0]),
+        "tags" + OFFSETS: np.array([0, 3, 3, 5], dtype=np.int32),
+    }
+    assert_wire_equal(run_module(scripted_module(numeric), numbers), oracle(numeric, numbers))
     np.testing.assert_array_equal(got["tags" + OFFSETS], [0, 3, 3, 5])
     assert_wire_equal(got, oracle(workflow, request))
 

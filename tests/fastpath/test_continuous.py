@@ -13,7 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merlin_torch_serving.fastpath import compile_workflow
-from tests.fastpath.helpers import OFFSETS, VALUES, assert_wire_equal, fit, oracle
+from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
+from tests.fastpath.helpers import (
+    OFFSETS,
+    VALUES,
+    assert_wire_equal,
+    fit,
+    has_torchscript_form,
+    oracle,
+    run_module,
+    scripted_module,
+)
 
 # NVTabular's own log of negative numbers warns; the results (NaN, -inf) are compared exactly
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in log:RuntimeWarning")
@@ -64,7 +74,24 @@ def test_continuous_operators_equal_nvtabular(continuous, x, data):
     }
     compiled = compile_workflow(continuous)
     assert compiled.fallbacks == []
-    assert_wire_equal(compiled.transform(request), oracle(continuous, request))
+    expected = oracle(continuous, request)
+    assert_wire_equal(compiled.transform(request), expected)
+    if has_torchscript_form(continuous):  # LogOp stays with python (see the test below)
+        assert_wire_equal(run_module(scripted_module(continuous), request), expected)
+
+
+def test_log_op_has_no_torchscript_form_and_says_why():
+    workflow = fit(["x"] >> nvt.ops.LogOp(), TRAIN[["x"]])
+    [(operator, reason)] = ScriptedWorkflow(workflow).uncompiled
+    assert operator == "LogOp"
+    assert "numpy's float32 log" in reason
+
+
+def test_every_other_continuous_operator_has_a_torchscript_form():
+    for name, graph in GRAPHS.items():
+        if name != "log":
+            workflow = fit(graph(["x", "n", "x32"]), TRAIN)
+            assert ScriptedWorkflow(workflow).uncompiled == [], name
 
 
 def test_log_op_computes_log1p_in_float32():

@@ -13,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merlin_torch_serving.fastpath import compile_workflow
-from tests.fastpath.helpers import assert_wire_equal, fit, oracle
+from tests.fastpath.helpers import (
+    assert_wire_equal,
+    fit,
+    oracle,
+    run_module,
+    scripted_module,
+)
 
 TRAIN = pd.DataFrame(
     {
@@ -31,13 +37,18 @@ AGGS = {
 }
 
 
-def groupby_workflow(**options) -> nvt.Workflow:
+def groupby_workflow(train: pd.DataFrame = TRAIN, **options) -> nvt.Workflow:
     columns = (
         ["k", "k2", "t", "v", "f"]
         if "k2" in options.get("groupby_cols", [])
         else ["k", "t", "v", "f"]
     )
-    return fit(columns >> nvt.ops.Groupby(**options), TRAIN[columns])
+    return fit(columns >> nvt.ops.Groupby(**options), train[columns])
+
+
+# requests to a scripted workflow have its input schema's dtypes (Triton holds them to it): keys
+# that may be null need a float key column in training too
+FLOAT_KEYS = TRAIN.assign(k=TRAIN["k"].astype(np.float64))
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +69,10 @@ def by_two_keys_two_sorts():
 
 
 @st.composite
-def grouped_rows(draw, two_keys: bool = False):
-    """Rows with repeated keys (some null), and tied and null sort values.
+def grouped_rows(draw, two_keys: bool = False, distinct_times: bool = False):
+    """Rows with repeated keys (some null), and tied and null sort values (with
+    ``distinct_times``, no two non-null sort values tie: the scripted Groupby keeps ties in row
+    order, where pandas' single-column sort leaves them in numpy's unstable order).
 
     Their floats are of wide magnitude.
     """
@@ -79,6 +92,9 @@ def grouped_rows(draw, two_keys: bool = False):
         "v": column(st.integers(-(2**31), 2**31 - 1), np.int32),
         "f": column(floats, np.float64),
     }
+    if distinct_times:
+        present = ~np.isnan(request["t"])
+        request["t"][present] = draw(st.permutations(range(rows)))[: present.sum()]
     if two_keys:
         request["k2"] = column(st.integers(0, 2), np.int64)
     if np.isnan(request["k"]).all():
@@ -107,6 +123,56 @@ def test_descending_groupby_equals_nvtabular_on_random_rows(by_k_descending, req
 def test_groupby_on_two_keys_and_two_sort_columns_equals_nvtabular(by_two_keys_two_sorts, request):
     got = compile_workflow(by_two_keys_two_sorts).transform(request)
     assert_wire_equal(got, oracle(by_two_keys_two_sorts, request))
+
+
+@pytest.fixture(scope="module")
+def float_key_groupbys():
+    return {
+        "by_k": groupby_workflow(
+            FLOAT_KEYS, groupby_cols=["k"], sort_cols=["t"], aggs=AGGS, name_sep="-"
+        ),
+        "by_k_descending": groupby_workflow(
+            FLOAT_KEYS,
+            groupby_cols=["k"],
+            sort_cols=["t"],
+            aggs=AGGS,
+            name_sep="_",
+            ascending=False,
+        ),
+        "by_two_keys_two_sorts": groupby_workflow(
+            FLOAT_KEYS, groupby_cols=["k", "k2"], sort_cols=["t", "v"], aggs=AGGS, name_sep="-"
+        ),
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(request=grouped_rows(distinct_times=True))
+@pytest.mark.parametrize("name", ["by_k", "by_k_descending"])
+def test_scripted_groupby_equals_nvtabular_on_random_rows(float_key_groupbys, name, request):
+    workflow = float_key_groupbys[name]
+    assert_wire_equal(run_module(scripted_module(workflow), request), oracle(workflow, request))
+
+
+@settings(max_examples=60, deadline=None)
+@given(request=grouped_rows(two_keys=True))
+def test_scripted_groupby_on_two_keys_and_two_sort_columns_equals_nvtabular_ties_included(
+    float_key_groupbys, request
+):
+    workflow = float_key_groupbys["by_two_keys_two_sorts"]
+    assert_wire_equal(run_module(scripted_module(workflow), request), oracle(workflow, request))
+
+
+def test_scripted_groupby_keeps_tied_rows_in_request_order(float_key_groupbys):
+    request = {
+        "k": np.array([1.0, 1.0, 1.0, 1.0]),
+        "t": np.array([2.0, 1.0, 2.0, 1.0]),
+        "v": np.array([10, 20, 30, 40], dtype=np.int32),
+        "f": np.array([1.0, 2.0, 3.0, 4.0]),
+    }
+    got = run_module(scripted_module(float_key_groupbys["by_k"]), request)
+    np.testing.assert_array_equal(got["v-list__values"], [20, 40, 10, 30])
+    np.testing.assert_array_equal(got["v-first"], [20])
+    np.testing.assert_array_equal(got["v-last"], [30])
 
 
 def test_groupby_drops_rows_with_a_null_key_and_orders_groups_by_key(by_k):
@@ -209,3 +275,16 @@ def test_groupby_min_and_max_of_equal_zeros_keep_the_first_sign_as_pandas_does(b
     got = compile_workflow(by_k).transform(request)
     assert np.signbit(got["f-min"]).tolist() == [True, False, True]
     assert_wire_equal(got, oracle(by_k, request))
+
+
+def test_scripted_groupby_min_and_max_of_equal_zeros_keep_the_first_sign(float_key_groupbys):
+    request = {
+        "k": np.array([1.0, 1.0, 1.0, 2.0, 2.0, 3.0]),
+        "t": np.array([0.0, 1.0, 2.0, 0.0, 1.0, 0.0]),
+        "v": np.arange(6, dtype=np.int32),
+        "f": np.array([np.nan, -0.0, 0.0, 0.0, -0.0, -0.0]),
+    }
+    workflow = float_key_groupbys["by_k"]
+    got = run_module(scripted_module(workflow), request)
+    assert np.signbit(got["f-min"]).tolist() == [True, False, True]
+    assert_wire_equal(got, oracle(workflow, request))

@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merlin_torch_serving.fastpath import compile_workflow
-from tests.fastpath.helpers import OFFSETS, VALUES, assert_wire_equal, fit, oracle, request_frame
+from tests.fastpath.helpers import (
+    OFFSETS,
+    VALUES,
+    assert_wire_equal,
+    fit,
+    oracle,
+    request_frame,
+    run_module,
+    scripted_module,
+)
 
 SLICES = [
     {"start": -20},
@@ -51,7 +60,9 @@ def session_rows(draw):
 @settings(max_examples=40, deadline=None)
 @given(request=session_rows())
 def test_list_slice_equals_nvtabular_for_every_kind_of_bound(sliced, request):
-    assert_wire_equal(compile_workflow(sliced).transform(request), oracle(sliced, request))
+    expected = oracle(sliced, request)
+    assert_wire_equal(compile_workflow(sliced).transform(request), expected)
+    assert_wire_equal(run_module(scripted_module(sliced), request), expected)
 
 
 def test_list_slice_keeps_python_slice_semantics_for_a_hand_checked_row():
@@ -88,6 +99,7 @@ def test_list_slice_of_a_ragged_request_column_equals_nvtabular(sliced_ragged_in
     }
     got = compile_workflow(sliced_ragged_input).transform(request)
     assert_wire_equal(got, oracle(sliced_ragged_input, request))
+    assert_wire_equal(run_module(scripted_module(sliced_ragged_input), request), got)
 
 
 def test_list_slice_pad_leaves_ragged_request_rows_unpadded_like_nvtabular():
@@ -102,3 +114,5 @@ def test_list_slice_pad_leaves_ragged_request_rows_unpadded_like_nvtabular():
         ValueError, match=r"'tags' is a list of 3 values per row .* rows hold \[1, 3\] values"
     ):
         compile_workflow(workflow).transform(request)
+    with pytest.raises(Exception, match=r"'tags' is a list of 3 values per row .* a row holds 1"):
+        run_module(scripted_module(workflow), request)

@@ -7,9 +7,6 @@ that it formed batches of more than one request.
 
 from __future__ import annotations
 
-import threading
-
-import numpy as np
 import pandas as pd
 import pytest
 import tritonclient.http
@@ -17,7 +14,7 @@ import tritonclient.http
 from examples.session_based.demo import recommendation_graph
 from merlin_torch_serving import Client, Ensemble, ModelOptions
 from merlin_torch_serving.launcher import access
-from tests.served import assert_frames_equal, frames_equal
+from tests.served import assert_frames_equal, concurrent_answers, frames_equal
 from tests.session_models import SERVED_TORCH_THREADS, request_rows, torch_threads
 
 pytestmark = pytest.mark.integration
@@ -68,34 +65,6 @@ def expected(exports, requests):
         return [ensemble.transform(rows) for rows in requests]
 
 
-def _concurrent_answers(
-    url: str, protocol: str, model: str, requests, rounds: int, threads: int
-) -> list:
-    """(request index, answer) for every request sent by ``threads`` clients at once, each sending
-    every request ``rounds`` times in an order of its own."""
-    answers, errors = [], []
-    start = threading.Barrier(threads)
-
-    def send(seed: int) -> None:
-        order = np.random.default_rng(seed).permutation(np.tile(np.arange(len(requests)), rounds))
-        with Client(url, protocol, retries=0) as client:
-            start.wait()
-            for index in order:
-                try:
-                    answers.append((int(index), client.infer(model, requests[index])))
-                except Exception as error:
-                    errors.append(f"request {index}: {type(error).__name__}: {error}")
-
-    workers = [threading.Thread(target=send, args=(seed,)) for seed in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(300)
-    assert not errors, errors[:3]
-    assert len(answers) == threads * rounds * len(requests)
-    return answers
-
-
 @pytest.mark.parametrize("backend", ["python", "pytorch"])
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_concurrent_batched_answers_equal_unbatched_and_in_process(
@@ -106,7 +75,7 @@ def test_concurrent_batched_answers_equal_unbatched_and_in_process(
         for rows, want in zip(requests, expected, strict=True):
             assert_frames_equal(client.infer("batching-python-off", rows), want)
 
-    answers = _concurrent_answers(
+    answers = concurrent_answers(
         url, protocol, f"batching-{backend}-on", requests, rounds=3, threads=12
     )
 
@@ -128,7 +97,7 @@ def test_concurrent_batched_answers_equal_unbatched_and_in_process(
     ],
 )
 def test_triton_forms_batches_of_several_requests(triton_server, exports, requests, ensemble, step):
-    _concurrent_answers(
+    concurrent_answers(
         triton_server.grpc_url, "grpc", ensemble, requests[:1] * 4, rounds=8, threads=16
     )
 

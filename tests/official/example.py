@@ -43,10 +43,13 @@ class Example:
         """The end-to-end example ranks inside the model (``model.top_k``), as its notebook does."""
         return self.name == "end_to_end"
 
-    def graph(self, backend: str = "python"):
+    def graph(self, backend: str = "python", workflow_backend: str = "python"):
         """The serving graph users build from the notebook: workflow >> model, then for the
-        getting-started model (which scores the whole catalog) TopK and the raw ids."""
-        features = self.workflow.input_schema.column_names >> TransformWorkflow(self.workflow)
+        getting-started model (which scores the whole catalog) TopK and the raw ids.
+        ``backend`` is the model's, ``workflow_backend`` the workflow's."""
+        features = self.workflow.input_schema.column_names >> TransformWorkflow(
+            self.workflow, backend=workflow_backend
+        )
         scores = features >> PredictPytorch(self.model, backend=backend)
         if self.has_top_k:
             return scores
@@ -56,8 +59,8 @@ class Example:
             >> DecodeItemIds(self.workflow, source_column="item_id")
         )
 
-    def ensemble(self, backend: str = "python") -> Ensemble:
-        return Ensemble(self.graph(backend), self.workflow.input_schema)
+    def ensemble(self, backend: str = "python", workflow_backend: str = "python") -> Ensemble:
+        return Ensemble(self.graph(backend, workflow_backend), self.workflow.input_schema)
 
 
 def prepare(module: ModuleType, categories_path: str) -> Example:
@@ -74,10 +77,14 @@ def prepare(module: ModuleType, categories_path: str) -> Example:
     return Example(module.__name__.rsplit(".", 1)[-1], module, workflow, processed, model, held_out)
 
 
-def request_rows(example: Example, n_sessions: int, seed: int) -> pd.DataFrame:
+def request_rows(
+    example: Example, n_sessions: int, seed: int, distinct_times: bool = False
+) -> pd.DataFrame:
     """Raw rows of ``n_sessions`` sessions, shuffled: always a one-click session (the Filter drops
     it) and, from two sessions on, an over-long one; about one click in five is an item never
-    seen in training. Session ids are renumbered so that they never collide."""
+    seen in training. Session ids are renumbered so that they never collide. ``distinct_times``
+    moves a click that shares its session's timestamp with another one second later (NVTabular
+    orders tied clicks as numpy's unstable sort leaves them; TorchScript keeps their order)."""
     rng = np.random.default_rng(seed)
     rows = example.held_out
     lengths = rows.groupby("session_id").size()
@@ -96,7 +103,22 @@ def request_rows(example: Example, n_sessions: int, seed: int) -> pd.DataFrame:
     request.loc[unseen, "item_id"] = UNSEEN_ITEM_ID + np.arange(unseen.sum())
     if "itemid_ts_first" in request.columns:  # an item first seen now
         request.loc[unseen, "itemid_ts_first"] = request.loc[unseen, "timestamp"]
-    return request.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    request = request.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    return _without_ties(request) if distinct_times and "timestamp" in request else request
+
+
+def _without_ties(request: pd.DataFrame) -> pd.DataFrame:
+    """The request with each click one second after any earlier click of its session at the same
+    time (in time order, ties in row order)."""
+    order = request.sort_values(["session_id", "timestamp"], kind="stable").index
+    sessions = request.loc[order, "session_id"].to_numpy()
+    times = request.loc[order, "timestamp"].to_numpy().copy()
+    for i in range(1, len(times)):
+        if sessions[i] == sessions[i - 1] and times[i] <= times[i - 1]:
+            times[i] = times[i - 1] + 1
+    request = request.copy()
+    request.loc[order, "timestamp"] = times
+    return request
 
 
 def one_session_requests(example: Example, count: int = 32) -> list[pd.DataFrame]:

@@ -128,8 +128,9 @@ def test_a_broken_manifest_is_refused():
         kubernetes_validate.validate(deploy, KUBERNETES, strict=True)
 
 
-def test_the_dockerfile_copies_only_files_of_the_repository():
-    text = (DEPLOY / "Dockerfile").read_text()
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.libtorch"])
+def test_the_dockerfiles_copy_only_files_of_the_repository(dockerfile):
+    text = (DEPLOY / dockerfile).read_text()
     sources = []
     for line in re.findall(r"^(?:COPY|ADD)\s+(.+)$", text, flags=re.MULTILINE):
         words = shlex.split(line)
@@ -139,11 +140,28 @@ def test_the_dockerfile_copies_only_files_of_the_repository():
     assert sources, "the Dockerfile copies nothing from the repository"
     for source in sources:
         assert (ROOT / source).exists(), (
-            f"deploy/Dockerfile copies {source!r}, which the repository does not have"
+            f"deploy/{dockerfile} copies {source!r}, which the repository does not have"
         )
     assert re.search(r"^FROM python:3\.11", text, flags=re.MULTILINE)
-    assert '".[server,s3]"' in text
     assert "build-backend pytorch" in text
+
+
+def test_the_python_image_serves_through_the_library():
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert '".[server,s3]"' in text
+    assert "merlin-torch-serving serve" in text
+
+
+def test_the_libtorch_image_carries_no_python_and_runs_tritonserver_itself():
+    text = (DEPLOY / "Dockerfile.libtorch").read_text()
+    final = text[text.rindex("\nFROM ") :]  # the image that runs: its last stage
+    assert final.startswith("\nFROM debian:bookworm-slim")
+    assert not re.search(r"python|pip|venv", final.replace("/pytriton/", "/"))
+    assert f"COPY --from=build {deployment.RUNTIME_DIR} {deployment.RUNTIME_DIR}" in final
+    assert "lay_out_libtorch_runtime" in text  # the build stage lays the runtime out
+    entrypoint = next(line for line in final.splitlines() if line.startswith("ENTRYPOINT "))
+    assert f"{deployment.RUNTIME_DIR}/pytriton/tritonserver/bin/tritonserver" in entrypoint
+    assert f"--backend-directory={deployment.RUNTIME_DIR}/backends" in entrypoint
 
 
 def test_deploy_files_renders_the_settings_given(tmp_path, capsys):
