@@ -223,6 +223,15 @@ def _groupby_columns(workflow) -> list[str] | None:
     return list(next(iter(keys)))
 
 
+def derived_columns(workflow, raw_column: str) -> list[str]:
+    """The workflow's output columns computed from the request column ``raw_column``."""
+    return [
+        name
+        for name in workflow.output_schema.column_names
+        if raw_column in _input_sources(workflow.output_node, name)
+    ]
+
+
 def _input_sources(node, column: str) -> set[str]:
     """The workflow input columns ``column`` of ``node`` is computed from."""
     parents = node.parents_with_dependencies
