@@ -60,12 +60,19 @@ from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import TritonStep, partition
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.export.request_dim import with_request_dim
+from merlin_torch_serving.export.sub_ensembles import (
+    manifest_record,
+    sub_ensembles,
+    sub_models_of,
+    write_sub_ensembles,
+)
 from merlin_torch_serving.export.warmup import warmup_inputs
 from merlin_torch_serving.export.warmup_files import (
     WARMUP_DIR,
     write_warmup_arrays,
     write_warmup_files,
 )
+from merlin_torch_serving.ops.sub_models import SubModel, write_sub_models
 from merlin_torch_serving.plan import Plan
 from merlin_torch_serving.schemas import schema_to_json
 
@@ -123,7 +130,11 @@ def export_ensemble(
     repository = Path(path).absolute()
     plan: Plan = ensemble.plan
     steps = partition(plan, name)
-    model_names = [step.name for step in steps] + [name]
+    # the sub-graphs of its operators (a route's branches), as ensembles of their own
+    subs = sub_ensembles(plan, name)
+    model_names = (
+        [step.name for step in steps] + [model for sub in subs for model in sub.models] + [name]
+    )
     existing = [model for model in model_names if (repository / model).exists()]
     if overwrite:
         # steps of the previous export that this one does not write again (say, a step that moved
@@ -164,7 +175,12 @@ def export_ensemble(
                 warmup.arrays[step.name],
                 merged=step.name in rows_from,
                 feeds=feeds.get(step.name),
+                sub_models=sub_models_of(subs, name, options),
             )
+        doing = "writing the sub-graphs of its operators as ensembles"
+        write_sub_ensembles(
+            subs, staged, version, options, (name, plan, warmup), _write_step, _write_ensemble
+        )
         doing = f"writing the ensemble {name!r}"
         _write_ensemble(
             staged / name,
@@ -176,10 +192,11 @@ def export_ensemble(
             name,
             version,
             ensemble,
-            steps,
+            steps + [step for sub in subs for step in sub.steps],
             options,
             warmup.problem,
             staged,
+            manifest_record(subs),
         )
         warn_about_differing_thread_counts(staged)
         doing = "putting the new repository in place of the old one"
@@ -199,7 +216,10 @@ def export_ensemble(
         name=name,
         version=version,
         models=model_names,
-        fused={step.name: [call.op.label for call in step.calls] for step in steps},
+        fused={
+            step.name: [call.op.label for call in step.calls]
+            for step in steps + [step for sub in subs for step in sub.steps]
+        },
         warnings=([warmup.problem] if warmup.problem else [])
         + (unmerged_steps(steps, rows_from) if options.batching else []),
     )
@@ -216,9 +236,11 @@ def _write_step(
     warmup_arrays: dict,
     merged: bool = False,
     feeds: list[wire.TensorSpec] | None = None,
+    sub_models: dict[int, dict[str, SubModel]] | None = None,
 ) -> None:
     """``merged``: a libtorch step that answers a batch of requests at once; ``feeds``: the outputs
-    of a python step that such a step reads (see libtorch_batching.py)."""
+    of a python step that such a step reads (see libtorch_batching.py); ``sub_models``: by call
+    index, the models of the call's sub-graphs (see sub_ensembles.py)."""
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
     warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
@@ -254,6 +276,8 @@ def _write_step(
             artifacts = Path("ops") / str(call.index)
             (version_dir / artifacts).mkdir(parents=True)
             call.op.save_artifacts(str(version_dir / artifacts))
+            if sub_models and call.index in sub_models:
+                write_sub_models(version_dir / artifacts, sub_models[call.index])
             spec["calls"].append(
                 {
                     "index": call.index,
@@ -296,6 +320,7 @@ def _write_manifest(
     options,
     warmup_problem: str | None,
     staged: Path,
+    sub_graphs: dict | None = None,
 ) -> None:
     record = {
         "ensemble": name,
@@ -329,6 +354,7 @@ def _write_manifest(
             }
             for step in steps
         ],
+        "sub_ensembles": sub_graphs or {},
     }
     _write_text(path, json.dumps(record, indent=1))
 
@@ -348,8 +374,11 @@ def _previous_steps(ensemble_dir: Path) -> list[str]:
     )
     if record is None or not record.is_file():
         return []
-    steps = json.loads(record.read_text()).get("steps", [])
-    return [step["model"] for step in steps if (ensemble_dir.parent / step["model"]).is_dir()]
+    written = json.loads(record.read_text())
+    models = [step["model"] for step in written.get("steps", [])] + list(
+        written.get("sub_ensembles", {})
+    )
+    return [model for model in models if (ensemble_dir.parent / model).is_dir()]
 
 
 def _versions(model_dir: Path) -> list[int]:
