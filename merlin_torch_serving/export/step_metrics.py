@@ -11,6 +11,12 @@ Triton's own ``nv_inference_count`` counts them too.
     mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met (fast)
     mts_fastpath_fallbacks_total{model,operator}  workflow operators run through NVTabular
     mts_operator_seconds_total{model,operator}    time inside each operator of the (fused) step
+    mts_branch_calls_total{model,branch}          calls of a route's branch (one per request)
+    mts_branch_seconds_total{model,branch}        time inside them (mean: seconds / calls)
+    mts_branch_errors_total{model,branch}         sessions whose branch failed
+
+A step that hosts a route counts its sessions per branch that answered them (and per variant,
+with an experiment): ``mts_sessions_total{model,branch[,variant]}``.
 
 A series appears with its first non-zero count. Each increment is a message to the server process
 that waits for its answer (~12 us on an idle machine, a scheduler time slice or more on a busy
@@ -42,6 +48,9 @@ DESCRIPTIONS = {
         "Workflow operator runs that went through NVTabular instead of the fast path"
     ),
     metrics.OPERATOR_SECONDS: "Seconds spent inside each operator of a python step",
+    metrics.BRANCH_CALLS: "Calls of a route's branch (one per request that sent it sessions)",
+    metrics.BRANCH_SECONDS: "Seconds spent inside the calls of a route's branch",
+    metrics.BRANCH_ERRORS: "Sessions whose route branch failed (answered by a fallback, or blank)",
 }
 
 

@@ -28,7 +28,6 @@ from merlin_torch_serving.export.warmup import WarmupInputs, warmup_inputs
 from merlin_torch_serving.ops.sub_models import SubModel
 from merlin_torch_serving.plan import Plan
 
-
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # as Triton model names are checked
 
 

@@ -18,6 +18,7 @@ from merlin_torch_serving.routing.experiment import Experiment, session_buckets
 from merlin_torch_serving.routing.most_popular import MostPopular
 from merlin_torch_serving.routing.popularity import ItemPopularity
 from merlin_torch_serving.routing.route import Route
+from merlin_torch_serving.routing.weights import set_weights, weights_of
 
 __all__ = [
     "AllItemsUnknown",
@@ -30,4 +31,6 @@ __all__ = [
     "Predicate",
     "Route",
     "session_buckets",
+    "set_weights",
+    "weights_of",
 ]

@@ -36,11 +36,6 @@ from merlin_torch_serving.routing.conditions import (
 from merlin_torch_serving.routing.experiment import Experiment
 from merlin_torch_serving.schemas import describe_column
 
-#: the counters a route adds (besides ``mts_sessions_total`` per branch and variant)
-BRANCH_SECONDS = "branch_seconds"
-BRANCH_CALLS = "branch_calls"
-BRANCH_ERRORS = "branch_errors"
-
 
 class Route(ServingOperator):
     """Send each session to one branch and merge their answers.
@@ -254,10 +249,10 @@ class Route(ServingOperator):
         else:
             results = [self._timed(name, part) for name, part in parts]
         for (name, part), (outcome, seconds) in zip(parts, results, strict=True):
-            metrics.count(BRANCH_CALLS, 1, branch=name)
-            metrics.count(BRANCH_SECONDS, seconds, branch=name)
+            metrics.count(metrics.BRANCH_CALLS, 1, branch=name)
+            metrics.count(metrics.BRANCH_SECONDS, seconds, branch=name)
             if isinstance(outcome, Exception):
-                metrics.count(BRANCH_ERRORS, tables.num_rows(part), branch=name)
+                metrics.count(metrics.BRANCH_ERRORS, tables.num_rows(part), branch=name)
         return [outcome for outcome, _ in results]
 
     def _timed(self, name: str, part: TensorTable) -> tuple[TensorTable | Exception, float]:
