@@ -196,9 +196,8 @@ def _sub_plan(label: str, name: str, output: Node, cut: set[int], input_schema: 
     schemas: dict[Ref, ColumnSchema] = {Ref(REQUEST, c.name): c for c in input_schema}
     received = input_schema.column_names
     for node in _postorder(output, cut):
-        if id(node) in cut:
-            columns = node.output_schema.column_names
-            refs[id(node)] = {c: Ref(REQUEST, c) for c in columns if c in received}
+        if id(node) in cut:  # columns it does not receive are refused below, naming them
+            refs[id(node)] = {c: Ref(REQUEST, c) for c in node.output_schema.column_names}
             continue
         _flatten(node, refs, calls, schemas)
     for call in calls:

@@ -210,7 +210,7 @@ class Route(ServingOperator):
                 variants
             ]
         columns[self.error_column] = errors
-        self._count(branch, columns.get(self.variant_column))
+        self._count(names, target, variants)
         return TensorTable(columns, _unsafe=True)
 
     def _targets(
@@ -271,16 +271,18 @@ class Route(ServingOperator):
             )
         return runner
 
-    def _count(self, branch: np.ndarray, variant: np.ndarray | None) -> None:
+    def _count(self, names: list[str], target: np.ndarray, variants: np.ndarray | None) -> None:
         """``mts_sessions_total`` per branch (and variant): the step counts no session twice."""
         if not metrics.is_collecting():
             return
-        labels = branch if variant is None else branch + "\x00" + variant
-        distinct, counts = np.unique(labels.astype(str), return_counts=True)
-        for label, count in zip(distinct, counts, strict=True):
-            branch_name, _, variant_name = str(label).partition("\x00")
-            extra = {"variant": variant_name} if variant is not None else {}
-            metrics.count(metrics.SESSIONS, int(count), branch=branch_name, **extra)
+        width = len(self.experiment.variants) if self.experiment is not None else 1
+        keys = (target + 1) * width + (variants if variants is not None else 0)
+        for key, count in zip(*np.unique(keys, return_counts=True), strict=True):
+            branch = ["", *names][int(key) // width]
+            labels = {"branch": branch}
+            if self.experiment is not None:
+                labels["variant"] = self.experiment.variants[int(key) % width]
+            metrics.count(metrics.SESSIONS, int(count), **labels)
 
     # ---- schemas ----------------------------------------------------------------------------
 
