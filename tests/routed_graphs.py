@@ -1,5 +1,6 @@
 """A routed toy graph for the routing tests: sessions the workflow filters out, or whose items are
-all unknown, go to the most popular items; the others to one of two copies of the toy model by an
+all unknown, go to the most popular items (a dropped session with its own clicks: the workflow
+computes it without its filters); the others to one of two copies of the toy model by an
 experiment (the candidate on libtorch when asked); the popular items answer a failed branch."""
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def routed(
     candidate_backend: str = "python",
     fallback: str | None = "popular",
 ):
-    features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
+    features = workflow.input_schema.column_names >> TransformWorkflow(
+        workflow, filtered_sessions="unfiltered"
+    )
     popular = features >> MostPopular(popularity(workflow), K) >> DecodeItemIds(workflow)
     return features >> Route(
         {

@@ -24,11 +24,13 @@ from merlin_torch_serving.exceptions import SchemaError, WorkflowNotFittedError
 from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
+from merlin_torch_serving.ops.unfiltered import unfiltered_rows, without_filters
 
 if TYPE_CHECKING:
     from merlin_torch_serving.fastpath import CompiledWorkflow
 
 WORKFLOW_DIR = "workflow"
+FILTERED_SESSIONS = ("empty", "unfiltered")
 
 
 class TransformWorkflow(ServingOperator):
@@ -51,6 +53,11 @@ class TransformWorkflow(ServingOperator):
     return_session_id
         Every answer of an ensemble built on this operator carries the session key column
         (when there is one), whether or not the graph selects it.
+    filtered_sessions
+        What the placeholder row of a session the filters drop holds: ``"empty"`` (empty lists
+        and zeros; every result computed from it is blanked anyway) or ``"unfiltered"`` (its
+        features as if no ``Filter`` had dropped it, computed from its clicks: what a route's
+        fallback recommends from, see ``ops.unfiltered``).
     """
 
     def __init__(
@@ -60,9 +67,15 @@ class TransformWorkflow(ServingOperator):
         keep_request_order: bool = True,
         fast_path: bool = True,
         return_session_id: bool = True,
+        filtered_sessions: str = "empty",
     ):
         super().__init__()
         _check_fitted(workflow)
+        if filtered_sessions not in FILTERED_SESSIONS:
+            raise ValueError(
+                f"filtered_sessions must be one of {FILTERED_SESSIONS}, got {filtered_sessions!r}"
+            )
+        self.filtered_sessions = filtered_sessions
         self.workflow = workflow
         self.keep_request_order = keep_request_order
         self.fast_path = fast_path
@@ -84,6 +97,11 @@ class TransformWorkflow(ServingOperator):
         from merlin_torch_serving.fastpath import compile_workflow
 
         self._compiled = compile_workflow(workflow, kernels=fast_path)
+        self._unfiltered = (
+            compile_workflow(without_filters(workflow), kernels=fast_path)
+            if self.filtered_column and filtered_sessions == "unfiltered"
+            else None
+        )
 
     def compiled_workflow(self) -> CompiledWorkflow:
         """The workflow compiled for the fast path.
@@ -146,8 +164,16 @@ class TransformWorkflow(ServingOperator):
         table = wire.from_wire(arrays, self.workflow.output_schema)
         if self.session_key is None:
             return table
+        key = self.session_key
+        unfiltered = self._unfiltered
         answer = line_up_sessions(
-            table, transformable[self.session_key].values, self.session_key, self.filtered_column
+            table,
+            transformable[key].values,
+            key,
+            self.filtered_column,
+            (lambda keys: unfiltered_rows(unfiltered, transformable, key, keys))
+            if unfiltered is not None
+            else None,
         )
         if self.filtered_column:
             metrics.count(
@@ -160,6 +186,7 @@ class TransformWorkflow(ServingOperator):
             "keep_request_order": self.keep_request_order,
             "fast_path": self.fast_path,
             "return_session_id": self.return_session_id,
+            "filtered_sessions": self.filtered_sessions,
         }
 
     def save_artifacts(self, artifact_path=None) -> None:
