@@ -1,7 +1,8 @@
 """A routed toy graph for the routing tests: sessions the workflow filters out, or whose items are
 all unknown, go to the most popular items (a dropped session with its own clicks: the workflow
 computes it without its filters); the others to one of two copies of the toy model by an
-experiment (the candidate on libtorch when asked); the popular items answer a failed branch."""
+experiment (the candidate on libtorch when asked); the popular items, computed in the route's own
+step when served, answer a failed branch."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def routed(
     weights=None,
     candidate_backend: str = "python",
     fallback: str | None = "popular",
+    inline=("popular",),
 ):
     features = workflow.input_schema.column_names >> TransformWorkflow(
         workflow, filtered_sessions="unfiltered"
@@ -59,4 +61,5 @@ def routed(
         rules=[(FilteredOut(), "popular"), (AllItemsUnknown(), "popular")],
         default=Experiment(EXPERIMENT, weights or {"current": 0.5, "candidate": 0.5}),
         fallback=fallback,
+        inline=inline,
     )

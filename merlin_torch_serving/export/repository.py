@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.util
 import json
 import os
-import py_compile
 import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -58,12 +55,12 @@ from merlin_torch_serving.export.libtorch_batching import (
 )
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import TritonStep, partition
-from merlin_torch_serving.export.python_model import STEP_FILE
+from merlin_torch_serving.export.python_step import write_python_step
 from merlin_torch_serving.export.request_dim import with_request_dim
 from merlin_torch_serving.export.sub_ensembles import (
     manifest_record,
     sub_ensembles,
-    sub_models_of,
+    sub_graphs_of,
     write_sub_ensembles,
 )
 from merlin_torch_serving.export.warmup import warmup_inputs
@@ -72,7 +69,6 @@ from merlin_torch_serving.export.warmup_files import (
     write_warmup_arrays,
     write_warmup_files,
 )
-from merlin_torch_serving.ops.sub_models import SubModel, write_sub_models
 from merlin_torch_serving.plan import Plan
 from merlin_torch_serving.schemas import schema_to_json
 
@@ -175,7 +171,7 @@ def export_ensemble(
                 warmup.arrays[step.name],
                 merged=step.name in rows_from,
                 feeds=feeds.get(step.name),
-                sub_models=sub_models_of(subs, name, options),
+                sub_graphs=sub_graphs_of(subs, name),
             )
         doing = "writing the sub-graphs of its operators as ensembles"
         write_sub_ensembles(
@@ -192,7 +188,7 @@ def export_ensemble(
             name,
             version,
             ensemble,
-            steps + [step for sub in subs for step in sub.steps],
+            steps + [step for sub in subs if not sub.inline for step in sub.steps],
             options,
             warmup.problem,
             staged,
@@ -218,7 +214,7 @@ def export_ensemble(
         models=model_names,
         fused={
             step.name: [call.op.label for call in step.calls]
-            for step in steps + [step for sub in subs for step in sub.steps]
+            for step in steps + [step for sub in subs if not sub.inline for step in sub.steps]
         },
         warnings=([warmup.problem] if warmup.problem else [])
         + (unmerged_steps(steps, rows_from) if options.batching else []),
@@ -236,11 +232,11 @@ def _write_step(
     warmup_arrays: dict,
     merged: bool = False,
     feeds: list[wire.TensorSpec] | None = None,
-    sub_models: dict[int, dict[str, SubModel]] | None = None,
+    sub_graphs: dict | None = None,
 ) -> None:
     """``merged``: a libtorch step that answers a batch of requests at once; ``feeds``: the outputs
-    of a python step that such a step reads (see libtorch_batching.py); ``sub_models``: by call
-    index, the models of the call's sub-graphs (see sub_ensembles.py)."""
+    of a python step that such a step reads (see libtorch_batching.py); ``sub_graphs``: by call
+    index, what the export made of the call's sub-graphs (see sub_ensembles.py)."""
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
     warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
@@ -265,38 +261,9 @@ def _write_step(
             step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays
         )
     else:
-        spec: dict[str, Any] = {
-            "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
-            "outputs": {name: [ref.producer, ref.column] for name, ref in step.outputs.items()},
-            "input_schema": schema_to_json(step.input_schema),
-            "output_schema": schema_to_json(step.output_schema),
-            "calls": [],
-        }
-        for call in step.calls:
-            artifacts = Path("ops") / str(call.index)
-            (version_dir / artifacts).mkdir(parents=True)
-            call.op.save_artifacts(str(version_dir / artifacts))
-            if sub_models and call.index in sub_models:
-                write_sub_models(version_dir / artifacts, sub_models[call.index])
-            spec["calls"].append(
-                {
-                    "index": call.index,
-                    "label": call.op.label,
-                    "class": call.op.class_path,
-                    "format_version": call.op.format_version,
-                    "config": call.op.config(),
-                    "artifacts": str(artifacts),
-                    "inputs": {
-                        name: [ref.producer, ref.column] for name, ref in call.inputs.items()
-                    },
-                    "input_schema": schema_to_json(call.input_schema),
-                    "output_schema": schema_to_json(call.output_schema),
-                }
-            )
-        _write_text(version_dir / "model.py", _PYTHON_MODEL_SOURCE)
-        _compile(version_dir / "model.py")
-        spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
-        _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
+        write_python_step(
+            version_dir, step, sub_graphs, _PYTHON_MODEL_SOURCE, request_dim=options.batching
+        )
         config = configs.python_model_config(
             step.name, step.input_schema, step.output_schema, options, warmup_files, feeds or []
         )
@@ -399,18 +366,6 @@ def _write_text(path: Path, text: str) -> None:
     if path.exists():
         path.unlink()
     path.write_text(text)
-
-
-def _compile(source: Path) -> None:
-    """Write the bytecode of ``source`` now: the stub would otherwise write it into the repository
-    when it loads the model, and a polling tritonserver takes that change for a new model to reload.
-    """
-    py_compile.compile(
-        str(source),
-        cfile=importlib.util.cache_from_source(str(source)),
-        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
-        doraise=True,
-    )
 
 
 def _copy_tree(source: Path, target: Path, skip: list[str]) -> None:

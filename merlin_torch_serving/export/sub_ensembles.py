@@ -33,7 +33,8 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # as Triton model nam
 
 @dataclass
 class SubEnsemble:
-    """One sub-graph of operator call ``call`` (in the plan of ``parent``) as an ensemble."""
+    """One sub-graph of operator call ``call`` (in the plan of ``parent``) as an ensemble, or,
+    ``inline``, as one python step inside the operator's own step."""
 
     name: str
     parent: str  # the ensemble (or sub-ensemble) whose step hosts the operator
@@ -41,14 +42,22 @@ class SubEnsemble:
     key: str  # the sub-graph's name (a branch)
     plan: Plan
     steps: list[TritonStep]
+    inline: bool = False
 
     @property
     def models(self) -> list[str]:
-        return [step.name for step in self.steps] + [self.name]
+        """The Triton models written for it (none when it is inline)."""
+        return [] if self.inline else [step.name for step in self.steps] + [self.name]
 
-    def sub_model(self, options: configs.ModelOptions) -> SubModel:
+    def sub_model(self, request_dim: bool, inline_folder: str) -> SubModel:
+        """What the served operator is told (``inline_folder``: where an inline one is written,
+        relative to the operator's artifact folder)."""
         return SubModel(
-            self.name, self.plan.input_schema, self.plan.output_schema, options.batching
+            self.name,
+            self.plan.input_schema,
+            self.plan.output_schema,
+            request_dim,
+            inline_folder if self.inline else None,
         )
 
 
@@ -64,9 +73,11 @@ def sub_ensembles(plan: Plan, name: str) -> list[SubEnsemble]:
                     f" {sub_name!r}, which is not a valid Triton model name; name it with letters,"
                     " digits, '-', '_' and '.'"
                 )
-            sub = SubEnsemble(
-                sub_name, name, call.index, key, sub_plan, partition(sub_plan, sub_name)
-            )
+            inline = key in call.op.inline_sub_graphs()
+            steps = partition(sub_plan, sub_name)
+            sub = SubEnsemble(sub_name, name, call.index, key, sub_plan, steps, inline)
+            if inline:
+                _check_inline(sub, call.op.label)
             found.append(sub)
             found.extend(sub_ensembles(sub_plan, sub_name))
     names = [model for sub in found for model in sub.models]
@@ -79,15 +90,25 @@ def sub_ensembles(plan: Plan, name: str) -> list[SubEnsemble]:
     return found
 
 
-def sub_models_of(
-    subs: list[SubEnsemble], parent: str, options: configs.ModelOptions
-) -> dict[int, dict[str, SubModel]]:
-    """For each call of ``parent``'s plan that has sub-graphs: its sub-models by name."""
-    found: dict[int, dict[str, SubModel]] = {}
+def sub_graphs_of(subs: list[SubEnsemble], parent: str) -> dict[int, list[SubEnsemble]]:
+    """For each call of ``parent``'s plan that has sub-graphs: what the export makes of them."""
+    found: dict[int, list[SubEnsemble]] = {}
     for sub in subs:
         if sub.parent == parent:
-            found.setdefault(sub.call, {})[sub.key] = sub.sub_model(options)
+            found.setdefault(sub.call, []).append(sub)
     return found
+
+
+def _check_inline(sub: SubEnsemble, operator: str) -> None:
+    """An ``ExportError`` unless the sub-graph runs as one python step with no sub-graphs."""
+    backends = [step.backend for step in sub.steps]
+    if backends != ["python"] or any(call.sub_plans for call in sub.plan.calls):
+        raise ExportError(
+            f"{operator} hosts its sub-graph {sub.key!r} in its own python step, and that"
+            f" sub-graph needs {len(backends)} step(s) on {', '.join(backends) or 'no backend'}"
+            " (or has sub-graphs of its own); leave it out of inline so that it is served as a"
+            " model of its own, or run its operators on the python backend"
+        )
 
 
 def write_sub_ensembles(
@@ -105,6 +126,8 @@ def write_sub_ensembles(
     name, plan, warmup = top
     warmups, plans = {name: warmup}, {name: plan}
     for sub in subs:  # each after the one whose operator calls it
+        if sub.inline:  # written with the operator's step
+            continue
         warmups[sub.name] = _warmup(sub, plans[sub.parent], warmups[sub.parent])
         plans[sub.name] = sub.plan
         rows_from = row_sources(sub.steps) if options.batching else {}
@@ -118,7 +141,7 @@ def write_sub_ensembles(
                 warmups[sub.name].arrays[step.name],
                 merged=step.name in rows_from,
                 feeds=feeds.get(step.name),
-                sub_models=sub_models_of(subs, sub.name, options),
+                sub_graphs=sub_graphs_of(subs, sub.name),
             )
         write_ensemble(
             staged / sub.name,
@@ -149,6 +172,8 @@ def manifest_record(subs: list[SubEnsemble]) -> dict:
     """What the manifest says of each sub-ensemble: whose operator calls it, and its steps."""
     records = {}
     for sub in subs:
+        if sub.inline:
+            continue
         records[sub.name] = {
             "operator": f"{sub.parent}:{sub.call}",
             "sub_graph": sub.key,

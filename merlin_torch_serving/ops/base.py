@@ -46,7 +46,8 @@ Sub-graphs (a route's branches, ``merlin_torch_serving.routing``):
   follows (declare them in ``dependencies`` too, so their schemas are computed). Each becomes a
   plan whose request is the operator's input, handed to ``bind_sub_plans`` to run in-process;
   the export writes each as a Triton ensemble of its own and tells the served operator its model
-  in ``sub_models.json`` of its artifact folder (``ops.sub_models``).
+  in ``sub_models.json`` of its artifact folder (``ops.sub_models``). ``inline_sub_graphs()``
+  names those to host in the operator's own python step instead (no model of their own).
 - ``reloadable_config``: ``config()`` keys that the step model's config may override when it loads
   (``export.config.CONFIG_OVERRIDES_PARAMETER``), so they change with a reload and no new export.
 
@@ -200,6 +201,10 @@ class ServingOperator(BaseOperator):
     def sub_graphs(self) -> dict[str, Node]:
         """Graphs the operator runs on subsets of its rows, by name (see the module's docstring)."""
         return {}
+
+    def inline_sub_graphs(self) -> list[str]:
+        """Sub-graphs the export writes into the operator's own step, not as models of their own."""
+        return []
 
     def bind_sub_plans(self, plans: dict) -> None:
         """The plans of ``sub_graphs()`` (``plan.Plan`` by name), built with the ensemble."""

@@ -61,6 +61,10 @@ def common_schema(route: str, schemas: dict[str, Schema]) -> Schema:
 def merged(schema: Schema, rows: int, answered: list[tuple[np.ndarray, TensorTable]]) -> dict:
     """Columns of ``schema`` with ``rows`` rows: each answer's rows at its positions, the rest
     blank (NaN, -1, False or "")."""
+    if len(answered) == 1 and len(answered[0][0]) == rows:  # one branch answered every session
+        positions, answer = answered[0]
+        if (positions == np.arange(rows)).all():
+            return {column.name: answer[column.name].values for column in schema}
     columns = {}
     for column in schema:
         dtype = wire.column_numpy_dtype(column)

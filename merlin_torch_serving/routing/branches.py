@@ -36,6 +36,16 @@ class LocalBranch:
         return self.plan.run(table)
 
 
+def hosted_branch(folder: str) -> LocalBranch:
+    """A branch the export wrote as a python step inside the route's own (``inline``), loaded from
+    ``folder`` once its files are checked, to run in the route's step."""
+    from merlin_torch_serving.export.python_model import HostedStep
+    from merlin_torch_serving.plan import Plan
+
+    step = HostedStep.load(folder, step=f"inline branch {folder!r}")
+    return LocalBranch(Plan(step.input_schema, step.calls, step.outputs, step.output_schema))
+
+
 class TritonBranch:
     """A branch served as a model of its own, called from the route's python step through BLS.
 

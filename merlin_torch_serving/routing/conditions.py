@@ -118,13 +118,16 @@ class FewerKnownItems(Condition):
             raise ValueError(f"{self.describe()} evaluated before it was bound to a route")
         column = table[self.column]
         values = np.asarray(column.values)
-        known = ~np.isin(values, self.unknown_ids)
+        if self.unknown_ids == list(range(len(self.unknown_ids))):  # Categorify's: 0 .. n-1
+            known = values >= len(self.unknown_ids)
+        else:
+            known = ~np.isin(values, self.unknown_ids)
         if column.offsets is None:  # a fixed-length list: [rows, length]
             counts = known.reshape(len(values), -1).sum(axis=1)
         else:
             offsets = np.asarray(column.offsets, dtype=np.int64)
-            rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-            counts = np.bincount(rows, weights=known, minlength=len(offsets) - 1)
+            running = np.concatenate([[0], np.cumsum(known)])
+            counts = running[offsets[1:]] - running[offsets[:-1]]
         return counts < self.n
 
     def describe(self) -> str:

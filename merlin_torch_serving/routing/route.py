@@ -27,7 +27,12 @@ from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN
 from merlin_torch_serving.ops.sub_models import SubModel, read_sub_models
 from merlin_torch_serving.routing import answers
-from merlin_torch_serving.routing.branches import Branch, LocalBranch, TritonBranch
+from merlin_torch_serving.routing.branches import (
+    Branch,
+    LocalBranch,
+    TritonBranch,
+    hosted_branch,
+)
 from merlin_torch_serving.routing.conditions import (
     Condition,
     condition_config,
@@ -56,6 +61,12 @@ class Route(ServingOperator):
     fallback
         A branch that answers the sessions whose branch failed (its model unloaded or erroring);
         without one they are answered blank, with the error.
+    inline
+        Branches computed inside the route's own python step when served, instead of in a model
+        of their own called through BLS: no extra hop (a python branch served on its own costs a
+        second python stub per request), but no separate loading, scaling or isolation from the
+        route's step. Their operators must all run on the python backend. A most-popular
+        fallback inline is always available to answer for a failed branch.
     branch_column, variant_column, error_column
         Output columns: the branch that answered each session (empty for a session the workflow
         filtered out that no rule routed: it is answered blank, as without a route), the session's
@@ -71,6 +82,7 @@ class Route(ServingOperator):
         rules: Sequence[tuple[Condition, str]] = (),
         default: str | Experiment,
         fallback: str | None = None,
+        inline: Sequence[str] = (),
         branch_column: str = "branch",
         variant_column: str = "variant",
         error_column: str = "branch_error",
@@ -89,16 +101,18 @@ class Route(ServingOperator):
             for variant in self.experiment.variants:
                 self._branch(variant, f"variant of experiment {self.experiment.name!r}")
         self.fallback = None if fallback is None else self._branch(fallback, "fallback")
+        self.inline = [self._branch(name, "inline branch") for name in inline]
         self.branch_column = branch_column
         self.variant_column = variant_column
         self.error_column = error_column
         self._bound_rules: list[tuple[Condition, str]] | None = None
         self._runners: dict[str, Branch] = {
-            name: TritonBranch(sub)
+            name: hosted_branch(sub.inline) if sub.inline else TritonBranch(sub)
             for name, sub in self.branches.items()
             if isinstance(sub, SubModel)
         }
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._merged: Schema | None = None
 
     @property
     def label(self) -> str:
@@ -138,6 +152,7 @@ class Route(ServingOperator):
                     "no such column" if key is None else describe_column(key),
                     "pass Experiment(..., key=<the session id column>)",
                 )
+        self._merged = None  # the branches' schemas were computed anew
         columns = list(self._merged_schema())
         added = [self.branch_column, self.error_column]
         if self.experiment is not None:
@@ -163,6 +178,9 @@ class Route(ServingOperator):
 
     def sub_graphs(self) -> dict[str, Node]:
         return {name: node for name, node in self.branches.items() if isinstance(node, Node)}
+
+    def inline_sub_graphs(self) -> list[str]:
+        return list(self.inline)
 
     def bind_sub_plans(self, plans: dict) -> None:
         self._runners.update({name: LocalBranch(plan) for name, plan in plans.items()})
@@ -240,7 +258,12 @@ class Route(ServingOperator):
     ) -> list[TensorTable | Exception]:
         """Each branch's answer for its rows of ``table``, or the error it failed with; served
         branches are called at the same time."""
-        parts = [(name, tables.take_rows(table, rows_of)) for name, rows_of in chosen]
+        rows = tables.num_rows(table)
+        parts = [
+            # a branch that answers every session gets the table as it is
+            (name, table if len(rows_of) == rows else tables.take_rows(table, rows_of))
+            for name, rows_of in chosen
+        ]
         if len(parts) > 1 and all(isinstance(self._runner(n), TritonBranch) for n, _ in parts):
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(len(self.branches))
@@ -288,8 +311,10 @@ class Route(ServingOperator):
 
     def _merged_schema(self) -> Schema:
         """The columns every branch returns (the first branch's schemas), once they agree."""
-        schemas = {name: self._branch_schema(name) for name in self.branches}
-        return answers.common_schema(self.label, schemas)
+        if self._merged is None:
+            schemas = {name: self._branch_schema(name) for name in self.branches}
+            self._merged = answers.common_schema(self.label, schemas)
+        return self._merged
 
     def _branch_schema(self, name: str) -> Schema:
         branch = self.branches[name]
@@ -331,6 +356,7 @@ class Route(ServingOperator):
             "experiment": experiment.config() if experiment is not None else None,
             "weights": dict(experiment.weights) if experiment is not None else None,
             "fallback": self.fallback,
+            "inline": self.inline,
             "branch_column": self.branch_column,
             "variant_column": self.variant_column,
             "error_column": self.error_column,
@@ -365,6 +391,7 @@ class Route(ServingOperator):
                 else config["default"]
             ),
             "fallback": config["fallback"],
+            "inline": config["inline"],
             "branch_column": config["branch_column"],
             "variant_column": config["variant_column"],
             "error_column": config["error_column"],

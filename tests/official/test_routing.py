@@ -56,11 +56,11 @@ def routed(triton_server, pytorch_backend, getting_started_example):
         rules=[(FilteredOut(), "popular"), (AllItemsUnknown(), "popular")],
         default="model",
         fallback="popular",
+        inline=["popular"],
     )
     ensemble = Ensemble(features >> route, workflow.input_schema)
     ensemble.export(triton_server.repository, NAME)
-    for branch in ("model", "popular"):
-        triton_server.load(f"{NAME}.{branch}")
+    triton_server.load(f"{NAME}.model")
     triton_server.load(NAME)
     return ensemble, getting_started_example.ensemble("pytorch"), popularity
 
