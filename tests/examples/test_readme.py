@@ -1,6 +1,7 @@
 """The README's complete example, run as a user pastes it: its python block, fed to this
 interpreter at the root of the checkout. It trains, exports, serves on a real tritonserver and
-compares the served answer with the in-process one itself."""
+compares the served answer with the in-process one itself; the routing section's example, which
+continues it, runs after it in the same interpreter."""
 
 from __future__ import annotations
 
@@ -17,24 +18,26 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_example() -> str:
-    """The first python block of the README's "A complete example" section."""
+def readme_example(heading: str = "## A complete example") -> str:
+    """The first python block of the README's section under ``heading``."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## A complete example\n", 1)[1].split("\n## ", 1)[0]
+    level = heading.split(" ", 1)[0]
+    section = readme.split(f"\n{heading}\n", 1)[1].split(f"\n{level} ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, "the README's complete example has no python block"
+    assert blocks, f"the README's section {heading!r} has no python block"
     return blocks[0]
 
 
 def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process(tmp_path):
     example = readme_example()
+    routing = readme_example("### Routing: fallbacks and experiments")
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example
     # the example keeps its folder for serving afterwards; here it goes where pytest cleans up
     result = subprocess.run(
         [sys.executable, "-"],
-        input=example,
+        input=example + "\n" + routing,
         cwd=ROOT,
         env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
@@ -43,6 +46,9 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
     )
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 3, result.stdout  # one line per requested session
-    for line in lines:
+    assert len(lines) == 6, result.stdout  # one line per requested session, in each example
+    for line in lines[:3]:
         assert re.fullmatch(r"session \d+: recommended \[(\d+, ){9}\d+\]", line), line
+    for line in lines[3:]:
+        pattern = r"session \d+: (current|candidate) answered by (current|candidate|popular)"
+        assert re.fullmatch(pattern, line), line
