@@ -4,6 +4,7 @@ reloaded on request, with every failure turned into an error that quotes the ser
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -38,8 +39,17 @@ class RunningServer:
         self.ports = ports
         self.log = log
         self._backends = backends
-        self.http_url = f"127.0.0.1:{ports.http}"
-        self.admin = Admin(self.http_url, log_tail=self.log_tail, before_error=self.raise_if_exited)
+        #: the config a model is loaded with instead of its config.pbtxt (None: the file's)
+        self.config_for: Callable[[str], dict | None] = lambda name: None
+        #: a second repository the server was started with (standby models), if any
+        self.side_repository: Path | None = None
+        self.http_url = f"{config.connect_host}:{ports.http}"
+        self.admin = Admin(
+            self.http_url,
+            admin_key=config.admin_key if config.restricted_apis else None,
+            log_tail=self.log_tail,
+            before_error=self.raise_if_exited,
+        )
 
     @property
     def pid(self) -> int:
@@ -114,8 +124,11 @@ class RunningServer:
         """Ask the server to load ``name``: None once it is loaded, else why it failed to;
         ``TimeoutError`` when it is still loading after ``timeout_s``."""
         log_offset = self.log.size()
+        override = self.config_for(name)
         try:
-            self.admin.load(name, timeout_s)
+            self.admin.load(
+                name, timeout_s, config=json.dumps(override) if override is not None else None
+            )
         except Refused as refusal:
             return diagnostics.load_refusal(refusal.reason, self.log.since(log_offset), name)
         return None
@@ -170,6 +183,12 @@ class RunningServer:
     def reload(self, name: str, timeout_s: float) -> None:
         """Load ``name`` anew beside the running instance (see ``TritonServer.reload``)."""
         repository = self.config.repository
+        if (
+            self.side_repository is not None
+            and (self.side_repository / name).is_dir()
+            and not (isinstance(repository, Path) and (repository / name).is_dir())
+        ):
+            repository = self.side_repository
         if not isinstance(repository, Path):
             raise ServerError(
                 f"could not reload model {name!r}: tritonserver reloads a model whose files"
