@@ -1,8 +1,8 @@
-"""A routed ensemble on the real tritonserver: the route's python step calls each model branch's own
-ensemble through BLS (one model on the python backend, its copy on libtorch) and computes the most
-popular items itself, and over gRPC and HTTP every session's answer equals in-process; new weights take effect
-with a reload under load and no failed request; 10,000 sessions split as weighed and keep their
-variant; an unloaded branch leaves the other sessions answered."""
+"""A routed ensemble on the real tritonserver: the route's python step calls each model branch's
+own ensemble through BLS (one model on the python backend, its copy on libtorch) and computes the
+most popular items itself, and over gRPC and HTTP every session's answer equals in-process; new
+weights take effect with a reload under load and no failed request; 10,000 sessions split as
+weighed and keep their variant; an unloaded branch leaves the other sessions answered."""
 
 from __future__ import annotations
 
