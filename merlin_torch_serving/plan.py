@@ -162,7 +162,7 @@ def _flatten(
             type(op).__name__,
             None,
             "a serving operator (TransformWorkflow, PredictPytorch, TopK, DecodeItemIds, ...)",
-            f"{type(op).__module__}.{type(op).__qualname__}",
+            f"{type(op).__module__}.{type(op).__name__}",
             "wrap NVTabular operators in an nvtabular.Workflow and use TransformWorkflow",
         )
     # the selector holds the columns the operator asked for, in the order it asked

@@ -22,7 +22,7 @@ from merlin_torch_serving.exceptions import ArtifactError, InputError, MerlinTor
 from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export import heap, merging
 from merlin_torch_serving.export.config import (
-    CONFIG_OVERRIDES_PARAMETER,
+    CONFIG_OVERRIDES_FILE,
     DEFAULT_MAX_BATCH_ROWS,
     MAX_BATCH_ROWS_PARAMETER,
     MAX_REQUEST_ROWS_PARAMETER,
@@ -56,7 +56,7 @@ class HostedStep:
         overrides: dict | None = None,
     ):
         """``overrides``: by call index (a string), ``config()`` keys its operator takes from the
-        model's config instead (``CONFIG_OVERRIDES_PARAMETER``)."""
+        model's folder instead (``CONFIG_OVERRIDES_FILE``)."""
         overrides = overrides or {}
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
@@ -188,12 +188,20 @@ def _load_operator(
         allowed = ", ".join(map(repr, cls.reloadable_config)) or "none"
         raise ArtifactError(
             step,
-            f"its config overrides {refused} of operator {call['label']} (parameter"
-            f" {CONFIG_OVERRIDES_PARAMETER!r}), and that operator lets a config override only"
-            f" {allowed}",
-            "remove them from the parameter, or re-export the ensemble with the new settings",
+            f"its {CONFIG_OVERRIDES_FILE} overrides {refused} of operator {call['label']}, and"
+            f" that operator lets it override only {allowed}",
+            "remove them from the file, or re-export the ensemble with the new settings",
         )
     return cls.load({**call["config"], **overrides}, artifact_path)
+
+
+def _config_overrides(model_dir: str) -> dict | None:
+    """The settings ``CONFIG_OVERRIDES_FILE`` in the model's folder holds (None without one)."""
+    path = os.path.join(model_dir, CONFIG_OVERRIDES_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        return json.load(file)
 
 
 class TritonPythonModel:
@@ -214,13 +222,12 @@ class TritonPythonModel:
         parameters = config.get("parameters", {})
         max_rows = parameters.get(MAX_REQUEST_ROWS_PARAMETER, {}).get("string_value")
         batch_rows = parameters.get(MAX_BATCH_ROWS_PARAMETER, {}).get("string_value")
-        overrides = parameters.get(CONFIG_OVERRIDES_PARAMETER, {}).get("string_value")
         self.step = HostedStep.load(
             version_dir,
             self.model_name,
             int(max_rows) if max_rows else None,
             int(batch_rows) if batch_rows else None,
-            json.loads(overrides) if overrides else None,
+            _config_overrides(args["model_repository"]),
         )
         self.output_names = [output["name"] for output in config["output"]]
         # batched: Triton hands execute several requests, each tensor with a leading dimension of 1

@@ -267,6 +267,9 @@ def _write_step(
         config = configs.python_model_config(
             step.name, step.input_schema, step.output_schema, options, warmup_files, feeds or []
         )
+        if any(call.op.reloadable_config for call in step.calls):
+            # the exported settings until new ones are written here (routing.weights)
+            _write_text(model_dir / configs.CONFIG_OVERRIDES_FILE, "{}\n")
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 

@@ -48,8 +48,9 @@ Sub-graphs (a route's branches, ``merlin_torch_serving.routing``):
   the export writes each as a Triton ensemble of its own and tells the served operator its model
   in ``sub_models.json`` of its artifact folder (``ops.sub_models``). ``inline_sub_graphs()``
   names those to host in the operator's own python step instead (no model of their own).
-- ``reloadable_config``: ``config()`` keys that the step model's config may override when it loads
-  (``export.config.CONFIG_OVERRIDES_PARAMETER``), so they change with a reload and no new export.
+- ``reloadable_config``: ``config()`` keys that a file beside the step model's config may override
+  when it loads (``export.config.CONFIG_OVERRIDES_FILE``), so they change with a reload and no new
+  export.
 
 A minimal fusible operator::
 

@@ -1,8 +1,8 @@
 """Changing an experiment's weights in an exported repository, without a new export.
 
 The weights a route was exported with are in its step's ``step.json``, covered by the step's
-digests; new ones go into the step's ``config.pbtxt``, as the parameter
-``merlin_torch_serving.config_overrides``, which the step reads when it loads. So::
+digests; new ones go into ``config_overrides.json`` beside the step's ``config.pbtxt``, which the
+step reads when it loads. So::
 
     step = set_weights("repository", "recs", {"current": 0.7, "candidate": 0.3})
     server.reload(step)  # the new instance loads beside the old one: no request fails
@@ -40,12 +40,11 @@ def set_weights(
     name = call["config"]["experiment"]["name"]
     checked = checked_weights(name, weights, list(call["config"]["weights"]))
     overrides.setdefault(str(call["index"]), {})["weights"] = checked
-    path = Path(repository) / model / "config.pbtxt"
-    config = configs.from_pbtxt(path.read_text())
-    config.parameters[configs.CONFIG_OVERRIDES_PARAMETER].string_value = json.dumps(overrides)
+    path = Path(repository) / model / configs.CONFIG_OVERRIDES_FILE
     staged = path.with_name(f".{path.name}.new")
-    staged.write_text(configs.to_pbtxt(config))
-    os.replace(staged, path)  # a reader sees the old file or the new one
+    staged.write_text(json.dumps(overrides, indent=1) + "\n")
+    # a loading step reads the old file or the new one; a standby's link to it follows
+    os.replace(staged, path)
     return model
 
 
@@ -60,8 +59,8 @@ def weights_of(
 def _experiment_step(
     repository: Path, ensemble: str, experiment: str | None
 ) -> tuple[str, dict, dict]:
-    """The step model routing ``experiment``, its route's call (from step.json) and the config
-    overrides its config.pbtxt holds."""
+    """The step model routing ``experiment``, its route's call (from step.json) and the settings
+    its ``config_overrides.json`` holds."""
     manifest_dirs = sorted(
         (p for p in (repository / ensemble).glob("*") if p.name.isdigit()),
         key=lambda p: int(p.name),
@@ -89,7 +88,6 @@ def _experiment_step(
             + (f" ({names}); name one with experiment=..." if found else "")
         )
     model, call = found[0]
-    config = configs.from_pbtxt((repository / model / "config.pbtxt").read_text())
-    key = configs.CONFIG_OVERRIDES_PARAMETER
-    overrides = json.loads(config.parameters[key].string_value) if key in config.parameters else {}
+    path = repository / model / configs.CONFIG_OVERRIDES_FILE
+    overrides = json.loads(path.read_text()) if path.is_file() else {}
     return model, call, overrides

@@ -1,5 +1,5 @@
-"""New experiment weights written into an exported repository: the route's step config carries
-them, the step loads with them, and nothing the export wrote changes."""
+"""New experiment weights written into an exported repository: a file beside the route's step
+config carries them, the step loads with them, and nothing the export wrote changes."""
 
 import json
 
@@ -28,14 +28,17 @@ def route_of(step: HostedStep) -> Route:
     return route
 
 
-def test_new_weights_go_into_the_routing_steps_config_and_the_step_loads_with_them(exported):
+def test_new_weights_go_beside_the_routing_steps_config_and_the_step_loads_with_them(exported):
     repository, _ = exported
+    step = "routed-0-transformworkflow_route"
+    # the export leaves the file in place, empty, so that a failover standby links it
+    assert json.loads((repository / step / configs.CONFIG_OVERRIDES_FILE).read_text()) == {}
     assert weights_of(repository, "routed") == {"current": 0.5, "candidate": 0.5}
     step = set_weights(repository, "routed", {"current": 0.2, "candidate": 0.8})
     assert step == "routed-0-transformworkflow_route"
     assert weights_of(repository, "routed") == {"current": 0.2, "candidate": 0.8}
-    config = configs.from_pbtxt((repository / step / "config.pbtxt").read_text())
-    overrides = json.loads(config.parameters[configs.CONFIG_OVERRIDES_PARAMETER].string_value)
+    overrides = json.loads((repository / step / configs.CONFIG_OVERRIDES_FILE).read_text())
+    assert overrides == {"1": {"weights": {"current": 0.2, "candidate": 0.8}}}
     loaded = HostedStep.load(str(repository / step / "1"), overrides=overrides)
     assert dict(route_of(loaded).experiment.weights) == {"current": 0.2, "candidate": 0.8}
     verify_export(repository, "routed")  # every file the export wrote is as it was
