@@ -88,6 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import inprocess_merging
 
         return inprocess_merging.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "multistage":
+        from benchmarks import multistage
+
+        return multistage.main(
+            rest
+            + (["--quick"] if arguments.quick else [])
+            + ["--output-dir", str(arguments.output_dir)]
+        )
     if arguments.only == "idle":
         from benchmarks import idle
 
@@ -145,12 +153,13 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "idle", "merging", "routing"],
+        choices=["catalog", "idle", "merging", "multistage", "routing"],
         help=(
             "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
             " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
-            " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py) or"
-            " what a route costs one session (benchmarks/routing.py)"
+            " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
+            " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py) or what a"
+            " route costs one session (benchmarks/routing.py)"
         ),
     )
     parser.add_argument(

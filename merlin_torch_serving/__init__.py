@@ -58,12 +58,15 @@ _LAZY = {
     "ExactIndex": "merlin_torch_serving.retrieval",
     "Experiment": "merlin_torch_serving.routing",
     "ExportResult": "merlin_torch_serving.export.repository",
+    "FeastFeatures": "merlin_torch_serving.multistage",
     "FewerKnownItems": "merlin_torch_serving.routing",
+    "FilterCandidates": "merlin_torch_serving.multistage",
     "FilteredOut": "merlin_torch_serving.routing",
     "HNSWIndex": "merlin_torch_serving.retrieval",
     "IVFIndex": "merlin_torch_serving.retrieval",
     "ItemPopularity": "merlin_torch_serving.routing",
     "LocalExecutor": "merlin_torch_serving.executors",
+    "LookupFeatures": "merlin_torch_serving.multistage",
     "MergingExecutor": "merlin_torch_serving.merging_executor",
     "ModelHealth": "merlin_torch_serving.health",
     "ModelOptions": "merlin_torch_serving.export.config",
@@ -74,10 +77,13 @@ _LAZY = {
     "RetrieveTopK": "merlin_torch_serving.ops",
     "Route": "merlin_torch_serving.routing",
     "ServingOperator": "merlin_torch_serving.ops",
+    "SoftmaxSampling": "merlin_torch_serving.multistage",
     "TopK": "merlin_torch_serving.ops",
+    "TopKCandidates": "merlin_torch_serving.multistage",
     "TransformWorkflow": "merlin_torch_serving.ops",
     "TritonExecutor": "merlin_torch_serving.executors",
     "TritonServer": "merlin_torch_serving.server",
+    "UnrollCandidates": "merlin_torch_serving.multistage",
 }
 
 __all__ = [
@@ -96,7 +102,9 @@ __all__ = [
     "Experiment",
     "ExportError",
     "ExportResult",
+    "FeastFeatures",
     "FewerKnownItems",
+    "FilterCandidates",
     "FilteredOut",
     "HNSWIndex",
     "IVFIndex",
@@ -104,6 +112,7 @@ __all__ = [
     "InputError",
     "ItemPopularity",
     "LocalExecutor",
+    "LookupFeatures",
     "MergingExecutor",
     "MerlinTorchServingError",
     "MissingColumnsError",
@@ -129,11 +138,14 @@ __all__ = [
     "ServerStartTimeoutError",
     "ServerUnavailableError",
     "ServingOperator",
+    "SoftmaxSampling",
     "TopK",
+    "TopKCandidates",
     "TransformWorkflow",
     "TritonExecutor",
     "TritonServer",
     "UnknownModelError",
+    "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
 ]
@@ -155,6 +167,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.health import ModelHealth, ModelStatus
     from merlin_torch_serving.merging_executor import MergingExecutor
+    from merlin_torch_serving.multistage import (
+        FeastFeatures,
+        FilterCandidates,
+        LookupFeatures,
+        SoftmaxSampling,
+        TopKCandidates,
+        UnrollCandidates,
+    )
     from merlin_torch_serving.ops import (
         DecodeItemIds,
         PredictPytorch,

@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -46,6 +47,7 @@ from merlin_torch_serving.health import (
     model_statuses,
     probe_request,
     stub_answered,
+    with_services,
 )
 from merlin_torch_serving.launcher import access
 from merlin_torch_serving.schemas import schema_from_json
@@ -183,7 +185,8 @@ class Client:
 
         A server in another process cannot be looked into, so each READY python model gets a
         request of no rows: a running stub answers it (or refuses it), a dead one makes the
-        server say the stub "is not healthy". Ensembles and libtorch models have no stubs."""
+        server say the stub "is not healthy". Ensembles and libtorch models have no stubs. The
+        outside services a model calls (a feature server) are asked from this process."""
         try:
             stats = self._call(
                 None,
@@ -199,16 +202,16 @@ class Client:
             alive, error = None, status.reason if status.state != "READY" else ""
             if status.state == "READY":
                 alive, error = self._probe(status.name)
-            report.append(
-                ModelHealth(
-                    status.name,
-                    status.version,
-                    status.state,
-                    alive,
-                    failures.get((status.name, status.version or 0)),
-                    error,
-                )
+            health = ModelHealth(
+                status.name,
+                status.version,
+                status.state,
+                alive,
+                failures.get((status.name, status.version or 0)),
+                error,
             )
+            reader = partial(self._config, status.name) if status.state == "READY" else None
+            report.append(with_services(health, reader))
         return report
 
     def wait_until_ready(self, model: str | None = None, timeout_s: float = 60.0) -> None:

@@ -6,16 +6,24 @@ model whose stub process died: every request then fails with "Stub process ... i
 forever, and nothing is logged. The launcher sees the stubs themselves (``launcher.stubs``); a
 client of a server in another process sends a model a request of no rows instead
 (``probe_request``, ``stub_answered``). Both read the server's answers with the parsers here.
+
+A model can also depend on a service outside the server (a feature server): its step's config
+names them (``SERVICES_PARAMETER``), and both reports ask each whether it answers
+(``service_health``); a model whose service is down still answers (with defaults), so it is
+``degraded``, not unhealthy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import json
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from merlin_torch_serving import wire
+from merlin_torch_serving.exceptions import MerlinTorchServingError
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,23 @@ def model_statuses(index: Iterable[Mapping] | Mapping) -> list[ModelStatus]:
     ]
 
 
+#: the step config parameter that lists a step's outside services (export.config has its twin)
+SERVICES_PARAMETER = "merlin_torch_serving.services"
+#: the longest a health report waits for one outside service
+SERVICE_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class ServiceHealth:
+    """An outside service a model calls while it serves, as this process sees it now."""
+
+    name: str
+    url: str
+    reachable: bool
+    #: why it is not reachable
+    error: str = ""
+
+
 @dataclass(frozen=True)
 class ModelHealth:
     """A served model version, as far as the server and its processes tell."""
@@ -63,10 +88,46 @@ class ModelHealth:
     last_error: str = ""
     #: how many times the launcher reloaded it because it had failed
     restarts: int = 0
+    #: the outside services its operators call (a feature server), and whether each answers
+    services: tuple[ServiceHealth, ...] = ()
 
     @property
     def healthy(self) -> bool:
         return self.state == "READY" and self.stubs_alive is not False
+
+    @property
+    def degraded(self) -> bool:
+        """It answers, but a service it calls does not (its features get their defaults)."""
+        return any(not service.reachable for service in self.services)
+
+
+def with_services(health: ModelHealth, config_of: Callable[[], Mapping] | None) -> ModelHealth:
+    """``health`` with the outside services its model's config (``config_of()``, None for a model
+    not ready) names, each asked now; as it is when the config cannot be read."""
+    try:
+        config = config_of() if config_of else {}
+    except MerlinTorchServingError:
+        return health
+    services = service_health(config)
+    return replace(health, services=services) if services else health
+
+
+def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
+    """Whether each outside service a model config names answers its health endpoint
+    (``<url>/health``) within ``SERVICE_TIMEOUT_S``."""
+    listed = config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value")
+    if not listed:
+        return ()
+    report = []
+    for service in json.loads(listed):
+        url = service["url"].rstrip("/")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
+                error = "" if answer.status == 200 else f"HTTP {answer.status} from /health"
+        except OSError as failure:
+            error = f"{type(failure).__name__}: {failure}"
+        report.append(ServiceHealth(service["name"], url, not error, error))
+    return tuple(report)
 
 
 def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:

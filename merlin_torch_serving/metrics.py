@@ -1,5 +1,6 @@
 """What the operators of a served step count while they run: sessions, filtered sessions,
-out-of-vocabulary ids, fast-path fallbacks, time per operator.
+out-of-vocabulary ids, fast-path fallbacks, time per operator, and what a multi-stage pipeline
+answered around (candidates dropped, short answers, features answered with their defaults).
 
 Operators call ``count(name, value, **labels)``; it costs a context-variable lookup and does
 nothing unless a step host is ``collecting()`` (in-process runs collect nothing). The python
@@ -18,6 +19,14 @@ FILTERED_SESSIONS = "filtered_sessions"
 OOV_IDS = "oov_ids"
 FASTPATH_FALLBACKS = "fastpath_fallbacks"
 OPERATOR_SECONDS = "operator_seconds"
+#: multi-stage pipelines (``multistage``)
+INVALID_CANDIDATES = "invalid_candidates"
+EXCLUDED_CANDIDATES = "excluded_candidates"
+SHORT_ANSWERS = "short_answers"
+EMPTY_ANSWERS = "empty_answers"
+MISSING_ENTITIES = "missing_entities"
+UNANSWERED_ENTITIES = "unanswered_entities"
+FEATURE_SERVER_ERRORS = "feature_server_errors"
 #: a route's branches (``routing``): calls, seconds inside them, sessions they failed
 BRANCH_CALLS = "branch_calls"
 BRANCH_SECONDS = "branch_seconds"

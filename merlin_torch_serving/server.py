@@ -13,12 +13,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from merlin_torch_serving import preflight
 from merlin_torch_serving.backends.layout import python_backend_directory
 from merlin_torch_serving.exceptions import PortInUseError, ServerError
-from merlin_torch_serving.health import ModelHealth, ModelStatus
+from merlin_torch_serving.health import ModelHealth, ModelStatus, with_services
 from merlin_torch_serving.launcher import access
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess, free_ports, new_shm_prefix
 from merlin_torch_serving.launcher.config import DEFAULT_MEMORY_GROWTH_LIMIT, Ports, ServerConfig
@@ -280,10 +281,14 @@ class TritonServer:
     def health(self) -> list[ModelHealth]:
         """Each model of the repository index: its state, whether its python-backend stubs run
         (Triton still calls a model READY after its stub died), how many of its requests failed,
-        the last error, and how often it was reloaded after a failure."""
-        self._require_running()
+        the last error, how often it was reloaded after a failure, and whether the outside services
+        its operators call (a feature server) answer."""
+        running = self._require_running()
         assert self._supervisor is not None  # started with the server
-        return self._supervisor.health()
+        return [
+            with_services(health, _config_reader(running, health))
+            for health in self._supervisor.health()
+        ]
 
     def wait_for_failover(self, timeout_s: float = 120.0) -> set[str]:
         """Return once every python model the server runs has its standby (see the class's
@@ -350,14 +355,12 @@ class TritonServer:
     def _failover(self, running: RunningServer) -> Failover | None:
         if self._standby_repository is None:
             return None
-        failover = Failover(
+        return Failover(
             running.admin,
             self.repository,
             self._standby_repository,
             load_timeout_s=self.config.start_timeout_s,
         )
-        running.config_for = failover.config_for
-        return failover
 
     def _shut_down(self, *, graceful: bool) -> None:
         running, self._running = self._running, None
@@ -399,6 +402,14 @@ class TritonServer:
                 + (" and follows its changes" if mode == "poll" else "")
                 + "; reload() reloads one of them"
             )
+
+
+def _config_reader(running: RunningServer, health: ModelHealth):
+    """What reads the config of a ready python model (the only kind that calls outside services);
+    None for other models."""
+    if health.state != "READY" or health.stubs_alive is None:
+        return None
+    return partial(running.admin.model_config, health.name, health.version)
 
 
 def _failover_by_default() -> bool:

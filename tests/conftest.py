@@ -165,3 +165,12 @@ def ranking(tmp_path_factory):
         epochs=6,
     )
     return Ranking(train, held_out, workflow, ctr_model)
+
+
+# the multi-stage tests' feature tables, Feast feature store and server, and ranker
+from tests.multistage_fixtures import (  # noqa: E402, F401
+    feature_repository,
+    feature_server,
+    multistage_tables,
+    ranker,
+)

@@ -100,7 +100,29 @@ def train(
     seed: int = 0,
 ) -> list[float]:
     """Train with binary cross-entropy and Adam; returns each epoch's mean loss."""
-    inputs = model_inputs(model, features)
+    return train_on_inputs(
+        model,
+        model_inputs(model, features),
+        labels,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
+    )
+
+
+def train_on_inputs(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    labels: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+) -> list[float]:
+    """Binary cross-entropy with Adam over a model taking one ``Dict[str, Tensor]`` of ``inputs``
+    (a row per label), in shuffled batches; each epoch's mean loss."""
     targets = torch.from_numpy(np.asarray(labels, dtype=np.float32))
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     shuffle = torch.Generator().manual_seed(seed)

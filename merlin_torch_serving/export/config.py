@@ -14,7 +14,7 @@ from google.protobuf import json_format, text_format
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
-from merlin_torch_serving import wire
+from merlin_torch_serving import health, wire
 from merlin_torch_serving.schemas import schema_to_json
 
 #: ensemble config parameters that carry the full schemas, for clients that build requests
@@ -50,6 +50,8 @@ CONFIG_OVERRIDES_FILE = "config_overrides.json"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
+#: outside services a step's operators call (JSON ``[{"name": ..., "url": ...}]``), for health
+SERVICES_PARAMETER = health.SERVICES_PARAMETER
 #: batched exports: per request, one byte per row of a libtorch step's input, sent by the python
 #: step that feeds it (see libtorch_batching.py)
 ROWS_TENSOR = "__rows"
@@ -217,6 +219,7 @@ def python_model_config(
     options: ModelOptions,
     warmup_files: dict,
     feeds: Sequence[wire.TensorSpec] = (),
+    services: Sequence[dict] = (),
 ) -> model_config_pb2.ModelConfig:
     """A python-backend model hosting operators through the library's generic model.py.
 
@@ -235,6 +238,7 @@ def python_model_config(
         MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
         EXECUTION_ENV_PARAMETER: options.execution_env,
         METRICS_PARAMETER: None if options.metrics else "false",
+        SERVICES_PARAMETER: json.dumps(list(services)) if services else None,
     }
     batched = options.batching
     config = {

@@ -265,7 +265,13 @@ def _write_step(
             version_dir, step, sub_graphs, _PYTHON_MODEL_SOURCE, request_dim=options.batching
         )
         config = configs.python_model_config(
-            step.name, step.input_schema, step.output_schema, options, warmup_files, feeds or []
+            step.name,
+            step.input_schema,
+            step.output_schema,
+            options,
+            warmup_files,
+            feeds or [],
+            [service for call in step.calls for service in call.op.services()],
         )
         if any(call.op.reloadable_config for call in step.calls):
             # the exported settings until new ones are written here (routing.weights)

@@ -11,6 +11,13 @@ Triton's own ``nv_inference_count`` counts them too.
     mts_oov_ids_total{model,column}               out-of-vocabulary values Categorify met (fast)
     mts_fastpath_fallbacks_total{model,operator}  workflow operators run through NVTabular
     mts_operator_seconds_total{model,operator}    time inside each operator of the (fused) step
+    mts_invalid_candidates_total{model}           -1 ids (an index's padding) dropped
+    mts_excluded_candidates_total{model}          candidates dropped as seen or blocked
+    mts_short_answers_total{model}                sessions answered with fewer than k items
+    mts_empty_answers_total{model}                sessions answered with no item at all
+    mts_missing_entities_total{model,lookup}      keys a feature lookup did not find (defaults)
+    mts_unanswered_entities_total{model,lookup}   keys answered with defaults: no feature server
+    mts_feature_server_errors_total{model,lookup} calls to a feature server that failed
     mts_branch_calls_total{model,branch}          calls of a route's branch (one per request)
     mts_branch_seconds_total{model,branch}        time inside them (mean: seconds / calls)
     mts_branch_errors_total{model,branch}         sessions whose branch failed
@@ -48,6 +55,15 @@ DESCRIPTIONS = {
         "Workflow operator runs that went through NVTabular instead of the fast path"
     ),
     metrics.OPERATOR_SECONDS: "Seconds spent inside each operator of a python step",
+    metrics.INVALID_CANDIDATES: "Candidate ids below 0 (an index's padding) dropped",
+    metrics.EXCLUDED_CANDIDATES: "Candidates dropped as seen by the session or blocked",
+    metrics.SHORT_ANSWERS: "Sessions answered with fewer items than asked for",
+    metrics.EMPTY_ANSWERS: "Sessions answered with no item (no candidate survived)",
+    metrics.MISSING_ENTITIES: "Keys a feature lookup did not find, answered with the defaults",
+    metrics.UNANSWERED_ENTITIES: (
+        "Keys answered with the defaults because the feature server failed or was skipped"
+    ),
+    metrics.FEATURE_SERVER_ERRORS: "Calls to a feature server that failed (refused, timed out)",
     metrics.BRANCH_CALLS: "Calls of a route's branch (one per request that sent it sessions)",
     metrics.BRANCH_SECONDS: "Seconds spent inside the calls of a route's branch",
     metrics.BRANCH_ERRORS: "Sessions whose route branch failed (answered by a fallback, or blank)",

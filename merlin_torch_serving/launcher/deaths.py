@@ -31,6 +31,7 @@ class DeathWatch:
         self._on_death = on_death
         self._refresh_s = refresh_s
         self._watched: dict[int, tuple[Stub, int | None]] = {}  # pid -> (stub, pidfd)
+        self._ignored: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"tritonserver-{server_pid}-stub-deaths", daemon=True
@@ -48,6 +49,10 @@ class DeathWatch:
                 with contextlib.suppress(OSError):
                     os.close(descriptor)
         self._watched.clear()
+
+    def ignore(self, pid: int) -> None:
+        """Stop watching stub ``pid``: its end is no death (the launcher ends it)."""
+        self._ignored.add(pid)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -81,7 +86,7 @@ class DeathWatch:
         if descriptor is not None:
             with contextlib.suppress(OSError):
                 os.close(descriptor)
-        if stub is None or self._stop.is_set() or not _died(pid):
+        if stub is None or self._stop.is_set() or pid in self._ignored or not _died(pid):
             return
         try:
             self._on_death(stub)

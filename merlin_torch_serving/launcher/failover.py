@@ -100,12 +100,18 @@ def write_standby(
     return folder
 
 
+def _basis(config: Mapping) -> dict:
+    """What a standby copies of its model's config: all but its name and instances."""
+    return {key: value for key, value in config.items() if key not in ("name", "instance_group")}
+
+
 class Failover:
     """The standbys and switches of one running server (see the module's docstring).
 
     ``admin`` is the server's ``launcher.admin.Admin``; ``repository`` its model repository (a
     local folder or an object-store URL) and ``side_repository`` the second one the server was
-    started with, for the standbys.
+    started with, for the standbys. Configs are always read from the server as they are now, so a
+    model exported anew and reloaded gets a standby of what it became.
     """
 
     def __init__(self, admin, repository: Path | str, side_repository: Path, load_timeout_s: float):
@@ -114,31 +120,25 @@ class Failover:
         self._side = side_repository
         self._load_timeout_s = load_timeout_s
         self._lock = threading.RLock()
-        #: python model -> the config it runs with (at least two instances)
-        self._configs: dict[str, dict] = {}
-        #: ensemble -> its config as loaded from the repository
-        self._ensembles: dict[str, dict] = {}
-        #: python model -> the ensembles switched to its standby
-        self._switched: dict[str, list[str]] = {}
-        self._failed: set[str] = set()
+        #: python model -> the config its standby was made from (see ``_basis``)
+        self._standbys: dict[str, dict] = {}
+        #: ensembles seen, and models looked at that run no stub or could not be given a standby
+        self._ensembles: set[str] = set()
+        self._unarmed: set[str] = set()
+        #: python model -> {ensemble: its config before the switch}
+        self._switched: dict[str, dict[str, dict]] = {}
 
     # ---- arming ------------------------------------------------------------------------------
 
-    def config_for(self, model: str) -> dict | None:
-        """The config the launcher loads ``model`` with (None: the repository's)."""
-        with self._lock:
-            return self._configs.get(model)
-
     def armed(self) -> set[str]:
-        """The python models with a standby ready."""
+        """The python models with a standby."""
         with self._lock:
-            return set(self._configs) - self._failed
+            return set(self._standbys)
 
     def pending(self, statuses: Iterable[ModelStatus | ModelHealth]) -> list[str]:
-        """READY models not yet looked at (each is armed if it is a python model an ensemble may
-        run)."""
+        """READY models not yet looked at (each is armed if it is a python model)."""
         with self._lock:
-            seen = set(self._configs) | set(self._ensembles) | self._failed
+            seen = set(self._standbys) | self._ensembles | self._unarmed
         return [
             status.name
             for status in statuses
@@ -146,54 +146,61 @@ class Failover:
         ]
 
     def arm(self, models: Iterable[str]) -> None:
-        """Give each python model among ``models`` its second instance and its standby; remember
-        each ensemble's steps."""
+        """Give each python model among ``models`` its second instance and its standby; note the
+        ensembles."""
         for model in models:
-            try:
-                config = self._admin.model_config(model)
-            except MerlinTorchServingError:
+            config = self._config(model)
+            if config is None:
                 continue  # unloaded meanwhile: looked at again if it comes back
-            config = config.get("config", config)
             if config.get("platform") == "ensemble":
                 with self._lock:
-                    self._ensembles[model] = config
-                continue
-            if expected_stubs(config) is None:
+                    self._ensembles.add(model)
+            elif expected_stubs(config) is None:
                 with self._lock:
-                    self._failed.add(model)  # no stubs (libtorch): nothing to protect
-                continue
-            self._arm_python_model(model, config)
+                    self._unarmed.add(model)  # no stubs (libtorch): nothing to protect
+            else:
+                self.ensure(model, config)
 
-    def _arm_python_model(self, model: str, config: dict) -> None:
-        instances = expected_stubs(config) or 1
-        running = config if instances >= MIN_INSTANCES else with_instances(config, MIN_INSTANCES)
+    def ensure(self, model: str, config: dict | None = None) -> None:
+        """Keep ``model`` armed as it runs now: two instances at least (raised in place after a
+        reload from its config.pbtxt), and a standby of its current config (made anew when the
+        model was exported anew)."""
+        config = config or self._config(model)
+        if config is None:
+            return
         try:
-            if running != config:
-                self._admin.load(model, self._load_timeout_s, config=json.dumps(running))
-            write_standby(self._repository, self._side, model, running)
-            self._admin.load(standby_name(model), self._load_timeout_s)
+            if (expected_stubs(config) or 1) < MIN_INSTANCES:
+                raised = with_instances(config, MIN_INSTANCES)
+                self._admin.load(model, self._load_timeout_s, config=json.dumps(raised))
+            with self._lock:
+                current = self._standbys.get(model)
+            if current != _basis(config):
+                write_standby(self._repository, self._side, model, config)
+                self._admin.load(standby_name(model), self._load_timeout_s)
+                with self._lock:
+                    armed_before = current is not None
+                    self._standbys[model] = _basis(config)
+                if not armed_before:
+                    logger.info(
+                        "model %r runs %d instances and a standby, %r: a stub that dies fails"
+                        " only the requests inside it",
+                        model,
+                        max(MIN_INSTANCES, expected_stubs(config) or 1),
+                        standby_name(model),
+                    )
         except (MerlinTorchServingError, OSError, TimeoutError) as error:
             logger.warning("model %r runs without a standby: %s", model, error)
             with self._lock:
-                self._failed.add(model)
-            return
-        with self._lock:
-            self._configs[model] = running
-        logger.info(
-            "model %r runs %d instances and a standby, %r: a stub that dies fails only the"
-            " requests inside it",
-            model,
-            expected_stubs(running),
-            standby_name(model),
-        )
+                self._standbys.pop(model, None)
+                self._unarmed.add(model)
 
     def forget(self, models: Iterable[str]) -> None:
         """Drop what is known of ``models`` (unloaded), unloading their standbys."""
         for model in models:
             with self._lock:
-                armed = self._configs.pop(model, None) is not None
-                self._ensembles.pop(model, None)
-                self._failed.discard(model)
+                armed = self._standbys.pop(model, None) is not None
+                self._ensembles.discard(model)
+                self._unarmed.discard(model)
             if armed:
                 try:
                     self._admin.unload(standby_name(model), self._load_timeout_s)
@@ -206,49 +213,49 @@ class Failover:
         """Run every ensemble that runs ``model`` on its standby instead; the ensembles switched.
         ``because`` says why, for the log."""
         with self._lock:
-            if model not in self._configs or model in self._switched:
+            if model not in self._standbys or model in self._switched:
                 return []
-            switched = []
-            for ensemble, config in self._ensembles.items():
-                changed = switched_steps(config, model, standby_name(model))
-                if changed is None:
+            before: dict[str, dict] = {}
+            for ensemble in sorted(self._ensembles):
+                config = self._config(ensemble)
+                changed = switched_steps(config or {}, model, standby_name(model))
+                if config is None or changed is None:
                     continue
                 try:
                     self._admin.load(ensemble, SWITCH_TIMEOUT_S, config=json.dumps(changed))
                 except (MerlinTorchServingError, TimeoutError) as error:
                     logger.error("could not switch ensemble %r to %r: %s", ensemble, model, error)
                     continue
-                switched.append(ensemble)
-            self._switched[model] = switched
-        if switched:
+                before[ensemble] = config
+            self._switched[model] = before
+        if before:
             logger.warning(
                 "model %r: %s; ensemble(s) %s run its standby %r until it is reloaded",
                 model,
                 because,
-                ", ".join(map(repr, switched)),
+                ", ".join(map(repr, before)),
                 standby_name(model),
             )
-        return switched
+        return list(before)
 
     def switch_back(self, model: str) -> None:
         """Run the ensembles switched away from ``model`` on it again (once it answers)."""
         with self._lock:
-            switched = self._switched.pop(model, [])
-            for ensemble in switched:
+            before = self._switched.pop(model, {})
+            for ensemble, config in before.items():
                 try:
                     # given again: a load without a config keeps the switched one (the files of
                     # the ensemble did not change)
-                    original = json.dumps(self._ensembles[ensemble])
-                    self._admin.load(ensemble, SWITCH_TIMEOUT_S, config=original)
+                    self._admin.load(ensemble, SWITCH_TIMEOUT_S, config=json.dumps(config))
                 except (MerlinTorchServingError, TimeoutError) as error:
                     logger.error(
                         "could not switch ensemble %r back to %r: %s", ensemble, model, error
                     )
-        if switched:
+        if before:
             logger.warning(
                 "model %r answers again: ensemble(s) %s run it again",
                 model,
-                ", ".join(map(repr, switched)),
+                ", ".join(map(repr, before)),
             )
 
     def recycle(self, model: str) -> bool:
@@ -259,10 +266,22 @@ class Failover:
         try:
             self._admin.unload(model, self._load_timeout_s)
             self._wait_until_unloaded(model)
-            self._admin.load(model, self._load_timeout_s, config=json.dumps(self._configs[model]))
+            self._admin.load(model, self._load_timeout_s)
+            self.ensure(model)
         finally:
             self.switch_back(model)
         return True
+
+    def is_switched(self, model: str) -> bool:
+        with self._lock:
+            return model in self._switched
+
+    def _config(self, model: str) -> dict | None:
+        try:
+            config = self._admin.model_config(model)
+        except MerlinTorchServingError:
+            return None
+        return config.get("config", config)
 
     def _wait_until_unloaded(self, model: str) -> None:
         """Unload returns before the model's stubs are gone: wait for them (in-flight requests
@@ -272,7 +291,3 @@ class Failover:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"model {model!r} still READY after its unload was asked for")
             time.sleep(0.1)
-
-    def is_switched(self, model: str) -> bool:
-        with self._lock:
-            return model in self._switched

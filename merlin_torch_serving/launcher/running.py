@@ -4,7 +4,6 @@ reloaded on request, with every failure turned into an error that quotes the ser
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -39,8 +38,6 @@ class RunningServer:
         self.ports = ports
         self.log = log
         self._backends = backends
-        #: the config a model is loaded with instead of its config.pbtxt (None: the file's)
-        self.config_for: Callable[[str], dict | None] = lambda name: None
         #: a second repository the server was started with (standby models), if any
         self.side_repository: Path | None = None
         self.http_url = f"{config.connect_host}:{ports.http}"
@@ -124,11 +121,8 @@ class RunningServer:
         """Ask the server to load ``name``: None once it is loaded, else why it failed to;
         ``TimeoutError`` when it is still loading after ``timeout_s``."""
         log_offset = self.log.size()
-        override = self.config_for(name)
         try:
-            self.admin.load(
-                name, timeout_s, config=json.dumps(override) if override is not None else None
-            )
+            self.admin.load(name, timeout_s)
         except Refused as refusal:
             return diagnostics.load_refusal(refusal.reason, self.log.since(log_offset), name)
         return None

@@ -12,7 +12,10 @@ reloads python models whose stubs kept memory.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 
@@ -20,7 +23,7 @@ from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
 from merlin_torch_serving.health import ModelHealth, expected_stubs
 from merlin_torch_serving.launcher import recycling
 from merlin_torch_serving.launcher.deaths import DeathWatch
-from merlin_torch_serving.launcher.failover import Failover
+from merlin_torch_serving.launcher.failover import Failover, standby_name
 from merlin_torch_serving.launcher.process import children_of
 from merlin_torch_serving.launcher.stubs import Stub, StubRecord, assess
 
@@ -53,6 +56,8 @@ class Supervisor:
         self._failover = failover
         self._memory = recycling.MemoryWatch(memory_growth_limit) if memory_growth_limit else None
         self._live: dict[tuple[str, int], set[int]] = {}
+        #: stubs of retired versions still running -> their CPU ticks at the last look
+        self._leftovers: dict[int, int] = {}
         self._interval_s = interval_s
         self._wake = threading.Event()
         self._deaths = DeathWatch(server.pid, self._stub_died) if failover else None
@@ -138,8 +143,11 @@ class Supervisor:
     # ---- the thread -------------------------------------------------------------------------
 
     def _stub_died(self, stub: Stub) -> None:
-        """At once, from the death watch: keep requests away from the dead stub's model."""
-        if self._failover is not None and not self._stop.is_set():
+        """At once, from the death watch: keep requests away from the dead stub's model, if its
+        standby's stub runs."""
+        standby = standby_name(stub.model)
+        standby_runs = any(name == standby and pids for (name, _), pids in self._live.items())
+        if self._failover is not None and standby_runs and not self._stop.is_set():
             self._failover.switch_to_standby(stub.model)
         self._wake.set()  # repair it now rather than at the next look
 
@@ -164,12 +172,36 @@ class Supervisor:
                     self._handle_failure(model)
             self._keep_memory(report)
             self._keep_standbys(report)
+            self._reap_leftovers()
+
+    def _reap_leftovers(self) -> None:
+        """End the stubs of a retired version that tritonserver keeps (see _handle_failure) once
+        they have done no work for a look: they answer nothing any more, and each holds what a
+        stub holds."""
+        for pid, ticks in list(self._leftovers.items()):
+            now = recycling.cpu_ticks(pid)
+            if now == 0:
+                del self._leftovers[pid]  # gone
+            elif now != ticks:
+                self._leftovers[pid] = now  # finishing the requests it had
+            else:
+                del self._leftovers[pid]
+                if self._deaths is not None:
+                    self._deaths.ignore(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                logger.info("ended stub %d of a version tritonserver retired but kept", pid)
 
     def _keep_standbys(self, report: list[ModelHealth]) -> None:
+        """Arm new python models; keep armed ones so (reloaded, exported anew); drop unloaded."""
         if self._failover is None or self._stop.is_set():
             return
         self._failover.forget(model.name for model in report if model.state == "UNAVAILABLE")
         self._failover.arm(self._failover.pending(report))
+        ready = {model.name for model in report if model.state == "READY" and model.stubs_alive}
+        for name in sorted(self._failover.armed() & ready):
+            if not self._failover.is_switched(name) and not self._stop.is_set():
+                self._failover.ensure(name)
 
     def _keep_memory(self, report: list[ModelHealth]) -> None:
         """Reload the python models whose stubs kept memory (``launcher.recycling``)."""
@@ -214,6 +246,9 @@ class Supervisor:
             return
         self._notes[model.name] = f"being reloaded after: {model.last_error}"
         self._reloading.add(model.name)
+        # the model's stubs that still run: tritonserver 2.51 never finishes retiring a version
+        # one of whose stubs died, so these would outlive the reload (see _reap_leftovers)
+        survivors = set(self._live.get((model.name, model.version or 0), ()))
         try:
             self._server.reload(model.name)
         except MerlinTorchServingError as error:
@@ -228,7 +263,11 @@ class Supervisor:
         finally:
             self._reloading.discard(model.name)
         if self._failover is not None:
+            # reloaded from its config.pbtxt: raised to two instances again before it takes the
+            # ensembles' requests back
+            self._failover.ensure(model.name)
             self._failover.switch_back(model.name)
+        self._leftovers.update(dict.fromkeys(survivors, -1))
         self._retry_wait_s.pop(model.name, None)
         self._retry_at.pop(model.name, None)
         self._restarts[model.name] = self._restarts.get(model.name, 0) + 1

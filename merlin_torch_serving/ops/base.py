@@ -102,7 +102,7 @@ class ServingOperator(BaseOperator):
     backend: ClassVar[str] = "python"
     #: the version of what ``config()`` and ``save_artifacts`` write
     format_version: ClassVar[int] = 1
-    #: ``config()`` keys a served step's config may override at load (see the module's docstring)
+    #: ``config()`` keys a file beside a served step's config may override (see the docstring)
     reloadable_config: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs):
@@ -213,6 +213,12 @@ class ServingOperator(BaseOperator):
     def warmup_requests(self) -> list:
         """Candidate requests (``TensorTable``s of this operator's input columns) to warm served
         models up with, best first; the export takes the first that no filter drops."""
+        return []
+
+    def services(self) -> list[dict[str, str]]:
+        """Outside services the operator calls while it serves (a feature server), as
+        ``{"name": ..., "url": ...}``; the export names them in the step's config, and health
+        reports say whether each answers (``health.service_health``)."""
         return []
 
     def filtered_by(self, request) -> str | None:

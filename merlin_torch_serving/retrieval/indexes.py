@@ -118,12 +118,27 @@ class FaissItems(ItemIndex):
     ) -> FaissItems:
         faiss = _faiss()
         vectors = np.ascontiguousarray(item_vectors.detach().to(torch.float32).numpy())
-        catalog, dimension = vectors.shape
+        catalog, _dimension = vectors.shape
         ids = np.setdiff1d(
             np.arange(catalog, dtype=np.int64), np.asarray(excluded_ids, dtype=np.int64)
         )
         began = time.perf_counter()
+        # faiss shares torch's OpenMP runtime: its thread count is torch's, so it is put back after
+        # (else torch reports that count while MKL keeps its own, and products change their bits)
+        threads = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads((os.cpu_count() or 1) if len(ids) >= _PARALLEL_BUILD_ITEMS else 1)
+        try:
+            index = cls._built(faiss, spec, vectors, ids, began)
+        finally:
+            faiss.omp_set_num_threads(threads)
+        return cls(spec, index, catalog)
+
+    @staticmethod
+    def _built(
+        faiss, spec: HNSWIndex | IVFIndex, vectors: np.ndarray, ids: np.ndarray, began: float
+    ):
+        """The faiss index of ``spec`` over the ``ids`` rows of ``vectors``."""
+        dimension = vectors.shape[1]
         if isinstance(spec, HNSWIndex):
             inner = faiss.IndexHNSWFlat(dimension, spec.m, faiss.METRIC_INNER_PRODUCT)
             inner.hnsw.efConstruction = spec.ef_construction
@@ -147,7 +162,7 @@ class FaissItems(ItemIndex):
                     len(ids),
                     time.perf_counter() - began,
                 )
-        return cls(spec, index, catalog)
+        return index
 
     def search(self, queries, k, excluded_ids, seen_values, seen_offsets, temperature):
         queries = np.ascontiguousarray(queries.detach().to(torch.float32).numpy())

@@ -97,8 +97,9 @@ def test_without_the_key_the_repository_index_load_and_unload_are_refused(served
 def test_inference_metadata_and_health_need_no_key(served_doubler, protocol):
     client = raw_client(protocol, url_of(served_doubler, protocol))
     try:
+        # (not is_server_ready: the shared server also holds other tests' models, some broken
+        # on purpose)
         assert client.is_server_live()
-        assert client.is_server_ready()
         assert client.is_model_ready("guarded")
         assert client.get_model_metadata("guarded")
         assert client.get_model_config("guarded")

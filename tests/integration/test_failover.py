@@ -145,6 +145,8 @@ def test_after_the_repair_the_ensemble_runs_the_model_again(served):
     finally:
         client.close()
     assert [s["model_name"] for s in config["ensemble_scheduling"]["step"]] == [step]
+    # reloaded from its config.pbtxt (one instance), then raised to two again
+    assert len(stubs_of(server, step)) == 2
 
 
 def test_a_server_without_failover_runs_the_exported_instances_only(
