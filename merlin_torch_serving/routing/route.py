@@ -4,9 +4,10 @@ session in request order, with the branch that answered.
 
 Branches are graphs built on the node the route follows (usually the workflow's output), exactly
 as they would be without the route. In-process each runs its plan on its sessions; served, each is
-a Triton ensemble of its own that the route's python step calls through BLS (``branches``). A
-branch that fails leaves the other branches' sessions answered: its own get a named error in the
-error column, or go to the fallback branch when there is one.
+a Triton ensemble of its own that the route's python step calls through BLS, or (``inline``) a
+python step computed inside the route's own (``branches``). A branch that fails leaves the other
+branches' sessions answered: its own get a named error in the error column, or go to the fallback
+branch when there is one.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class Route(ServingOperator):
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """New weights for the experiment's variants (one each), for the next requests in-process
-        and the next export; a served route takes them from its step's config (``routing.weights``).
+        and the next export; a served route takes them from the file ``routing.weights`` writes.
         """
         if self.experiment is None:
             raise ValueError(f"{self.label} has no experiment to weigh")
@@ -282,6 +283,9 @@ class Route(ServingOperator):
         started = time.perf_counter()
         try:
             outcome: TensorTable | Exception = self._runner(name).run(part)
+            sessions, answered = tables.num_rows(part), tables.num_rows(outcome)
+            if answered != sessions:
+                outcome = ValueError(f"it answered {answered} rows for {sessions} sessions")
         except Exception as error:  # the branch's sessions get the error, the others their answer
             outcome = error
         return outcome, time.perf_counter() - started

@@ -4,6 +4,7 @@ rules before the experiment, failures isolated, schemas checked as the graph is 
 import numpy as np
 import pandas as pd
 import pytest
+from merlin.table import TensorTable
 
 from merlin_torch_serving import (
     DecodeItemIds,
@@ -132,13 +133,21 @@ class Failing(TopK):
         raise RuntimeError("the model is broken")
 
 
-def failing_route(workflow, model, fallback):
+class OneRowOnly(TopK):
+    """TopK that answers the first row only, as a branch that loses sessions."""
+
+    def transform(self, col_selector, transformable):
+        answer = super().transform(col_selector, transformable)
+        return TensorTable({name: answer[name].values[:1] for name in answer.columns}, _unsafe=True)
+
+
+def failing_route(workflow, model, fallback, failing=Failing):
     features = features_of(workflow)
     scripted, input_schema, output_schema = model
     broken = (
         features
         >> PredictPytorch(scripted, input_schema, output_schema)
-        >> Failing(routed_graphs.K, seen_items=features["item_id-list"], exclude_ids=[0, 1, 2])
+        >> failing(routed_graphs.K, seen_items=features["item_id-list"], exclude_ids=[0, 1, 2])
         >> DecodeItemIds(workflow)
     )
     return features >> Route(
@@ -183,6 +192,21 @@ def test_the_fallback_answers_the_sessions_of_a_failed_branch(
     broken = (answer["variant"] == "broken") & ~answer["filtered_out"]
     assert answer["branch_error"][broken].str.startswith("branch 'broken' failed").all()
     assert (answer["branch_error"][~broken] == "").all()
+
+
+def test_a_branch_that_answers_fewer_rows_than_sessions_fails_and_the_fallback_answers(
+    filtered_toy_workflow, model, request_rows
+):
+    workflow = filtered_toy_workflow
+    route = failing_route(workflow, model, "fine", failing=OneRowOnly)
+    answer = Ensemble(route, workflow.input_schema).transform(request_rows)
+    broken = (answer["variant"] == "broken") & ~answer["filtered_out"]
+    assert (answer["branch"] == "fine").all()
+    assert (
+        answer["branch_error"][broken]
+        .str.fullmatch(r"branch 'broken' failed: ValueError: it answered 1 rows for \d+ sessions")
+        .all()
+    )
 
 
 def test_set_weights_moves_sessions_for_the_next_requests(
