@@ -101,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import idle
 
         return idle.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "routing":
+        from benchmarks import routing
+
+        return routing.main(rest + ["--output-dir", str(arguments.output_dir)])
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
@@ -150,12 +154,13 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "idle", "merging", "multistage"],
+        choices=["catalog", "idle", "merging", "multistage", "routing"],
         help=(
             "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
-            " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py) or"
-            " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), or the"
-            " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py)"
+            " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
+            " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
+            " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py) or what a"
+            " route costs one session (benchmarks/routing.py)"
         ),
     )
     parser.add_argument(

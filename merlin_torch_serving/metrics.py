@@ -27,6 +27,10 @@ EMPTY_ANSWERS = "empty_answers"
 MISSING_ENTITIES = "missing_entities"
 UNANSWERED_ENTITIES = "unanswered_entities"
 FEATURE_SERVER_ERRORS = "feature_server_errors"
+#: a route's branches (``routing``): calls, seconds inside them, sessions they failed
+BRANCH_CALLS = "branch_calls"
+BRANCH_SECONDS = "branch_seconds"
+BRANCH_ERRORS = "branch_errors"
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -61,6 +65,14 @@ def count(name: str, value: float = 1, **labels: str) -> None:
     collected = _collected.get()
     if collected is not None and value:
         collected.add(name, float(value), labels)
+
+
+def counted(name: str) -> float:
+    """What counter ``name`` holds so far for the request being served, over all its labels."""
+    collected = _collected.get()
+    if collected is None:
+        return 0.0
+    return sum(value for (key, _), value in collected.totals.items() if key == name)
 
 
 def is_collecting() -> bool:

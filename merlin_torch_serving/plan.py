@@ -4,7 +4,9 @@ Selection, ``+`` and ``[]`` nodes only route columns, so they are resolved away 
 is a list of operator calls, each reading columns produced by the request or by an earlier call.
 The in-process executor runs a plan; the exporter cuts it into Triton steps. Both see one graph.
 Two things every answer gets are added here: the columns operators return with every answer (the
-session id), and the blanking of results computed from rows a workflow filtered out.
+session id), and the blanking of results computed from rows a workflow filtered out. An operator
+with sub-graphs (a route's branches) gets each as a plan of its own, whose request is the
+operator's input (``sub_plans``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from merlin.dag import ColumnSelector, Graph, Node, postorder_iter_nodes
+from merlin.dag import ColumnSelector, Graph, Node
 from merlin.dag.ops import ConcatColumns, GroupingOp, SelectionOp, SubsetColumns, SubtractionOp
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
@@ -48,6 +50,8 @@ class OpCall:
     inputs: dict[str, Ref]
     input_schema: Schema
     output_schema: Schema
+    #: the plans of the operator's sub-graphs, by name (see ``ServingOperator.sub_graphs``)
+    sub_plans: dict[str, Plan] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -126,42 +130,8 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
     refs: dict[int, dict[str, Ref]] = {}  # id(node) -> its output columns' refs
     calls: list[OpCall] = []
     schemas: dict[Ref, ColumnSchema] = {Ref(REQUEST, c.name): c for c in input_schema}
-
-    for node in postorder_iter_nodes(graph.output_node):
-        upstream = _upstream_refs(node, refs)
-        op = node.op
-        if isinstance(op, _ROUTING_OPS):
-            refs[id(node)] = {
-                name: _find(name, upstream, node) for name in node.output_schema.column_names
-            }
-            continue
-        if not isinstance(op, ServingOperator):
-            raise SchemaError(
-                type(op).__name__,
-                None,
-                "a serving operator (TransformWorkflow, PredictPytorch, TopK, DecodeItemIds, ...)",
-                f"{type(op).__module__}.{type(op).__name__}",
-                "wrap NVTabular operators in an nvtabular.Workflow and use TransformWorkflow",
-            )
-        # the selector holds the columns the operator asked for, in the order it asked
-        selected = (
-            node.selector.names if node.selector is not None else node.input_schema.column_names
-        )
-        inputs = {name: _find(name, upstream, node) for name in selected}
-        parts = op.parts()
-        if parts == [op]:
-            call = OpCall(
-                index=len(calls),
-                op=op,
-                inputs=inputs,
-                input_schema=node.input_schema.select_by_name(selected),
-                output_schema=node.output_schema,
-            )
-            calls.append(call)
-        else:
-            call = _append_parts(parts, inputs, calls, schemas)
-        refs[id(node)] = {c.name: Ref(call.index, c.name) for c in node.output_schema}
-        schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
+    for node in _postorder(graph.output_node, cut=set()):
+        _flatten(node, refs, calls, schemas)
 
     outputs = _with_returned_columns(calls, refs[id(graph.output_node)])
     for call in list(calls):
@@ -170,6 +140,121 @@ def build_plan(output_node: Node, input_schema: Schema) -> Plan:
             outputs = _blank_filtered_rows(call, flag, calls, outputs, schemas)
     output_schema = Schema([schemas[ref].with_name(name) for name, ref in outputs.items()])
     return Plan(input_schema, calls, outputs, output_schema, schemas)
+
+
+def _flatten(
+    node: Node,
+    refs: dict[int, dict[str, Ref]],
+    calls: list[OpCall],
+    schemas: dict[Ref, ColumnSchema],
+) -> None:
+    """Add ``node`` to the plan being built: the refs of its output columns, and its operator
+    call (with the plans of the operator's sub-graphs) unless it only routes columns."""
+    upstream = _upstream_refs(node, refs)
+    op = node.op
+    if isinstance(op, _ROUTING_OPS):
+        refs[id(node)] = {
+            name: _find(name, upstream, node) for name in node.output_schema.column_names
+        }
+        return
+    if not isinstance(op, ServingOperator):
+        raise SchemaError(
+            type(op).__name__,
+            None,
+            "a serving operator (TransformWorkflow, PredictPytorch, TopK, DecodeItemIds, ...)",
+            f"{type(op).__module__}.{type(op).__name__}",
+            "wrap NVTabular operators in an nvtabular.Workflow and use TransformWorkflow",
+        )
+    # the selector holds the columns the operator asked for, in the order it asked
+    selected = node.selector.names if node.selector is not None else node.input_schema.column_names
+    inputs = {name: _find(name, upstream, node) for name in selected}
+    parts = op.parts()
+    if parts != [op]:
+        call = _append_parts(parts, inputs, calls, schemas)
+        refs[id(node)] = {c.name: Ref(call.index, c.name) for c in node.output_schema}
+        schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
+        return
+    call = OpCall(
+        index=len(calls),
+        op=op,
+        inputs=inputs,
+        input_schema=node.input_schema.select_by_name(selected),
+        output_schema=node.output_schema,
+    )
+    sub_graphs = op.sub_graphs()
+    if sub_graphs:
+        # a sub-graph starts from what the operator receives: the nodes above it are its request
+        cut = {id(n) for n in _postorder(node.parents, cut=set())}
+        call.sub_plans = {
+            name: _sub_plan(op.label, name, output, cut, call.input_schema)
+            for name, output in sub_graphs.items()
+        }
+        op.bind_sub_plans(call.sub_plans)
+    calls.append(call)
+    refs[id(node)] = {c.name: Ref(call.index, c.name) for c in node.output_schema}
+    schemas.update({Ref(call.index, c.name): c for c in node.output_schema})
+
+
+def _sub_plan(label: str, name: str, output: Node, cut: set[int], input_schema: Schema) -> Plan:
+    """The plan of sub-graph ``name`` of operator ``label``, whose request is the operator's input
+    (``input_schema``): the nodes in ``cut`` (above the operator) provide their columns by name."""
+    refs: dict[int, dict[str, Ref]] = {}
+    calls: list[OpCall] = []
+    schemas: dict[Ref, ColumnSchema] = {Ref(REQUEST, c.name): c for c in input_schema}
+    received = input_schema.column_names
+    for node in _postorder(output, cut):
+        if id(node) in cut:  # columns it does not receive are refused below, naming them
+            refs[id(node)] = {c: Ref(REQUEST, c) for c in node.output_schema.column_names}
+            continue
+        _flatten(node, refs, calls, schemas)
+    for call in calls:
+        for ref in call.inputs.values():
+            if ref.producer == REQUEST and ref.column not in received:
+                raise SchemaError(
+                    label,
+                    ref.column,
+                    f"columns it receives ({', '.join(map(repr, received))}) in its sub-graph"
+                    f" {name!r}",
+                    f"{call.op.label} reading {ref.column!r} from above the operator",
+                    "build the sub-graph on the node the operator follows",
+                )
+    outputs = refs[id(output)]
+    output_schema = Schema([schemas[ref].with_name(column) for column, ref in outputs.items()])
+    # its request holds what it reads, no more: that is what crosses to its served model
+    read = {ref.column for call in calls for ref in call.inputs.values() if ref.producer == REQUEST}
+    read |= {ref.column for ref in outputs.values() if ref.producer == REQUEST}
+    request_schema = input_schema.select_by_name([c for c in received if c in read])
+    return Plan(request_schema, calls, outputs, output_schema, schemas)
+
+
+def _postorder(outputs: Node | list[Node], cut: set[int]) -> list[Node]:
+    """The nodes that feed ``outputs`` (themselves included), each after the nodes it reads.
+
+    Nodes in ``cut`` are listed but not descended into; an operator's sub-graphs are left out (they
+    become sub-plans of its call).
+    """
+    order: list[Node] = []
+    seen: set[int] = set()
+
+    def visit(node: Node) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if id(node) not in cut:
+            for upstream in _feeding(node):
+                visit(upstream)
+        order.append(node)
+
+    for output in outputs if isinstance(outputs, list) else [outputs]:
+        visit(output)
+    return order
+
+
+def _feeding(node: Node) -> list[Node]:
+    """The nodes ``node`` reads, but the outputs of its operator's sub-graphs."""
+    op = node.op
+    inner = {id(n) for n in op.sub_graphs().values()} if isinstance(op, ServingOperator) else set()
+    return [n for n in node.parents_with_dependencies if id(n) not in inner]
 
 
 def _append_parts(
@@ -230,6 +315,8 @@ def _blank_filtered_rows(
     columns taken from it."""
     downstream = {flagging.index}
     for call in calls:
+        if call.op.handles_filtered_rows():  # it answers those rows itself (a route)
+            continue
         if any(ref.producer in downstream for ref in call.inputs.values()):
             downstream.add(call.index)
     blanked = {
@@ -255,7 +342,7 @@ def _blank_filtered_rows(
 def _upstream_refs(node: Node, refs: dict[int, dict[str, Ref]]) -> dict[str, Ref]:
     """Columns visible to a node: its parents' and dependencies' outputs, else the request."""
     upstream: dict[str, Ref] = {}
-    sources = node.parents_with_dependencies
+    sources = _feeding(node)
     for source in sources:
         for name, ref in refs[id(source)].items():
             upstream.setdefault(name, ref)

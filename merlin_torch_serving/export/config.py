@@ -41,6 +41,12 @@ REQUEST_DIM_PARAMETER = "merlin_torch_serving.request_dim"
 MAX_BATCH_ROWS_PARAMETER = "merlin_torch_serving.max_batch_rows"
 #: python-backend step parameter: JSON of the warm-up sample the stub runs itself (see python_model)
 WARMUP_PARAMETER = "merlin_torch_serving.warmup"
+#: python step file, beside its config.pbtxt: JSON ``{call index: {config key: value}}``, settings
+#: an operator takes from here instead of its exported config when the step loads
+#: (``reloadable_config``: a route's experiment weights), so a reload changes them without a new
+#: export. A file and not a config parameter: the launcher's failover loads python models with the
+#: config it saw first, and a standby links the model folder's files
+CONFIG_OVERRIDES_FILE = "config_overrides.json"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"

@@ -22,6 +22,7 @@ from merlin_torch_serving.exceptions import ArtifactError, InputError, MerlinTor
 from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export import heap, merging
 from merlin_torch_serving.export.config import (
+    CONFIG_OVERRIDES_FILE,
     DEFAULT_MAX_BATCH_ROWS,
     MAX_BATCH_ROWS_PARAMETER,
     MAX_REQUEST_ROWS_PARAMETER,
@@ -52,7 +53,11 @@ class HostedStep:
         max_rows: int | None = None,
         name: str = "step",
         max_batch_rows: int | None = None,
+        overrides: dict | None = None,
     ):
+        """``overrides``: by call index (a string), ``config()`` keys its operator takes from the
+        model's folder instead (``CONFIG_OVERRIDES_FILE``)."""
+        overrides = overrides or {}
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
@@ -62,7 +67,12 @@ class HostedStep:
             self.calls.append(
                 OpCall(
                     index=call["index"],
-                    op=_load_operator(name, call, os.path.join(version_dir, call["artifacts"])),
+                    op=_load_operator(
+                        name,
+                        call,
+                        os.path.join(version_dir, call["artifacts"]),
+                        overrides.get(str(call["index"]), {}),
+                    ),
                     inputs={name: Ref(*ref) for name, ref in call["inputs"].items()},
                     input_schema=schema_from_json(call["input_schema"]),
                     output_schema=schema_from_json(call["output_schema"]),
@@ -82,13 +92,14 @@ class HostedStep:
         step: str | None = None,
         max_rows: int | None = None,
         max_batch_rows: int | None = None,
+        overrides: dict | None = None,
     ) -> HostedStep:
         """The step exported into ``version_dir``, once its files are checked against step.json."""
         with open(os.path.join(version_dir, STEP_FILE)) as f:
             spec = json.load(f)
         step = step or os.path.basename(os.path.dirname(os.path.abspath(version_dir)))
         verify_step(step, version_dir, spec)
-        return cls(spec, version_dir, max_rows, step, max_batch_rows)
+        return cls(spec, version_dir, max_rows, step, max_batch_rows, overrides)
 
     def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
@@ -125,8 +136,11 @@ class HostedStep:
     def _answer(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         table = wire.from_wire(arrays, self.input_schema)
         env = {self.inputs[name]: column for name, column in table.items()}
+        labelled = metrics.counted(metrics.SESSIONS)
         results = TensorTable(run_calls(self.calls, env, self.outputs), _unsafe=True)
-        metrics.count(metrics.SESSIONS, tables.num_rows(results))  # rows
+        # rows; those an operator counted itself (a route's, per branch) are not counted twice
+        labelled = metrics.counted(metrics.SESSIONS) - labelled
+        metrics.count(metrics.SESSIONS, tables.num_rows(results) - labelled)
         return wire.to_wire(results)
 
     def _merge_keys(self) -> list[str] | None:
@@ -151,10 +165,13 @@ class HostedStep:
         return found
 
 
-def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator:
+def _load_operator(
+    step: str, call: dict, artifact_path: str, overrides: dict | None = None
+) -> ServingOperator:
     """The operator ``call`` describes, if its class reads what was saved.
 
-    ``call`` is an entry of step.json.
+    ``call`` is an entry of step.json; ``overrides`` replace keys of its config that the class
+    lets a model's config change (``reloadable_config``).
     """
     cls = operator_class(call["class"])
     saved = call.get("format_version")
@@ -165,7 +182,26 @@ def _load_operator(step: str, call: dict, artifact_path: str) -> ServingOperator
             f" class reads format {cls.format_version}",
             f"re-export the ensemble with merlin-torch-serving {library_version()}",
         )
-    return cls.load(call["config"], artifact_path)
+    overrides = overrides or {}
+    refused = sorted(key for key in overrides if key not in cls.reloadable_config)
+    if refused:
+        allowed = ", ".join(map(repr, cls.reloadable_config)) or "none"
+        raise ArtifactError(
+            step,
+            f"its {CONFIG_OVERRIDES_FILE} overrides {refused} of operator {call['label']}, and"
+            f" that operator lets it override only {allowed}",
+            "remove them from the file, or re-export the ensemble with the new settings",
+        )
+    return cls.load({**call["config"], **overrides}, artifact_path)
+
+
+def _config_overrides(model_dir: str) -> dict | None:
+    """The settings ``CONFIG_OVERRIDES_FILE`` in the model's folder holds (None without one)."""
+    path = os.path.join(model_dir, CONFIG_OVERRIDES_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        return json.load(file)
 
 
 class TritonPythonModel:
@@ -191,6 +227,7 @@ class TritonPythonModel:
             self.model_name,
             int(max_rows) if max_rows else None,
             int(batch_rows) if batch_rows else None,
+            _config_overrides(args["model_repository"]),
         )
         self.output_names = [output["name"] for output in config["output"]]
         # batched: Triton hands execute several requests, each tensor with a leading dimension of 1

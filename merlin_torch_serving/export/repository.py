@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.util
 import json
 import os
-import py_compile
 import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -65,8 +62,14 @@ from merlin_torch_serving.export.libtorch_feeder import (
 )
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import TritonStep, partition, placement_notes
-from merlin_torch_serving.export.python_model import STEP_FILE
+from merlin_torch_serving.export.python_step import write_python_step
 from merlin_torch_serving.export.request_dim import with_request_dim
+from merlin_torch_serving.export.sub_ensembles import (
+    manifest_record,
+    sub_ensembles,
+    sub_graphs_of,
+    write_sub_ensembles,
+)
 from merlin_torch_serving.export.warmup import warmup_inputs
 from merlin_torch_serving.export.warmup_files import (
     WARMUP_DIR,
@@ -133,7 +136,14 @@ def export_ensemble(
     feeder_names = (
         [feeder.name for feeder in request_feeders(plan, steps)] if options.batching else []
     )
-    model_names = feeder_names + [step.name for step in steps] + [name]
+    # the sub-graphs of its operators (a route's branches), as ensembles of their own
+    subs = sub_ensembles(plan, name)
+    model_names = (
+        feeder_names
+        + [step.name for step in steps]
+        + [model for sub in subs for model in sub.models]
+        + [name]
+    )
     existing = [model for model in model_names if (repository / model).exists()]
     if overwrite:
         # steps of the previous export that this one does not write again (say, a step that moved
@@ -182,7 +192,12 @@ def export_ensemble(
                 merged=step.name in rows_from,
                 feeds=feeds.get(step.name),
                 session_key=session_keys.get(step.name),
+                sub_graphs=sub_graphs_of(subs, name),
             )
+        doing = "writing the sub-graphs of its operators as ensembles"
+        write_sub_ensembles(
+            subs, staged, version, options, (name, plan, warmup), _write_step, _write_ensemble
+        )
         doing = f"writing the ensemble {name!r}"
         _write_ensemble(
             staged / name,
@@ -203,11 +218,12 @@ def export_ensemble(
             name,
             version,
             ensemble,
-            steps,
+            steps + [step for sub in subs if not sub.inline for step in sub.steps],
             options,
             warmup.problem,
             staged,
             feeders,
+            manifest_record(subs),
         )
         warn_about_differing_thread_counts(staged)
         doing = "putting the new repository in place of the old one"
@@ -227,7 +243,10 @@ def export_ensemble(
         name=name,
         version=version,
         models=model_names,
-        fused={step.name: [call.op.label for call in step.calls] for step in steps},
+        fused={
+            step.name: [call.op.label for call in step.calls]
+            for step in steps + [step for sub in subs if not sub.inline for step in sub.steps]
+        },
         warnings=([warmup.problem] if warmup.problem else [])
         + placement_notes(plan)
         + (unmerged_steps(steps, rows_from) if options.batching else []),
@@ -246,10 +265,13 @@ def _write_step(
     merged: bool = False,
     feeds: list[wire.TensorSpec] | None = None,
     session_key: str | None = None,
+    sub_graphs: dict | None = None,
 ) -> None:
     """``merged``: a libtorch step that answers a batch of requests at once; ``feeds``: the outputs
     of a python step that such a step reads (see libtorch_batching.py); ``session_key``: the
-    request's session id, for a merged step that reads the request (libtorch_feeder.py)."""
+    request's session id, for a merged step that reads the request (libtorch_feeder.py);
+    ``sub_graphs``: by call index, what the export made of the call's sub-graphs (see
+    sub_ensembles.py)."""
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
     warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
@@ -275,36 +297,9 @@ def _write_step(
             step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays
         )
     else:
-        spec: dict[str, Any] = {
-            "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
-            "outputs": {name: [ref.producer, ref.column] for name, ref in step.outputs.items()},
-            "input_schema": schema_to_json(step.input_schema),
-            "output_schema": schema_to_json(step.output_schema),
-            "calls": [],
-        }
-        for call in step.calls:
-            artifacts = Path("ops") / str(call.index)
-            (version_dir / artifacts).mkdir(parents=True)
-            call.op.save_artifacts(str(version_dir / artifacts))
-            spec["calls"].append(
-                {
-                    "index": call.index,
-                    "label": call.op.label,
-                    "class": call.op.class_path,
-                    "format_version": call.op.format_version,
-                    "config": call.op.config(),
-                    "artifacts": str(artifacts),
-                    "inputs": {
-                        name: [ref.producer, ref.column] for name, ref in call.inputs.items()
-                    },
-                    "input_schema": schema_to_json(call.input_schema),
-                    "output_schema": schema_to_json(call.output_schema),
-                }
-            )
-        _write_text(version_dir / "model.py", _PYTHON_MODEL_SOURCE)
-        _compile(version_dir / "model.py")
-        spec.update(manifest.step_record(version_dir, exclude=[STEP_FILE]))
-        _write_text(version_dir / STEP_FILE, json.dumps(spec, indent=1))
+        write_python_step(
+            version_dir, step, sub_graphs, _PYTHON_MODEL_SOURCE, request_dim=options.batching
+        )
         config = configs.python_model_config(
             step.name,
             step.input_schema,
@@ -314,6 +309,9 @@ def _write_step(
             feeds or [],
             [service for call in step.calls for service in call.op.services()],
         )
+        if any(call.op.reloadable_config for call in step.calls):
+            # the exported settings until new ones are written here (routing.weights)
+            _write_text(model_dir / configs.CONFIG_OVERRIDES_FILE, "{}\n")
     _write_text(model_dir / "config.pbtxt", configs.to_pbtxt(config))
 
 
@@ -335,6 +333,7 @@ def _write_manifest(
     warmup_problem: str | None,
     staged: Path,
     feeders: list[Feeder],
+    sub_graphs: dict | None = None,
 ) -> None:
     record = {
         "ensemble": name,
@@ -368,6 +367,7 @@ def _write_manifest(
             }
             for step in steps
         ],
+        "sub_ensembles": sub_graphs or {},
     }
     record["steps"][:0] = [
         {
@@ -400,8 +400,11 @@ def _previous_steps(ensemble_dir: Path) -> list[str]:
     )
     if record is None or not record.is_file():
         return []
-    steps = json.loads(record.read_text()).get("steps", [])
-    return [step["model"] for step in steps if (ensemble_dir.parent / step["model"]).is_dir()]
+    written = json.loads(record.read_text())
+    models = [step["model"] for step in written.get("steps", [])] + list(
+        written.get("sub_ensembles", {})
+    )
+    return [model for model in models if (ensemble_dir.parent / model).is_dir()]
 
 
 def _versions(model_dir: Path) -> list[int]:
@@ -422,18 +425,6 @@ def _write_text(path: Path, text: str) -> None:
     if path.exists():
         path.unlink()
     path.write_text(text)
-
-
-def _compile(source: Path) -> None:
-    """Write the bytecode of ``source`` now: the stub would otherwise write it into the repository
-    when it loads the model, and a polling tritonserver takes that change for a new model to reload.
-    """
-    py_compile.compile(
-        str(source),
-        cfile=importlib.util.cache_from_source(str(source)),
-        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
-        doraise=True,
-    )
 
 
 def _copy_tree(source: Path, target: Path, skip: list[str]) -> None:

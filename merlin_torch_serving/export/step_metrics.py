@@ -18,6 +18,12 @@ Triton's own ``nv_inference_count`` counts them too.
     mts_missing_entities_total{model,lookup}      keys a feature lookup did not find (defaults)
     mts_unanswered_entities_total{model,lookup}   keys answered with defaults: no feature server
     mts_feature_server_errors_total{model,lookup} calls to a feature server that failed
+    mts_branch_calls_total{model,branch}          calls of a route's branch (one per request)
+    mts_branch_seconds_total{model,branch}        time inside them (mean: seconds / calls)
+    mts_branch_errors_total{model,branch}         sessions whose branch failed
+
+A step that hosts a route counts its sessions per branch that answered them (and per variant,
+with an experiment): ``mts_sessions_total{model,branch[,variant]}``.
 
 A series appears with its first non-zero count. Each increment is a message to the server process
 that waits for its answer (~12 us on an idle machine, a scheduler time slice or more on a busy
@@ -58,6 +64,9 @@ DESCRIPTIONS = {
         "Keys answered with the defaults because the feature server failed or was skipped"
     ),
     metrics.FEATURE_SERVER_ERRORS: "Calls to a feature server that failed (refused, timed out)",
+    metrics.BRANCH_CALLS: "Calls of a route's branch (one per request that sent it sessions)",
+    metrics.BRANCH_SECONDS: "Seconds spent inside the calls of a route's branch",
+    metrics.BRANCH_ERRORS: "Sessions whose route branch failed (answered by a fallback, or blank)",
 }
 
 

@@ -24,14 +24,17 @@ logger = logging.getLogger("merlin_torch_serving")
 @dataclass(frozen=True)
 class WarmupInputs:
     """Per step model, its warm-up input arrays in the wire format; ``problem`` says why they are
-    not a request that passes every filter (None when they are)."""
+    not a request that passes every filter (None when they are); ``values``: every column of the
+    run they came from (by ref), None when the plan failed on every candidate."""
 
     arrays: dict[str, dict[str, np.ndarray]]
     problem: str | None = None
+    values: dict | None = None
 
 
-def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
-    candidates = [
+def warmup_inputs(plan: Plan, steps, requests: list[TensorTable] | None = None) -> WarmupInputs:
+    """``requests``: the candidates to try (by default those the plan's operators propose)."""
+    candidates = requests or [
         request
         for call in plan.calls
         if _reads_request(call)
@@ -49,7 +52,7 @@ def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
             continue
         dropped = _dropped_by(plan, env)
         if dropped is None:
-            return WarmupInputs(_step_arrays(steps, env))
+            return WarmupInputs(_step_arrays(steps, env), values=env)
         filtered = filtered or (env, dropped)
     if filtered is not None:
         env, dropped = filtered
@@ -59,7 +62,7 @@ def warmup_inputs(plan: Plan, steps) -> WarmupInputs:
             " session"
         )
         logger.warning("export: %s", problem)
-        return WarmupInputs(_step_arrays(steps, env), problem)
+        return WarmupInputs(_step_arrays(steps, env), problem, env)
     problem = (
         f"the ensemble failed on every warm-up request ({failures[-1]}); steps warm up on schema"
         " samples"

@@ -44,6 +44,18 @@ Export (the contract the exporter relies on):
   reads a module's class annotations as types: leave ``from __future__ import annotations`` out
   of the module that defines it.)
 
+Sub-graphs (a route's branches, ``merlin_torch_serving.routing``):
+
+- ``sub_graphs()``: graphs the operator runs on subsets of its rows, by name, built on the node it
+  follows (declare them in ``dependencies`` too, so their schemas are computed). Each becomes a
+  plan whose request is the operator's input, handed to ``bind_sub_plans`` to run in-process;
+  the export writes each as a Triton ensemble of its own and tells the served operator its model
+  in ``sub_models.json`` of its artifact folder (``ops.sub_models``). ``inline_sub_graphs()``
+  names those to host in the operator's own python step instead (no model of their own).
+- ``reloadable_config``: ``config()`` keys that a file beside the step model's config may override
+  when it loads (``export.config.CONFIG_OVERRIDES_FILE``), so they change with a reload and no new
+  export.
+
 A minimal fusible operator::
 
     class Scale(ServingOperator):
@@ -94,6 +106,8 @@ class ServingOperator(BaseOperator):
     backend: ClassVar[str] = "python"
     #: the version of what ``config()`` and ``save_artifacts`` write
     format_version: ClassVar[int] = 1
+    #: ``config()`` keys a file beside a served step's config may override (see the docstring)
+    reloadable_config: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -183,6 +197,22 @@ class ServingOperator(BaseOperator):
         """A bool output column that is True on placeholder rows (sessions this operator could
         not compute); the ensemble blanks every later result on those rows."""
         return None
+
+    def handles_filtered_rows(self) -> bool:
+        """True when the operator answers the rows a workflow filtered out itself (a route sends
+        them to a fallback or blanks them), so the ensemble does not blank what it returns."""
+        return False
+
+    def sub_graphs(self) -> dict[str, Node]:
+        """Graphs the operator runs on subsets of its rows, by name (see the module's docstring)."""
+        return {}
+
+    def inline_sub_graphs(self) -> list[str]:
+        """Sub-graphs the export writes into the operator's own step, not as models of their own."""
+        return []
+
+    def bind_sub_plans(self, plans: dict) -> None:
+        """The plans of ``sub_graphs()`` (``plan.Plan`` by name), built with the ensemble."""
 
     def warmup_requests(self) -> list:
         """Candidate requests (``TensorTable``s of this operator's input columns) to warm served

@@ -5,6 +5,7 @@ Integer raw ids are also a TorchScript lookup, compiled into the libtorch model 
 """
 
 # no `from __future__ import annotations`: TorchScript reads the class annotations below as types
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -103,10 +104,9 @@ class DecodeItemIds(ServingOperator):
         columns = []
         for column in input_schema:
             if column.name in self.columns:
-                properties = {
-                    k: v for k, v in column.properties.items() if k not in ("domain", "value_count")
-                }
-                column = column.with_dtype(raw_dtype).with_properties(properties)
+                # the encoded ids' domain does not describe raw ids (with_properties would keep it)
+                properties = {k: v for k, v in column.properties.items() if k != "domain"}
+                column = dataclasses.replace(column.with_dtype(raw_dtype), properties=properties)
             columns.append(column)
         return Schema(columns)
 

@@ -9,21 +9,29 @@ operator runs on them like on any row, and the ensemble blanks what it computed 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving.tables import take_rows
+from merlin_torch_serving.tables import concat, num_rows, take_rows
 
 FILTERED_COLUMN = "filtered_out"
 
 
 def line_up_sessions(
-    table: TensorTable, request_keys: np.ndarray, key: str, filtered_column: str | None
+    table: TensorTable,
+    request_keys: np.ndarray,
+    key: str,
+    filtered_column: str | None,
+    unfiltered: Callable[[np.ndarray], TensorTable] | None = None,
 ) -> TensorTable:
     """``table``'s rows, one per distinct key of ``request_keys`` in first-appearance order.
 
     With ``filtered_column``, sessions missing from ``table`` get a placeholder row and the column
     is True on them; without it a missing session is an error (nothing could mark its row).
+    ``unfiltered(keys)``, when given, computes the rows of missing sessions to use as their
+    placeholders (sessions it has no row for keep empty ones).
     """
     request_keys = np.asarray(request_keys)
     distinct, first_position = np.unique(request_keys, return_index=True)
@@ -45,7 +53,15 @@ def line_up_sessions(
             " has no Filter; every session of a request needs a row"
         )
     if missing.any():
-        table = _with_placeholders(table, key, answer_keys[missing])
+        keys = answer_keys[missing]
+        placeholders = _placeholders(table, key, keys)
+        if unfiltered is not None:
+            computed = unfiltered(keys)
+            found = _row_of_each_key(np.asarray(computed[key].values), keys)
+            empty = num_rows(computed) + np.arange(len(keys))
+            both = concat([computed, placeholders])
+            placeholders = take_rows(both, np.where(found >= 0, found, empty))
+        table = concat([table, placeholders])
         rows[missing] = len(output_keys) + np.arange(int(missing.sum()))
     lined_up = take_rows(table, rows)
     if filtered_column is None:
@@ -64,24 +80,22 @@ def _row_of_each_key(output_keys: np.ndarray, answer_keys: np.ndarray) -> np.nda
     return np.where(found, order[positions] if len(order) else -1, -1).astype(np.int64)
 
 
-def _with_placeholders(table: TensorTable, key: str, keys: np.ndarray) -> TensorTable:
-    """``table`` with one row appended per key: the key, empty lists, zeros or empty strings."""
+def _placeholders(table: TensorTable, key: str, keys: np.ndarray) -> TensorTable:
+    """One row per key, with ``table``'s columns: the key, empty lists, zeros or empty strings."""
     count = len(keys)
-    columns = {}
+    columns: dict[str, object] = {}
     for name, column in table.items():
         values = np.asarray(column.values)
         if column.offsets is not None:
-            offsets = np.asarray(column.offsets)
             columns[name] = (
-                values,
-                np.concatenate([offsets, np.full(count, offsets[-1], dtype=offsets.dtype)]),
+                values[:0],
+                np.zeros(count + 1, dtype=np.asarray(column.offsets).dtype),
             )
             continue
         if name == key:
-            extra = keys.astype(values.dtype, copy=False)
+            columns[name] = keys.astype(values.dtype, copy=False)
         elif values.dtype == np.dtype(object):
-            extra = np.full((count, *values.shape[1:]), "", dtype=object)
+            columns[name] = np.full((count, *values.shape[1:]), "", dtype=object)
         else:
-            extra = np.zeros((count, *values.shape[1:]), dtype=values.dtype)
-        columns[name] = np.concatenate([values, extra])
+            columns[name] = np.zeros((count, *values.shape[1:]), dtype=values.dtype)
     return TensorTable(columns, _unsafe=True)

@@ -25,6 +25,7 @@ from merlin_torch_serving.exceptions import SchemaError, WorkflowNotFittedError
 from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions
+from merlin_torch_serving.ops.unfiltered import unfiltered_rows, without_filters
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 WORKFLOW_DIR = "workflow"
 logger = logging.getLogger("merlin_torch_serving")
+FILTERED_SESSIONS = ("empty", "unfiltered")
 
 
 class TransformWorkflow(ServingOperator):
@@ -62,6 +64,11 @@ class TransformWorkflow(ServingOperator):
         libtorch model: raw clicks in, recommendations out, no python in the serving path.
         In-process runs use the same TorchScript. A workflow with an operator that has no
         TorchScript form runs on the python backend instead, and the export says which and why.
+    filtered_sessions
+        What the placeholder row of a session the filters drop holds: ``"empty"`` (empty lists
+        and zeros; every result computed from it is blanked anyway) or ``"unfiltered"`` (its
+        features as if no ``Filter`` had dropped it, computed from its clicks: what a route's
+        fallback recommends from, see ``ops.unfiltered``; the python backend only).
     """
 
     def __init__(
@@ -72,11 +79,17 @@ class TransformWorkflow(ServingOperator):
         fast_path: bool = True,
         return_session_id: bool = True,
         backend: Literal["python", "pytorch"] = "python",
+        filtered_sessions: str = "empty",
     ):
         super().__init__()
         if backend not in ("python", "pytorch"):
             raise ValueError(f"backend must be 'python' or 'pytorch', got {backend!r}")
         _check_fitted(workflow)
+        if filtered_sessions not in FILTERED_SESSIONS:
+            raise ValueError(
+                f"filtered_sessions must be one of {FILTERED_SESSIONS}, got {filtered_sessions!r}"
+            )
+        self.filtered_sessions = filtered_sessions
         self.workflow = workflow
         self.keep_request_order = keep_request_order
         self.fast_path = fast_path
@@ -98,6 +111,11 @@ class TransformWorkflow(ServingOperator):
         from merlin_torch_serving.fastpath import compile_workflow
 
         self._compiled = compile_workflow(workflow, kernels=fast_path)
+        self._unfiltered = (
+            compile_workflow(without_filters(workflow), kernels=fast_path)
+            if self.filtered_column and filtered_sessions == "unfiltered"
+            else None
+        )
         self.backend_choice = backend
         self._placement_notes: list[str] = []
         self._scripted_answer: torch.nn.Module | None = None
@@ -110,6 +128,15 @@ class TransformWorkflow(ServingOperator):
         """The workflow's TorchScript form, or the python backend and why."""
         from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
 
+        if self._unfiltered is not None:
+            self.backend_choice = "python"
+            self._placement_notes = [
+                "TransformWorkflow runs on the python backend, not libtorch:"
+                " filtered_sessions='unfiltered' computes the features of the sessions its filters"
+                " drop on the fast path, which has no TorchScript form"
+            ]
+            logger.warning(self._placement_notes[0])
+            return
         scripted = ScriptedWorkflow(self.workflow, self.non_null_inputs())
         self._reduces_over_rows = bool(scripted.reduces_over_rows)
         reasons = "; ".join(f"{label}: {reason}" for label, reason in scripted.uncompiled)
@@ -229,8 +256,16 @@ class TransformWorkflow(ServingOperator):
         table = wire.from_wire(arrays, self.workflow.output_schema)
         if self.session_key is None:
             return table
+        key = self.session_key
+        unfiltered = self._unfiltered
         answer = line_up_sessions(
-            table, transformable[self.session_key].values, self.session_key, self.filtered_column
+            table,
+            transformable[key].values,
+            key,
+            self.filtered_column,
+            (lambda keys: unfiltered_rows(unfiltered, transformable, key, keys))
+            if unfiltered is not None
+            else None,
         )
         if self.filtered_column:
             metrics.count(
@@ -259,6 +294,7 @@ class TransformWorkflow(ServingOperator):
             "keep_request_order": self.keep_request_order,
             "fast_path": self.fast_path,
             "return_session_id": self.return_session_id,
+            "filtered_sessions": self.filtered_sessions,
         }
 
     def save_artifacts(self, artifact_path=None) -> None:
@@ -320,6 +356,15 @@ def _groupby_columns(workflow) -> list[str] | None:
     if len(keys) > 1 or not set(next(iter(keys))) <= set(workflow.input_schema.column_names):
         return None
     return list(next(iter(keys)))
+
+
+def derived_columns(workflow, raw_column: str) -> list[str]:
+    """The workflow's output columns computed from the request column ``raw_column``."""
+    return [
+        name
+        for name in workflow.output_schema.column_names
+        if raw_column in _input_sources(workflow.output_node, name)
+    ]
 
 
 def _input_sources(node, column: str) -> set[str]:

@@ -1,7 +1,8 @@
 """The README's complete example, run as a user pastes it: its python block, fed to this
-interpreter at the root of the checkout, then the block of the section on the workflow in
-TorchScript, which continues it. They train, export, serve on real tritonservers (the second with
-the pytorch backend alone) and compare the served answers with the in-process ones themselves."""
+interpreter at the root of the checkout, then the blocks that continue it in the same interpreter:
+the section on the workflow in TorchScript and the routing section. They train, export, serve on
+real tritonservers (one with the pytorch backend alone) and compare the served answers with the
+in-process ones themselves."""
 
 from __future__ import annotations
 
@@ -18,35 +19,29 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_example() -> str:
-    """The first python block of the README's "A complete example" section."""
+def readme_example(heading: str = "## A complete example") -> str:
+    """The first python block of the README's section under ``heading``."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## A complete example\n", 1)[1].split("\n## ", 1)[0]
+    level = heading.split(" ", 1)[0]
+    section = readme.split(f"\n{heading}\n", 1)[1].split(f"\n{level} ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, "the README's complete example has no python block"
-    return blocks[0]
-
-
-def continued_example() -> str:
-    """The python block of the README's section on the workflow in TorchScript."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## No Python in the serving path", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, "the README's section on the workflow in TorchScript has no python block"
+    assert blocks, f"the README's section {heading!r} has no python block"
     return blocks[0]
 
 
 def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process(
     tmp_path, pytorch_backend
 ):
-    example = readme_example() + "\n" + continued_example()
+    example = readme_example()
+    scripted = readme_example("## No Python in the serving path: the workflow in TorchScript")
+    routing = readme_example("### Routing: fallbacks and experiments")
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example
     # the example keeps its folder for serving afterwards; here it goes where pytest cleans up
     result = subprocess.run(
         [sys.executable, "-"],
-        input=example,
+        input="\n".join([example, scripted, routing]),
         cwd=ROOT,
         env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
@@ -55,6 +50,9 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
     )
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 3, result.stdout  # one line per requested session
-    for line in lines:
+    assert len(lines) == 6, result.stdout  # one line per requested session, in each example
+    for line in lines[:3]:
         assert re.fullmatch(r"session \d+: recommended \[(\d+, ){9}\d+\]", line), line
+    for line in lines[3:]:
+        pattern = r"session \d+: (current|candidate) answered by (current|candidate|popular)"
+        assert re.fullmatch(pattern, line), line
