@@ -30,6 +30,7 @@ from merlin_torch_serving.exceptions import (
     RepositoryExistsError,
     RequestTimeoutError,
     SchemaError,
+    ScoringError,
     ServerError,
     ServerExitedError,
     ServerNotFoundError,
@@ -65,11 +66,13 @@ _LAZY = {
     "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
     "RetrieveTopK": "merlin_torch_serving.ops",
+    "ScoringResult": "merlin_torch_serving.scoring.dataset",
     "ServingOperator": "merlin_torch_serving.ops",
     "TopK": "merlin_torch_serving.ops",
     "TransformWorkflow": "merlin_torch_serving.ops",
     "TritonExecutor": "merlin_torch_serving.executors",
     "TritonServer": "merlin_torch_serving.server",
+    "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
 
 __all__ = [
@@ -107,6 +110,8 @@ __all__ = [
     "RequestTimeoutError",
     "RetrieveTopK",
     "SchemaError",
+    "ScoringError",
+    "ScoringResult",
     "ServerError",
     "ServerExitedError",
     "ServerNotFoundError",
@@ -120,6 +125,7 @@ __all__ = [
     "UnknownModelError",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "score_dataset",
 ]
 
 
@@ -148,5 +154,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         TransformWorkflow,
     )
     from merlin_torch_serving.retrieval import ExactIndex, HNSWIndex, IVFIndex
+    from merlin_torch_serving.scoring.dataset import ScoringResult, score_dataset
     from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

@@ -3,7 +3,8 @@
 ``triton_server``: one tritonserver per test session, in explicit model-control mode on an empty
 repository; tests write model folders into ``triton_server.repository`` (see
 tests/triton_models.py) or export ensembles there, and load them by name.
-``toy_workflow`` / ``toy_model``: the small session-based setup of tests/toy_session.py.
+``toy_workflow`` / ``toy_model``: the small session-based setup of tests/toy_session.py;
+``filtered_toy_workflow``: the same workflow dropping one-click sessions.
 ``session_split`` / ``session_workflow`` / ``xlnet`` / ``gpt2`` / ``torchscript_model``: the
 session-based example's clicks, workflow and three next-item models (tests/session_models.py).
 ``pytorch_backend``: Triton's pytorch backend built for this torch; a test that needs it fails,
@@ -64,6 +65,13 @@ def triton_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def toy_workflow(tmp_path_factory):
     return toy_session.fitted_workflow(tmp_path_factory.mktemp("toy_vocabularies"))
+
+
+@pytest.fixture(scope="session")
+def filtered_toy_workflow(tmp_path_factory):
+    return toy_session.fitted_workflow(
+        tmp_path_factory.mktemp("filtered_toy_vocabularies"), minimum_clicks=2
+    )
 
 
 @pytest.fixture(scope="session")

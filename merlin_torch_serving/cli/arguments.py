@@ -12,9 +12,11 @@ from merlin_torch_serving.cli.commands import (
     deploy_files,
     infer,
     models,
+    score,
     serve,
     version_report,
 )
+from merlin_torch_serving.scoring.sizes import DEFAULT_BATCH_ROWS, DEFAULT_PARTITION_ROWS
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
@@ -201,6 +203,66 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="only say whether it is built (exit code 1 if not)"
     )
     build_parser.set_defaults(run=build_backend)
+
+    score_parser = commands.add_parser(
+        "score",
+        parents=[common],
+        help="score every session of a dataset with an exported ensemble on a Dask cluster",
+        description=(
+            "Answer every session of INPUT with the ensemble exported into REPOSITORY, as a server"
+            " of it answers, on a Dask cluster, and write the answers into OUTPUT as parquet files"
+            " (one row per session). A rerun keeps the files an earlier run of the same export"
+            " and input wrote and scores the rest."
+        ),
+    )
+    score_parser.add_argument("repository", help="the folder Ensemble.export wrote into")
+    score_parser.add_argument(
+        "input", help="a folder, file or glob of parquet files of raw rows (clicks)"
+    )
+    score_parser.add_argument("output", help="the folder to write the answers into")
+    score_parser.add_argument(
+        "--name", default=None, metavar="MODEL", help="the ensemble, when REPOSITORY holds several"
+    )
+    score_parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="a Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local cluster)",
+    )
+    score_parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes of the local cluster (default: one per core)",
+    )
+    score_parser.add_argument(
+        "--columns",
+        type=column_names.argument,
+        default=None,
+        metavar="YOURS=INPUT,...",
+        help="the input's column names for the ensemble's inputs, e.g. user_session=session_id",
+    )
+    score_parser.add_argument(
+        "--partition-rows",
+        type=int,
+        default=DEFAULT_PARTITION_ROWS,
+        metavar="ROWS",
+        help="about how many rows one partition (one part file) holds (default %(default)s)",
+    )
+    score_parser.add_argument(
+        "--batch-rows",
+        type=int,
+        default=DEFAULT_BATCH_ROWS,
+        metavar="ROWS",
+        help="rows per run of the ensemble within a partition (default %(default)s)",
+    )
+    score_parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the answers of another run found in OUTPUT",
+    )
+    score_parser.set_defaults(run=score)
 
     for name, function, help_text in (
         (
