@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import idle
 
         return idle.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "scoring":
+        from benchmarks import scoring
+
+        return scoring.main(rest + ["--output-dir", str(arguments.output_dir)])
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
@@ -141,11 +145,12 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "idle", "merging"],
+        choices=["catalog", "idle", "merging", "scoring"],
         help=(
             "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
-            " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py) or"
-            " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py)"
+            " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
+            " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py) or"
+            " batch scoring on Dask against a loop and a served client (benchmarks/scoring.py)"
         ),
     )
     parser.add_argument(

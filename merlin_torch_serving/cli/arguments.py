@@ -16,7 +16,7 @@ from merlin_torch_serving.cli.commands import (
     serve,
     version_report,
 )
-from merlin_torch_serving.scoring.sizes import DEFAULT_BATCH_ROWS, DEFAULT_PARTITION_ROWS
+from merlin_torch_serving.scoring.sizes import DEFAULT_BATCH_SESSIONS, DEFAULT_PARTITION_ROWS
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
@@ -251,11 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="about how many rows one partition (one part file) holds (default %(default)s)",
     )
     score_parser.add_argument(
-        "--batch-rows",
+        "--batch-sessions",
         type=int,
-        default=DEFAULT_BATCH_ROWS,
-        metavar="ROWS",
-        help="rows per run of the ensemble within a partition (default %(default)s)",
+        default=DEFAULT_BATCH_SESSIONS,
+        metavar="SESSIONS",
+        help="sessions per run of the ensemble within a partition (default %(default)s)",
     )
     score_parser.add_argument(
         "--overwrite",

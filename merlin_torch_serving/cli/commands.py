@@ -113,7 +113,7 @@ def score(args) -> int:
         workers=args.workers,
         columns=args.columns,
         partition_rows=args.partition_rows,
-        batch_rows=args.batch_rows,
+        batch_sessions=args.batch_sessions,
         overwrite=args.overwrite,
         progress=True,
     )

@@ -23,7 +23,7 @@ from pathlib import Path
 from merlin_torch_serving.exceptions import ScoringError
 from merlin_torch_serving.scoring import inputs, output
 from merlin_torch_serving.scoring.exported import read_export
-from merlin_torch_serving.scoring.sizes import DEFAULT_BATCH_ROWS, DEFAULT_PARTITION_ROWS
+from merlin_torch_serving.scoring.sizes import DEFAULT_BATCH_SESSIONS, DEFAULT_PARTITION_ROWS
 from merlin_torch_serving.scoring.worker import ScoringJob, preload, score_partition
 
 
@@ -82,7 +82,7 @@ def score_dataset(
     workers: int | None = None,
     columns: Mapping[str, str] | None = None,
     partition_rows: int = DEFAULT_PARTITION_ROWS,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
+    batch_sessions: int = DEFAULT_BATCH_SESSIONS,
     overwrite: bool = False,
     progress: Progress | bool = True,
 ) -> ScoringResult:
@@ -101,8 +101,11 @@ def score_dataset(
     client
         A ``distributed.Client`` or a scheduler address; None starts a local cluster of
         ``workers`` processes (default: one per core), one thread each, stopped at the end.
-    partition_rows, batch_rows
-        About how many rows (clicks) one partition holds, and one run of the ensemble within it.
+    partition_rows
+        About how many rows (clicks) one partition, and so one part file, holds.
+    batch_sessions
+        Sessions per run of the ensemble within a partition (fewer when they have more rows than
+        the export takes in one request).
     overwrite
         Replace the answers of another run (another export, input or partitioning) found in
         ``output_dir``; without it they are refused. Answers of the same run are always kept:
@@ -111,7 +114,7 @@ def score_dataset(
         True prints a line per partition on stderr, False nothing, or a function called with a
         ``ScoringProgress``.
     """
-    for label, value in (("partition_rows", partition_rows), ("batch_rows", batch_rows)):
+    for label, value in (("partition_rows", partition_rows), ("batch_sessions", batch_sessions)):
         if value < 1:
             raise ValueError(f"{label} must be at least 1, got {value!r}")
     began = time.perf_counter()
@@ -145,7 +148,8 @@ def score_dataset(
             run_key=record.key,
             output=str(folder),
             session_columns=tuple(session_columns),
-            batch_rows=min(batch_rows, schemas.max_request_rows or batch_rows),
+            batch_sessions=batch_sessions,
+            max_request_rows=schemas.max_request_rows,
             renamed=tuple((theirs, yours) for yours, theirs in (columns or {}).items()),
         )
         written, scoring_s = _score(dask_client, placed, record, job, kept, report)
@@ -254,16 +258,23 @@ def _cluster(client, workers: int | None):
         with Client(client) as connected:
             yield connected
         return
-    with (
-        LocalCluster(
-            n_workers=workers or os.cpu_count() or 1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-        ) as cluster,
-        Client(cluster) as local,
-    ):
-        yield local
+    environment = dict(os.environ)
+    try:
+        with (
+            LocalCluster(
+                n_workers=workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",  # a free port: 8787 may be another cluster's
+            ) as cluster,
+            Client(cluster) as local,
+        ):
+            yield local
+    finally:
+        # the cluster's nannies set their workers' variables (OMP_NUM_THREADS=1, ...) in this
+        # process's environment, where processes started later would inherit them
+        os.environ.clear()
+        os.environ.update(environment)
 
 
 def _reporter(progress: Progress | bool) -> Progress:

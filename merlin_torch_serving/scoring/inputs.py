@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from merlin.schema import Schema
+from merlin.table import TensorTable
 
-from merlin_torch_serving import column_names, frames
+from merlin_torch_serving import chunks, column_names, frames, tables
 from merlin_torch_serving.exceptions import MissingColumnsError, ScoringError
 from merlin_torch_serving.schemas import describe_column, schema_from_json, schema_to_json
 
@@ -99,6 +100,24 @@ def in_place_order(partition: pd.DataFrame, session_columns: list[str]) -> pd.Da
     columns: the same frame whatever the input's partitions were."""
     ordered = partition.sort_values([*session_columns, *PLACE_COLUMNS], kind="stable")
     return ordered.drop(columns=list(PLACE_COLUMNS)).reset_index(drop=True)
+
+
+def session_batches(
+    request: TensorTable, session_columns: list[str], sessions: int, max_rows: int | None
+) -> Iterator[TensorTable]:
+    """A partition's request (in ``in_place_order``) in runs of ``sessions`` whole sessions, each
+    cut further, by whole sessions, where it has more rows than ``max_rows`` (the export's
+    limit)."""
+    rows = tables.num_rows(request)
+    keys = [np.asarray(request[name].values) for name in session_columns]
+    changed = np.zeros(rows, dtype=bool)
+    changed[:1] = True
+    for values in keys:
+        changed[1:] |= values[1:] != values[:-1]
+    starts = np.append(np.flatnonzero(changed) if session_columns else np.arange(rows), rows)
+    for first in range(0, len(starts) - 1, sessions):
+        batch = np.arange(starts[first], starts[min(first + sessions, len(starts) - 1)])
+        yield from chunks.split(tables.take_rows(request, batch), session_columns, max_rows)
 
 
 def _read_parquet(path: str | os.PathLike):

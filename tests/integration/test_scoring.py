@@ -58,7 +58,7 @@ def dask_client():
 
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         DaskClient(cluster) as client,
     ):
@@ -313,6 +313,28 @@ def test_an_ensemble_is_exported_into_the_output_and_resumed_from_there(toy, das
         score_dataset(toy.ensemble, toy.clicks, output, client=dask_client, progress=False)
     again = score_dataset(first.repository, toy.clicks, output, client=dask_client, progress=False)
     assert (again.scored, again.skipped) == (0, first.partitions)
+
+
+def test_without_a_client_a_local_cluster_scores_and_the_environment_is_left_as_it_was(
+    toy, toy_output, tmp_path
+):
+    before = dict(os.environ)
+
+    result = score_dataset(
+        toy.repository,
+        toy.clicks,
+        tmp_path / "answers",
+        name=toy.name,
+        workers=1,
+        partition_rows=PARTITION_ROWS,
+        progress=False,
+    )
+
+    assert dict(os.environ) == before  # the nannies set OMP_NUM_THREADS=1, ... in this process
+    assert result.sessions == toy.clicks["session_id"].nunique()
+    scoring_data.assert_same_answers(
+        scoring_data.read_answers(tmp_path / "answers"), scoring_data.read_answers(toy_output)
+    )
 
 
 def test_the_score_command_shows_progress_and_what_it_wrote(

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from merlin.io import Dataset
 
-from merlin_torch_serving import InputError, MissingColumnsError, ScoringError
+from merlin_torch_serving import InputError, MissingColumnsError, ScoringError, frames, tables
 from merlin_torch_serving.scoring import inputs
 from tests import scoring_data
 
@@ -93,3 +93,26 @@ def test_missing_columns_and_wrong_values_are_named(rows, filtered_toy_workflow,
     frame = inputs.placed(inputs.input_frame(text_ids, schema, None, rows_per_part=100), schema)
     with pytest.raises(InputError, match="input column 'item_id'"):
         frame.compute(scheduler="sync")
+
+
+def test_runs_hold_a_fixed_number_of_whole_sessions_within_the_row_limit(
+    rows, filtered_toy_workflow
+):
+    schema = filtered_toy_workflow.input_schema
+    ordered = inputs.in_place_order(
+        inputs.placed(dd.from_pandas(rows, npartitions=1), schema).compute(scheduler="sync"),
+        SESSION,
+    )
+    request = frames.frame_to_table(ordered, schema)
+
+    batches = list(inputs.session_batches(request, SESSION, 7, max_rows=None))
+    sessions = [pd.unique(np.asarray(batch["session_id"].values)) for batch in batches]
+    assert [len(s) for s in sessions[:-1]] == [7] * (len(batches) - 1)
+    assert np.concatenate(sessions).tolist() == sorted(rows["session_id"].unique())
+    assert sum(tables.num_rows(batch) for batch in batches) == len(rows)
+
+    limited = list(inputs.session_batches(request, SESSION, 7, max_rows=12))
+    assert len(limited) > len(batches)
+    for batch in limited:
+        keys = np.asarray(batch["session_id"].values)
+        assert len(keys) <= 12 or len(set(keys)) == 1  # a longer session goes alone
