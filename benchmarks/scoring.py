@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import psutil
 
-from benchmarks.environment import OtherCpuLoad, describe_machine
+from benchmarks.environment import OtherCpuLoad, cpu_seconds, describe_machine
 from benchmarks.memory import PeakServerMemory
 from benchmarks.systems import project_ensemble
 from benchmarks.workload import build_workload
@@ -217,16 +217,23 @@ def _fastest(runs: list[dict]) -> dict:
 
 
 def _measured(label: str, run: Callable, sessions: int, memory: Callable, own_pids=list):
-    """``run()``'s result, and its row: seconds, sessions/s, peak memory (MB), other CPU."""
+    """``run()``'s result, and its row: seconds, sessions/s, peak memory (MB), the cores the path
+    used (this process and ``own_pids``: workers, or tritonserver and its stubs) and the cores
+    other processes took meanwhile."""
     _say(f"{label} ...")
+    pids = [os.getpid(), *own_pids()]
+    cpu_before = cpu_seconds(pids)
     with memory() as peak, OtherCpuLoad(own_pids) as other:
         started = time.perf_counter()
         result = run()
         seconds = time.perf_counter() - started
+    cpu = cpu_seconds(pids) - cpu_before
     row = {
         "label": label,
         "seconds": round(seconds, 2),
         "sessions_per_s": round(sessions / seconds, 1),
+        "cores_used": round(cpu / seconds, 2),
+        "sessions_per_cpu_s": round(sessions / cpu, 1),
         "peak_rss_mb": [round(b / 2**20) for b in np.atleast_1d(peak.peak_bytes).tolist()],
         "other_cpu_cores": round(other.other_cores, 2),
     }
@@ -305,28 +312,39 @@ def _markdown(record: dict) -> str:
         f" {record['sessions_per_request']:,} sessions at a time. Each path was measured"
         f" {record['rounds']} times, in alternating order; the table shows its fastest run.",
         "",
-        "| path | seconds | sessions/s | each round | scoring phase sessions/s | peak RSS MB |"
-        " other CPU |",
-        "| --- | ---: | ---: | --- | ---: | --- | ---: |",
+        "| path | seconds | sessions/s | each round | scoring phase sessions/s | cores used |"
+        " sessions per CPU s | peak RSS MB | other CPU |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: |",
     ]
     for row in record["rows"].values():
         lines.append(
             f"| {row['label']} | {row['seconds']} | {row['sessions_per_s']:,} |"
             f" {', '.join(f'{x:,}' for x in row['sessions_per_s_each_round'])} |"
-            f" {row.get('scoring_phase_sessions_per_s', '')} |"
+            f" {row.get('scoring_phase_sessions_per_s', '')} | {row['cores_used']} |"
+            f" {row['sessions_per_cpu_s']:,} |"
             f" {', '.join(map(str, row['peak_rss_mb']))} | {row['other_cpu_cores']} |"
         )
     lines += [
         "",
-        "Peak RSS: per worker process (Dask), this process (loop: it also holds the clicks and the"
-        " training run), tritonserver and its stubs (served). Other CPU: cores other processes"
-        " took meanwhile. Targets:",
+        "Cores used and sessions per CPU second: of this process (the loop; the client; the Dask"
+        " scheduler and client) and of the worker processes or of tritonserver and its stubs."
+        " Peak RSS: per worker process (Dask), this process (loop: it also holds the clicks and"
+        " the training run), tritonserver and its stubs (served). Other CPU: cores other"
+        " processes took meanwhile. Targets:",
         "",
     ]
     for target in record["targets"]:
         lines.append(
             f"- {target['target']}: x{target['ratio']} ({'met' if target['met'] else 'NOT met'})"
         )
+    one, two = record["rows"]["dask-1"], record["rows"]["dask-2"]
+    lines += [
+        "",
+        f"2 workers used {two['cores_used']} cores where 1 used {one['cores_used']}, while other"
+        f" processes took {two['other_cpu_cores']} and {one['other_cpu_cores']}; per CPU second"
+        f" they scored x{two['sessions_per_cpu_s'] / one['sessions_per_cpu_s']:.2f} as many"
+        " sessions as 1 worker.",
+    ]
     return "\n".join(lines) + "\n"
 
 

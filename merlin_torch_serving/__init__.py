@@ -66,6 +66,7 @@ _LAZY = {
     "ModelStatus": "merlin_torch_serving.health",
     "PredictPytorch": "merlin_torch_serving.ops",
     "RetrieveTopK": "merlin_torch_serving.ops",
+    "ScoringProgress": "merlin_torch_serving.scoring.dataset",
     "ScoringResult": "merlin_torch_serving.scoring.dataset",
     "ServingOperator": "merlin_torch_serving.ops",
     "TopK": "merlin_torch_serving.ops",
@@ -111,6 +112,7 @@ __all__ = [
     "RetrieveTopK",
     "SchemaError",
     "ScoringError",
+    "ScoringProgress",
     "ScoringResult",
     "ServerError",
     "ServerExitedError",
@@ -154,6 +156,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         TransformWorkflow,
     )
     from merlin_torch_serving.retrieval import ExactIndex, HNSWIndex, IVFIndex
-    from merlin_torch_serving.scoring.dataset import ScoringResult, score_dataset
+    from merlin_torch_serving.scoring.dataset import ScoringProgress, ScoringResult, score_dataset
     from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

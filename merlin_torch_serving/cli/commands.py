@@ -102,7 +102,7 @@ def infer(args) -> int:
 
 
 def score(args) -> int:
-    from merlin_torch_serving.scoring import score_dataset
+    from merlin_torch_serving.scoring.dataset import score_dataset
 
     result = score_dataset(
         args.repository,

@@ -117,6 +117,8 @@ def score_dataset(
     for label, value in (("partition_rows", partition_rows), ("batch_sessions", batch_sessions)):
         if value < 1:
             raise ValueError(f"{label} must be at least 1, got {value!r}")
+    if client is None:
+        _check_spawnable()
     began = time.perf_counter()
     folder = Path(output_dir).absolute()
     repository, name = _repository(model, name, folder, overwrite)
@@ -275,6 +277,20 @@ def _cluster(client, workers: int | None):
         # process's environment, where processes started later would inherit them
         os.environ.clear()
         os.environ.update(environment)
+
+
+def _check_spawnable() -> None:
+    """A ``ScoringError`` when the local cluster's worker processes could not start: they import
+    the main module from its file, and a script read from standard input has none (they would
+    fail and be restarted without end)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(main, "__spec__", None) is None and path is not None and not os.path.isfile(path):
+        raise ScoringError(
+            "run the code from a file, in an interactive session, or pass client= (a cluster of"
+            " your own): a local cluster's worker processes import the main module, and"
+            f" {path!r} is not a file they can import"
+        )
 
 
 def _reporter(progress: Progress | bool) -> Progress:

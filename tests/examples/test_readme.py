@@ -17,13 +17,31 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_example() -> str:
-    """The first python block of the README's "A complete example" section."""
+def readme_example(section: str = "A complete example") -> str:
+    """The first python block of the README's section ``section`` (a ``## `` heading)."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## A complete example\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, "the README's complete example has no python block"
+    text = readme.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, f"the README's section {section!r} has no python block"
     return blocks[0]
+
+
+def run_example(
+    example: str, tmp_path: Path, timeout_s: float, *, pasted: bool = False
+) -> subprocess.CompletedProcess:
+    """``example`` fed to this interpreter at the root of the checkout, its temporary folders in
+    ``tmp_path`` (the examples keep theirs for the reader; here pytest cleans up). ``pasted``: run
+    as in an interactive session, whose main module has no file (``-c``), not as a script read
+    from standard input."""
+    return subprocess.run(
+        [sys.executable, *(["-c", example] if pasted else ["-"])],
+        input=None if pasted else example,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process(tmp_path):
@@ -31,16 +49,7 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example
-    # the example keeps its folder for serving afterwards; here it goes where pytest cleans up
-    result = subprocess.run(
-        [sys.executable, "-"],
-        input=example,
-        cwd=ROOT,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = run_example(example, tmp_path, timeout_s=900)
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 3, result.stdout  # one line per requested session

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from merlin_torch_serving import ArtifactError, Ensemble, ModelOptions, frames
-from merlin_torch_serving.scoring import ExportedEnsemble, read_export
+from merlin_torch_serving.scoring.exported import ExportedEnsemble, read_export
 from tests import scoring_data, toy_session
 
 
