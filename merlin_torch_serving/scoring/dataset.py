@@ -5,9 +5,10 @@ The run, from the caller's process: check the export against its manifest (an in
 ``Ensemble`` is exported first, into the output folder) -> read the input and take its digest ->
 record the run in the output folder, keeping the parts an earlier run of the same export and input
 wrote -> load the ensemble once on every worker -> cut the rest into partitions of whole sessions
-(``inputs``) -> score each partition into its part file on the workers (``worker``), reporting
-progress as parts complete. A worker that dies takes its tasks with it; the scheduler runs them
-again elsewhere, and each part is written whole or not at all.
+(``inputs``; an ensemble that answers rows one by one keeps the input's partitions) -> score each
+partition into its part file on the workers (``worker``), reporting progress as parts complete.
+A worker that dies takes its tasks with it; the scheduler runs them again elsewhere, and each part
+is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class ScoringResult:
 
 
 Progress = Callable[[ScoringProgress], None]
+_PROGRESS_INTERVAL_S = 1.0
 
 
 def score_dataset(
@@ -131,14 +133,19 @@ def score_dataset(
             inputs.input_frame(data, schemas.input_schema, columns, partition_rows),
             schemas.input_schema,
         )
-        rows, digest = inputs.input_digest(placed, dask_client.get)
+        # rows answered one by one keep the input's partitions, so its cut is part of the input
+        rows, digest = inputs.input_digest(placed, dask_client.get, cut=not session_columns)
         record = output.RunRecord(
             ensemble=export.name,
             repository=str(export.repository),
             export_digest=export.digest,
             input_rows=rows,
             input_digest=digest,
-            partitions=inputs.partition_count(rows, partition_rows),
+            partitions=(
+                inputs.partition_count(rows, partition_rows)
+                if session_columns
+                else placed.npartitions
+            ),
             session_columns=session_columns,
         )
         output.start_run(folder, record, overwrite=overwrite)
@@ -184,7 +191,9 @@ def _score(
     if not remaining:
         return [], 0.0
     dask_client.run(preload, job)
-    parts = inputs.by_session(placed, record.session_columns, record.partitions).to_delayed()
+    if record.session_columns:
+        placed = inputs.by_session(placed, record.session_columns, record.partitions)
+    parts = placed.to_delayed()
     tasks = [delayed(score_partition, pure=True)(parts[n], n, job) for n in remaining]
     futures = dask_client.compute(tasks)
     written = []
@@ -203,6 +212,7 @@ def _score(
             report(state)
     finally:
         dask_client.cancel(futures)
+    output.remove_leftovers(Path(job.output))  # every part is written: none is being written
     return written, state.elapsed_s
 
 
@@ -232,8 +242,9 @@ def _repository(model, name: str | None, folder: Path, overwrite: bool) -> tuple
 
 
 def _session_columns(name: str, schemas) -> list[str]:
-    """The columns partitions are cut by: the session id (all input columns when rows are
-    answered one by one)."""
+    """The columns that keep rows together (the session id), by which the input is partitioned;
+    [] when rows are answered one by one (a ranking model): then each input partition is scored as
+    it is."""
     groups = schemas.request_groups
     if groups is None:
         raise ScoringError(
@@ -242,9 +253,7 @@ def _session_columns(name: str, schemas) -> list[str]:
             " computes, or an operator that must see the whole request), so its input cannot be"
             " cut into partitions"
         )
-    return list(groups) or [
-        c.name for c in schemas.input_schema if c.shape.dims is None or len(c.shape.dims) <= 1
-    ]
+    return list(groups)
 
 
 @contextlib.contextmanager
@@ -296,6 +305,15 @@ def _check_spawnable() -> None:
 def _reporter(progress: Progress | bool) -> Progress:
     if callable(progress):
         return progress
-    if progress:
-        return lambda state: print(state.line(), file=sys.stderr, flush=True)
-    return lambda state: None
+    if not progress:
+        return lambda state: None
+    printed = [-float("inf")]
+
+    def show(state: ScoringProgress) -> None:
+        # a line a second at most (a run may have thousands of partitions), and the last one
+        now = time.monotonic()
+        if now - printed[0] >= _PROGRESS_INTERVAL_S or state.done == state.partitions:
+            printed[0] = now
+            print(state.line(), file=sys.stderr, flush=True)
+
+    return show

@@ -7,11 +7,15 @@ Then rows are hash-partitioned on the session columns: the clicks of a session m
 partition whichever input partitions they came from, each partition's sessions depend only on
 their keys, and sorting a partition by session and place gives the same rows in the same order
 however the input was cut. The input's digest (row count, and a sum of row hashes that does not
-depend on the order or the cut) tells a rerun whether it scores the same rows.
+depend on the order or the cut) tells a rerun whether it scores the same rows. An ensemble that
+answers rows one by one (a ranking model) keeps no rows together: the input's partitions are
+scored as they come, each in its order, so part ``i`` answers input partition ``i`` row by row
+(and the cut belongs to the digest then).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -70,9 +74,10 @@ def placed(frame, input_schema: Schema):
     )
 
 
-def input_digest(frame, scheduler=None) -> tuple[int, str]:
+def input_digest(frame, scheduler=None, *, cut: bool = False) -> tuple[int, str]:
     """Rows of a ``placed`` frame, and the digest of their values, the same for the same rows in
-    any order and any cut into partitions. ``scheduler``: where to compute it (``Client.get``)."""
+    any order and any cut into partitions; with ``cut``, of the rows of each partition in turn.
+    ``scheduler``: where to compute it (``Client.get``)."""
     import dask
     from dask import delayed
 
@@ -80,7 +85,11 @@ def input_digest(frame, scheduler=None) -> tuple[int, str]:
     digests = dask.compute(*parts, scheduler=scheduler)
     rows = sum(count for count, _ in digests)
     total = sum(value for _, value in digests) % 2**64
-    return rows, f"{rows:x}-{total:016x}"
+    digest = f"{rows:x}-{total:016x}"
+    if cut:
+        partitions = ",".join(f"{count}:{value:x}" for count, value in digests)
+        digest += "-" + hashlib.sha256(partitions.encode()).hexdigest()[:16]
+    return rows, digest
 
 
 def partition_count(rows: int, partition_rows: int) -> int:

@@ -77,9 +77,14 @@ def start_run(output: Path, record: RunRecord, *, overwrite: bool) -> None:
     if previous is None or previous.key != record.key:
         for part in parts:
             part.unlink()
-    for leftover in output.glob(f"*{_TEMPORARY_SUFFIX}"):
-        leftover.unlink()  # of a worker killed while writing
+    remove_leftovers(output)
     _write_atomically(output / RECORD_FILE, json.dumps(asdict(record), indent=1).encode())
+
+
+def remove_leftovers(output: Path) -> None:
+    """Remove the temporary files of parts whose writer was killed while writing."""
+    for leftover in output.glob(f"*{_TEMPORARY_SUFFIX}"):
+        leftover.unlink(missing_ok=True)
 
 
 def read_record(output: Path) -> RunRecord | None:

@@ -141,6 +141,48 @@ def test_scored_answers_equal_served_and_in_process_answers_bit_for_bit(
     assert result.partitions >= 5
 
 
+def test_a_ranking_ensemble_answers_each_input_partition_row_by_row_as_the_server(
+    ranking, dask_client, triton_server, tmp_path
+):
+    from examples.ranking import data
+    from examples.ranking.demo import scoring_graph
+
+    ensemble = Ensemble(
+        scoring_graph(ranking.workflow, ranking.model, backend="python"),
+        ranking.workflow.input_schema,
+    )
+    ensemble.export(triton_server.repository, "scored-ranking")
+    triton_server.load("scored-ranking")
+    rows = ranking.held_out.drop(columns=[data.LABEL_COLUMN]).head(900).reset_index(drop=True)
+    rows.loc[:4, "user_age"] = np.nan  # missing values, as the server takes them
+    partitions = dd.from_pandas(rows, npartitions=3)
+
+    result = score_dataset(
+        Path(triton_server.repository),
+        partitions,
+        tmp_path / "answers",
+        name="scored-ranking",
+        client=dask_client,
+        batch_sessions=256,
+        progress=False,
+    )
+
+    assert (result.partitions, result.sessions) == (3, len(rows))  # one part per input partition
+    with Client(triton_server.grpc_url) as client:
+        for number, part in enumerate(sorted((tmp_path / "answers").glob("part-*.parquet"))):
+            # this model's float sums depend on how many rows a product holds: the server answers
+            # the same bits to requests of the same rows as the runs of the scoring
+            rows_of_part = partitions.get_partition(number).compute()
+            served = pd.concat(
+                [
+                    client.infer("scored-ranking", rows_of_part.iloc[start : start + 256])
+                    for start in range(0, len(rows_of_part), 256)
+                ],
+                ignore_index=True,
+            )
+            scoring_data.assert_same_answers(pd.read_parquet(part), served)  # in input order
+
+
 def test_one_click_sessions_and_unknown_items_are_answered_as_the_server_answers_them(
     toy, toy_output
 ):
