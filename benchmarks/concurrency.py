@@ -356,9 +356,12 @@ def _step_statistics(http_url: str, export: str) -> dict:
     libtorch one of a mixed export): (executions, requests) and requests per batch size."""
     import tritonclient.http as httpclient
 
+    from merlin_torch_serving.launcher import access
+
     client = httpclient.InferenceServerClient(http_url)
     try:
-        stats = client.get_inference_statistics()["model_stats"]
+        key = access.headers(access.find_admin_key(http_url))
+        stats = client.get_inference_statistics(headers=key)["model_stats"]
     finally:
         client.close()
     return {

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import tritonclient.http as httpclient
 
+from merlin_torch_serving.launcher import access
+
 _PHASES = ("success", "queue", "compute_input", "compute_infer", "compute_output")
 
 
@@ -13,7 +15,10 @@ def snapshot(http_url: str) -> dict[str, dict[str, tuple[int, int]]]:
     """Per model, per phase: (count, total ns) since the server started."""
     client = httpclient.InferenceServerClient(http_url)
     try:
-        statistics = client.get_inference_statistics()
+        # statistics are an admin API: the key of a server this user started is in its key file
+        statistics = client.get_inference_statistics(
+            headers=access.headers(access.find_admin_key(http_url))
+        )
     finally:
         client.close()
     counters = {}

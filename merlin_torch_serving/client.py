@@ -47,6 +47,7 @@ from merlin_torch_serving.health import (
     probe_request,
     stub_answered,
 )
+from merlin_torch_serving.launcher import access
 from merlin_torch_serving.schemas import schema_from_json
 
 Protocol = Literal["grpc", "http"]
@@ -92,6 +93,11 @@ class Client:
     retries, retry_backoff_s
         Errors that are safe to retry (server unreachable, model reloading, stub restarting) are
         tried again up to ``retries`` times, waiting ``retry_backoff_s``, then twice that, ...
+    admin_key
+        Sent with ``models()`` and ``health()``, which read the server's restricted APIs (its
+        repository index and statistics); inference needs no key. None: ``$MTS_ADMIN_KEY``, or
+        the key file a ``TritonServer`` of this user wrote for this port on this machine (see
+        ``TritonServer``); without one those two calls are refused.
 
     The HTTP client is not safe to share between threads: give each thread a Client of its own
     (the gRPC one may be shared).
@@ -106,6 +112,7 @@ class Client:
         max_rows_per_request: int | None = None,
         retries: int = 3,
         retry_backoff_s: float = 0.2,
+        admin_key: str | None = None,
     ):
         if protocol not in ("grpc", "http"):
             raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
@@ -120,6 +127,7 @@ class Client:
         self.timeout_s = float(timeout_s)
         self.max_rows_per_request = max_rows_per_request
         self.retry_policy = transport.RetryPolicy(retries=retries, backoff_s=retry_backoff_s)
+        self._admin_headers = access.headers(admin_key or access.find_admin_key(self.url), protocol)
         if protocol == "grpc":
             import tritonclient.grpc as module
 
@@ -162,7 +170,12 @@ class Client:
     def models(self) -> list[ModelStatus]:
         """The server's repository index: name, version and state of every model it knows."""
         return model_statuses(
-            self._call(None, self._client.get_model_repository_index, **self._json_flag())
+            self._call(
+                None,
+                self._client.get_model_repository_index,
+                headers=self._admin_headers,
+                **self._json_flag(),
+            )
         )
 
     def health(self) -> list[ModelHealth]:
@@ -172,7 +185,12 @@ class Client:
         request of no rows: a running stub answers it (or refuses it), a dead one makes the
         server say the stub "is not healthy". Ensembles and libtorch models have no stubs."""
         try:
-            stats = self._call(None, self._client.get_inference_statistics, **self._json_flag())
+            stats = self._call(
+                None,
+                self._client.get_inference_statistics,
+                headers=self._admin_headers,
+                **self._json_flag(),
+            )
         except MerlinTorchServingError:
             stats = {}
         failures = failed_requests(stats or {})

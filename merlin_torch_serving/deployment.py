@@ -8,12 +8,14 @@
     Dockerfile                         CPU image: Python 3.11, this library, the bundled
                                        tritonserver, Triton's libtorch backend built for its torch
     k8s/deployment.yaml                `merlin-torch-serving serve` on the repository URL; probes on
-                                       Triton's health endpoints; /dev/shm in memory; resources
+                                       Triton's health endpoints; /dev/shm in memory; resources;
+                                       the admin key from a Secret
     k8s/service.yaml                   HTTP, gRPC and metrics ports (Prometheus scrape annotations)
     k8s/hpa.yaml                       scales on Triton's mean queue time per request
     k8s/pdb.yaml                       keeps all but one replica through voluntary disruptions
     k8s/prometheus-adapter-rules.yaml  the rule that turns Triton's counters into the HPA's metric
-    kserve/inferenceservice.yaml       KServe's stock Triton runtime on a bundled repository
+    kserve/inferenceservice.yaml       KServe's stock Triton runtime on a bundled repository, its
+                                       admin APIs restricted with the same key
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ import dataclasses
 from pathlib import Path
 
 import yaml
+
+from merlin_torch_serving.launcher.access import (
+    ADMIN_KEY_ENV_VAR,
+    DEFAULT_RESTRICTED_APIS,
+    restriction_args,
+)
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 #: where the image keeps the python-backend layout and the libtorch backend it built
@@ -46,6 +54,10 @@ class DeploySettings:
     #: a Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_DEFAULT_REGION (optional in the
     # pod)
     secret: str = "model-store-credentials"
+    #: a Secret whose ``admin-key`` entry is the key the admin APIs (model repository, shared
+    # memory, statistics, trace, logging) want; the pods do not start without it, so no replica
+    # ever runs with them open
+    admin_secret: str = "merlin-torch-serving-admin"
     replicas: int = 2
     max_replicas: int = 8
     cpu: str = "2"
@@ -128,7 +140,9 @@ USER 1000
 EXPOSE {HTTP_PORT} {GRPC_PORT} {METRICS_PORT}
 # the model repository (a folder mounted into the container, or an s3://, gs://, as:// URL)
 ENV MODEL_REPOSITORY=/models
-ENTRYPOINT ["/bin/sh", "-c", "exec merlin-torch-serving serve \\"$MODEL_REPOSITORY\\" --http-port {HTTP_PORT} --grpc-port {GRPC_PORT} --metrics-port {METRICS_PORT} \\"$@\\"", "serve"]
+# every interface of the container (its network is the pod's); the admin APIs want the key in
+# $MTS_ADMIN_KEY, or one made at start and known to nobody when it is unset
+ENTRYPOINT ["/bin/sh", "-c", "exec merlin-torch-serving serve \\"$MODEL_REPOSITORY\\" --host 0.0.0.0 --http-port {HTTP_PORT} --grpc-port {GRPC_PORT} --metrics-port {METRICS_PORT} \\"$@\\"", "serve"]
 """  # noqa: E501 - the Dockerfile as it is written
 
 
@@ -172,7 +186,10 @@ def deployment(settings: DeploySettings) -> dict:
     container = {
         "name": "triton",
         "image": settings.image,
-        "env": [{"name": "MODEL_REPOSITORY", "value": settings.repository}],
+        "env": [
+            {"name": "MODEL_REPOSITORY", "value": settings.repository},
+            _admin_key_env(settings),
+        ],
         "envFrom": [{"secretRef": {"name": settings.secret, "optional": True}}],
         "ports": _ports(),
         # loading, bundle extraction and warm-up may take minutes: liveness waits for startup
@@ -202,6 +219,16 @@ def deployment(settings: DeploySettings) -> dict:
                     "volumes": [_shm_volume(settings)],
                 },
             },
+        },
+    }
+
+
+def _admin_key_env(settings: DeploySettings) -> dict:
+    """$MTS_ADMIN_KEY from the admin Secret; not optional, so a pod without it does not start."""
+    return {
+        "name": ADMIN_KEY_ENV_VAR,
+        "valueFrom": {
+            "secretKeyRef": {"name": settings.admin_secret, "key": "admin-key", "optional": False}
         },
     }
 
@@ -305,6 +332,10 @@ def inference_service(settings: DeploySettings) -> dict:
                     "protocolVersion": "v2",
                     "runtimeVersion": settings.triton_runtime_version,
                     "storageUri": settings.bundled_repository,
+                    # the stock runtime's tritonserver, restricted as `serve` restricts it;
+                    # Kubernetes puts the Secret's key in place of $(MTS_ADMIN_KEY)
+                    "args": restriction_args(f"$({ADMIN_KEY_ENV_VAR})", DEFAULT_RESTRICTED_APIS),
+                    "env": [_admin_key_env(settings)],
                     "resources": _resources(settings),
                     "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
                 },

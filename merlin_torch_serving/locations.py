@@ -61,3 +61,26 @@ def server_repository(location: str | os.PathLike) -> str | Path:
 def repository_argument(repository: str | Path) -> str:
     """``--model-repository``'s value: a URL as it is, a local folder as an absolute path."""
     return str(repository.resolve()) if isinstance(repository, Path) else repository
+
+
+def download_model_folder(repository: str, model: str, destination: Path) -> None:
+    """Copy the folder of ``model`` from a repository in object storage, named as tritonserver
+    names it, into ``destination`` (credentials from the environment, as the server reads them)."""
+    filesystem, root = _repository_filesystem(repository)
+    filesystem.get(f"{root.rstrip('/')}/{model}/", str(destination), recursive=True)
+
+
+def _repository_filesystem(repository: str):
+    """The fsspec filesystem and root path of a repository URL; an S3-compatible store at an
+    endpoint of its own (``s3://http://host:port/bucket/path``) gets that endpoint."""
+    import fsspec
+
+    protocol, _, rest = repository.partition("://")
+    if protocol.lower() == "s3" and rest.startswith(("http://", "https://")):
+        import s3fs
+
+        scheme, _, location = rest.partition("://")
+        host, _, path = location.partition("/")
+        endpoint = f"{scheme}://{host}"
+        return s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint}), path
+    return fsspec.core.url_to_fs(repository)

@@ -9,6 +9,8 @@ into errors (``launcher.diagnostics``) and watches its models (``launcher.superv
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +19,10 @@ from merlin_torch_serving import preflight
 from merlin_torch_serving.backends.layout import python_backend_directory
 from merlin_torch_serving.exceptions import PortInUseError, ServerError
 from merlin_torch_serving.health import ModelHealth, ModelStatus
+from merlin_torch_serving.launcher import access
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess, free_ports, new_shm_prefix
-from merlin_torch_serving.launcher.config import Ports, ServerConfig
+from merlin_torch_serving.launcher.config import DEFAULT_MEMORY_GROWTH_LIMIT, Ports, ServerConfig
+from merlin_torch_serving.launcher.failover import Failover
 from merlin_torch_serving.launcher.locate import (
     BINARY_ENV_VAR,
     backend_directory,
@@ -65,6 +69,26 @@ class TritonServer:
     because the alternative is an outage nobody is told about, and a reload touches only a model
     that already fails every request; failed reloads are retried with a growing wait, up to a
     minute. ``health()`` reports each model either way.
+
+    Safe by default: the server listens on ``host`` only, loopback unless told otherwise (pass
+    ``host="0.0.0.0"`` to serve every interface), and its ``restricted_apis`` (the model
+    repository's load, unload and index, shared memory, statistics, trace and logging) answer
+    only requests that carry ``admin_key`` in the ``mts-admin-key`` header, whatever the host.
+    The key is ``$MTS_ADMIN_KEY`` when set, else made anew for each server; this object's own
+    calls send it, ``admin_key`` gives it, and while the server runs it is also in an owner-only
+    file per port (``launcher.access``) where ``Client`` and the command line of the same user
+    find it. Inference, metadata, health and model configurations stay open.
+    ``restricted_apis=()`` lifts the restriction.
+
+    ``failover`` (default on; ``$MTS_FAILOVER=0`` turns the default off): every python model an
+    ensemble runs gets a second instance and an idle standby, and the moment one of its stubs
+    dies its ensembles switch to the standby until it is reloaded, so only the requests inside
+    the dead stub fail (``launcher.failover``; it costs two more stubs per python step). Not in
+    "poll" mode. ``wait_for_failover()`` returns once every python model has its standby.
+
+    ``memory_growth_limit`` (default 0.05): a python model whose idle stubs hold 5 % (and at
+    least 32 MB) more memory than they started with, as after a very big request, is started
+    afresh without a failed request, to give it back (``launcher.recycling``); None never does.
     """
 
     def __init__(
@@ -85,6 +109,11 @@ class TritonServer:
         log_verbose: int = 0,
         extra_args: Sequence[str] = (),
         log_path: str | os.PathLike | None = None,
+        host: str = access.LOOPBACK_HOST,
+        admin_key: str | None = None,
+        restricted_apis: Sequence[str] = access.DEFAULT_RESTRICTED_APIS,
+        failover: bool | None = None,
+        memory_growth_limit: float | None = DEFAULT_MEMORY_GROWTH_LIMIT,
     ):
         self.config = ServerConfig(
             repository=repository if isinstance(repository, str) else Path(repository),
@@ -102,6 +131,13 @@ class TritonServer:
             log_verbose=log_verbose,
             extra_args=extra_args,
             log_path=Path(log_path) if log_path is not None else None,
+            host=host,
+            admin_key=admin_key
+            or os.environ.get(access.ADMIN_KEY_ENV_VAR)
+            or access.new_admin_key(),
+            restricted_apis=restricted_apis,
+            failover=failover if failover is not None else _failover_by_default(),
+            memory_growth_limit=memory_growth_limit,
         )
         self.repository = self.config.repository
         self._log = ServerLog(self.config.log_path)
@@ -111,6 +147,8 @@ class TritonServer:
         # kept after stop(), like the pid: callers check that they are free again
         self._pid: int | None = None
         self._ports: Ports | None = None
+        self._key_files: list[Path] = []
+        self._standby_repository: Path | None = None
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -142,8 +180,15 @@ class TritonServer:
                     self,
                     self._running.admin,
                     restart_failed_models=self.config.restart_failed_models,
+                    failover=self._failover(self._running),
+                    memory_growth_limit=self.config.memory_growth_limit,
                 )
                 self._supervisor.start()
+                if self.config.restricted_apis:
+                    ports = self._running.ports
+                    self._key_files = access.write_key_files(
+                        self.config.admin_key, (ports.http, ports.grpc)
+                    )
                 return self
             except PortInUseError as error:
                 self._shut_down(graceful=False)
@@ -186,18 +231,34 @@ class TritonServer:
 
     @property
     def http_url(self) -> str:
-        """``127.0.0.1:<port>``, the form tritonclient.http takes."""
-        return f"127.0.0.1:{self._port('http')}"
+        """``<address>:<port>`` (``127.0.0.1`` unless ``host`` names another), the form
+        tritonclient.http takes."""
+        return f"{self.config.connect_host}:{self._port('http')}"
 
     @property
     def grpc_url(self) -> str:
-        """``127.0.0.1:<port>``, the form tritonclient.grpc takes."""
-        return f"127.0.0.1:{self._port('grpc')}"
+        """``<address>:<port>``, the form tritonclient.grpc takes."""
+        return f"{self.config.connect_host}:{self._port('grpc')}"
 
     @property
     def metrics_url(self) -> str:
-        """``127.0.0.1:<port>``; the Prometheus metrics are at ``http://<metrics_url>/metrics``."""
-        return f"127.0.0.1:{self._port('metrics')}"
+        """``<address>:<port>``; the Prometheus metrics are at ``http://<metrics_url>/metrics``."""
+        return f"{self.config.connect_host}:{self._port('metrics')}"
+
+    @property
+    def host(self) -> str:
+        """The address the server listens on (``0.0.0.0``: every interface)."""
+        return self.config.host
+
+    @property
+    def admin_key(self) -> str:
+        """The key its restricted APIs want in the ``mts-admin-key`` header (gRPC metadata)."""
+        return self.config.admin_key
+
+    @property
+    def admin_key_files(self) -> list[Path]:
+        """The owner-only files holding ``admin_key`` while the server runs, one per port."""
+        return list(self._key_files)
 
     def logs(self) -> str:
         """Everything the server wrote to stdout and stderr since the last start."""
@@ -223,6 +284,26 @@ class TritonServer:
         self._require_running()
         assert self._supervisor is not None  # started with the server
         return self._supervisor.health()
+
+    def wait_for_failover(self, timeout_s: float = 120.0) -> set[str]:
+        """Return once every python model the server runs has its standby (see the class's
+        docstring), with their names; ``ServerError`` after ``timeout_s``."""
+        running = self._require_running()
+        assert self._supervisor is not None  # started with the server
+        if not self.config.failover:
+            raise ServerError(
+                "this server runs without failover: pass failover=True (it is off in 'poll' mode)"
+            )
+        deadline = time.monotonic() + timeout_s
+        while self._supervisor.pending(running.admin.models()):
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"python models still without a standby after {timeout_s:g} s:"
+                    f" {', '.join(self._supervisor.pending(running.admin.models()))}",
+                    running.log_tail(),
+                )
+            time.sleep(0.2)
+        return self._supervisor.armed()
 
     # -- model control --------------------------------------------------------------------------
 
@@ -255,20 +336,41 @@ class TritonServer:
         assert self._backend_directory is not None
         ports = self._ports = self.config.ports(assigned_ports)
         shm_prefix = None if self.config.names_shared_memory else new_shm_prefix()
-        command = self.config.command(binary, self._backend_directory, ports, shm_prefix)
+        if self.config.failover and self._standby_repository is None:
+            self._standby_repository = Path(tempfile.mkdtemp(prefix="mts-standby-"))
+        command = self.config.command(
+            binary, self._backend_directory, ports, shm_prefix, self._standby_repository
+        )
         process = ServerProcess(command, self._log, server_environment(), shm_prefix)
         self._pid = process.pid
-        return RunningServer(self.config, process, ports, self._log, self.backends)
+        running = RunningServer(self.config, process, ports, self._log, self.backends)
+        running.side_repository = self._standby_repository
+        return running
+
+    def _failover(self, running: RunningServer) -> Failover | None:
+        if self._standby_repository is None:
+            return None
+        return Failover(
+            running.admin,
+            self.repository,
+            self._standby_repository,
+            load_timeout_s=self.config.start_timeout_s,
+        )
 
     def _shut_down(self, *, graceful: bool) -> None:
         running, self._running = self._running, None
         if running is None:
             return
+        access.remove_key_files(self._key_files, self.config.admin_key)
+        self._key_files = []
         if self._supervisor is not None:
             # before the server goes: its stubs ending now is no failure to repair
             self._supervisor.stop(self.config.stop_timeout_s)
             self._supervisor = None
         running.process.stop(graceful=graceful, timeout_s=self.config.stop_timeout_s)
+        if self._standby_repository is not None:
+            shutil.rmtree(self._standby_repository, ignore_errors=True)
+            self._standby_repository = None
 
     def _port(self, key: str) -> int:
         if self._ports is None:
@@ -295,3 +397,8 @@ class TritonServer:
                 + (" and follows its changes" if mode == "poll" else "")
                 + "; reload() reloads one of them"
             )
+
+
+def _failover_by_default() -> bool:
+    """On, unless ``$MTS_FAILOVER`` says 0, false, no or off (for machines short of memory)."""
+    return os.environ.get("MTS_FAILOVER", "1").strip().lower() not in ("0", "false", "no", "off")

@@ -44,6 +44,13 @@ NO_SERVER_HINT = (
     " the address of a running one (--url HOST:PORT, Client(url))"
 )
 
+#: what to do when an admin API (repository index, statistics, ...) wants the key
+ADMIN_KEY_HINT = (
+    "pass the server's admin key (Client(url, admin_key=...) or $MTS_ADMIN_KEY), or call as the"
+    " user that started it on this machine (its key file is found by port): this is one of its"
+    " admin APIs"
+)
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -124,6 +131,8 @@ def _from_server(
     status = str(error.status() or "") if callable(getattr(error, "status", None)) else ""
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
         return RequestTimeoutError(model or url, timeout_s, "gRPC deadline exceeded"), False
+    if "is restricted, expecting header" in message:
+        return ServerError(f"{ADMIN_KEY_HINT}: tritonserver at {url} refused it ({message})"), False
     if "UNAVAILABLE" in status:
         if "Connection refused" in message:
             return ServerUnavailableError(url, message, NO_SERVER_HINT), True

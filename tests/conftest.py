@@ -11,6 +11,9 @@ session-based example's clicks, workflow and three next-item models (tests/sessi
 naming the command that builds it, when it is not.
 ``ranking``: the ranking example (examples/ranking) at test size, trained once.
 
+Servers run without failover (``MTS_FAILOVER=0``) unless a test asks for it: each would start two
+more stubs per python model.
+
 Every test starts with one torch thread (``one_torch_thread``), as the library runs models by
 default in-process and served: tests that call an exported module or step directly compare it bit
 for bit with those paths, and a product split over another number of threads may round
@@ -19,6 +22,7 @@ differently (MKL on an AMD EPYC did, for 5 to 9 rows over 2 threads).
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import pandas as pd
@@ -29,6 +33,10 @@ from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.server import TritonServer
 from tests import session_models, toy_session
+
+# Failover gives every python model two more stubs, and the suite starts some fifty servers: off
+# here (servers started by tests and the commands they run read it), on where it is tested.
+os.environ.setdefault("MTS_FAILOVER", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,14 @@ from merlin_torch_serving.cli.commands import (
     serve,
     version_report,
 )
+from merlin_torch_serving.launcher.access import (
+    ADMIN_KEY_ENV_VAR,
+    ADMIN_KEY_HEADER,
+    DEFAULT_RESTRICTED_APIS,
+    LOOPBACK_HOST,
+    checked_restricted_apis,
+)
+from merlin_torch_serving.launcher.config import DEFAULT_MEMORY_GROWTH_LIMIT
 from merlin_torch_serving.scoring.sizes import DEFAULT_BATCH_SESSIONS, DEFAULT_PARTITION_ROWS
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
@@ -87,6 +95,27 @@ def build_parser() -> argparse.ArgumentParser:
             help="default %(default)s; 0 lets the OS choose a free one",
         )
     serve_parser.add_argument(
+        "--host",
+        default=LOOPBACK_HOST,
+        metavar="ADDRESS",
+        help=(
+            "the address to listen on (default %(default)s: this machine only; 0.0.0.0: every"
+            " interface). Whatever it is, the admin APIs want the admin key"
+        ),
+    )
+    serve_parser.add_argument(
+        "--restricted-apis",
+        type=_restricted_apis,
+        default=DEFAULT_RESTRICTED_APIS,
+        metavar="API,...",
+        help=(
+            "the APIs that answer only requests carrying the admin key in the"
+            f" {ADMIN_KEY_HEADER!r} header (default: {','.join(DEFAULT_RESTRICTED_APIS)}; '' lifts"
+            f" the restriction). The key is ${ADMIN_KEY_ENV_VAR} when set, else made anew and"
+            " written to a file only you can read (printed when ready)"
+        ),
+    )
+    serve_parser.add_argument(
         "--model-control", choices=("none", "explicit", "poll"), default="none"
     )
     serve_parser.add_argument(
@@ -104,6 +133,27 @@ def build_parser() -> argparse.ArgumentParser:
         dest="restart_failed_models",
         action="store_false",
         help="do not reload a model whose python-backend stub died (health is still reported)",
+    )
+    serve_parser.add_argument(
+        "--no-failover",
+        dest="failover",
+        action="store_false",
+        default=None,
+        help=(
+            "run python steps as exported, without the second instance and the standby that make"
+            " a dying stub fail only the requests inside it (each costs about what the step's"
+            " stub takes; $MTS_FAILOVER=0 does the same)"
+        ),
+    )
+    serve_parser.add_argument(
+        "--memory-growth-limit",
+        type=_memory_growth_limit,
+        default=DEFAULT_MEMORY_GROWTH_LIMIT,
+        metavar="FRACTION",
+        help=(
+            "start a python model afresh (no request fails) once its idle stubs hold this"
+            " fraction, and 32 MB, more than they started with (default %(default)s; 0: never)"
+        ),
     )
     serve_parser.add_argument("--start-timeout", type=float, default=300.0, metavar="SECONDS")
     serve_parser.set_defaults(run=serve)
@@ -335,6 +385,23 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
+
+
+def _memory_growth_limit(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a fraction such as 0.05, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a fraction of 0 (never) or more, got {text!r}")
+    return value or None
+
+
+def _restricted_apis(text: str) -> tuple[str, ...]:
+    try:
+        return checked_restricted_apis(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def default_url(args) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -33,6 +34,10 @@ def serve(args) -> int:
         restart_failed_models=args.restart_failed_models,
         start_timeout_s=args.start_timeout,
         extra_args=args.tritonserver_args,
+        host=args.host,
+        restricted_apis=args.restricted_apis,
+        failover=args.failover,
+        memory_growth_limit=args.memory_growth_limit,
     )
     print(
         f"starting tritonserver on {args.repository}: loading its models (Ctrl-C stops) ...",
@@ -47,10 +52,17 @@ def serve(args) -> int:
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-        print(f"tritonserver is ready (pid {server.pid})")
+        print(f"tritonserver is ready (pid {server.pid}), listening on {_where(server.host)}")
         print(f"  gRPC    {server.grpc_url}")
         print(f"  HTTP    {server.http_url}")
         print(f"  metrics {server.metrics_url}")
+        _print_access(server)
+        if server.config.failover:
+            print(
+                "  failover: each python step gets a second instance and a standby, loading now"
+                " (a dying stub then fails only the requests inside it; --no-failover saves"
+                " their memory)"
+            )
         _print_models(server.health())
         print("press Ctrl-C to stop", flush=True)
         while not stop.wait(0.5):
@@ -65,6 +77,32 @@ def serve(args) -> int:
         server.stop()
     print("stopped")
     return 0
+
+
+def _where(host: str) -> str:
+    from merlin_torch_serving.launcher.access import connect_host, is_loopback
+
+    if connect_host(host) != host:
+        return f"{host} (every interface: reachable from other machines)"
+    return f"{host} (this machine only)" if is_loopback(host) else host
+
+
+def _print_access(server) -> None:
+    from merlin_torch_serving.launcher.access import ADMIN_KEY_ENV_VAR, ADMIN_KEY_HEADER
+
+    apis = server.config.restricted_apis
+    if not apis:
+        print("  admin APIs: open to every caller (--restricted-apis '')")
+        return
+    held_in = (
+        f"${ADMIN_KEY_ENV_VAR}"
+        if os.environ.get(ADMIN_KEY_ENV_VAR)
+        else " and ".join(str(path) for path in server.admin_key_files) + " (only you can read it)"
+    )
+    print(
+        f"  admin APIs ({', '.join(apis)}) want the header {ADMIN_KEY_HEADER!r}; its key is in"
+        f" {held_in}"
+    )
 
 
 def _interrupt(*_) -> None:

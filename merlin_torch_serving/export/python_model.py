@@ -20,7 +20,7 @@ from merlin.table import TensorTable
 from merlin_torch_serving import metrics, tables, wire
 from merlin_torch_serving.exceptions import ArtifactError, InputError, MerlinTorchServingError
 from merlin_torch_serving.executors import torch_threads
-from merlin_torch_serving.export import merging
+from merlin_torch_serving.export import heap, merging
 from merlin_torch_serving.export.config import (
     DEFAULT_MAX_BATCH_ROWS,
     MAX_BATCH_ROWS_PARAMETER,
@@ -222,10 +222,12 @@ class TritonPythonModel:
         if self.metrics is not None:
             for _ in range(sum(isinstance(item, Exception) for item in items)):
                 self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
-        return [
+        responses = [
             self._response(item, self._requested(request))
             for item, request in zip(items, requests, strict=True)
         ]
+        heap.release_after(heap.rows(batch))
+        return responses
 
     def finalize(self):
         step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early

@@ -1,5 +1,5 @@
 """The server's admin endpoints (liveness, repository index, load and unload, model configs,
-statistics) through ``tritonclient.http``.
+statistics) through ``tritonclient.http``, each carrying the server's admin key.
 
 Each call opens a client and closes it: tritonclient's HTTP client is not safe to share between
 threads, and a connection kept open would make tritonserver wait for it, up to its exit
@@ -13,6 +13,7 @@ from typing import Any
 
 from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.health import ModelStatus, failed_requests, model_statuses
+from merlin_torch_serving.launcher import access
 
 #: how long a call other than load and unload may take
 REQUEST_TIMEOUT_S = 10.0
@@ -36,7 +37,8 @@ class Admin:
     A call the server does not answer, or refuses, raises ``ServerError`` with ``log_tail()``
     appended; but a load or unload the server refuses raises ``Refused``, and one it does not
     finish in time ``TimeoutError``. ``before_error`` runs before a call that found nobody to
-    answer raises: it may raise an error that says why (the server exited).
+    answer raises: it may raise an error that says why (the server exited). ``admin_key`` is sent
+    with every call (``launcher.access``).
     """
 
     def __init__(
@@ -44,10 +46,12 @@ class Admin:
         url: str,
         timeout_s: float = REQUEST_TIMEOUT_S,
         *,
+        admin_key: str | None = None,
         log_tail: Callable[[], str] = str,
         before_error: Callable[[], None] = lambda: None,
     ):
         self.url = url
+        self._headers = access.headers(admin_key)
         self._timeout_s = timeout_s
         self._log_tail = log_tail
         self._before_error = before_error
@@ -68,9 +72,12 @@ class Admin:
             self._call("get_model_repository_index", what="the repository index request")
         )
 
-    def load(self, name: str, timeout_s: float) -> None:
-        """Load (or reload) model ``name``; returns once it is loaded."""
-        self._call("load_model", name, timeout_s=timeout_s, refusable=True)
+    def load(self, name: str, timeout_s: float, *, config: str | None = None) -> None:
+        """Load (or reload) model ``name``; returns once it is loaded. ``config`` (JSON) replaces
+        the repository's config.pbtxt: when only its instances differ from the running config,
+        Triton adds or removes instances in place."""
+        extra = {"config": config} if config is not None else {}
+        self._call("load_model", name, timeout_s=timeout_s, refusable=True, **extra)
 
     def unload(self, name: str, timeout_s: float) -> None:
         """Ask the server to unload model ``name``; it may still be unloading when this returns."""
@@ -91,6 +98,7 @@ class Admin:
         timeout_s: float | None = None,
         what: str = "",
         refusable: bool = False,
+        **keywords: Any,
     ) -> Any:
         from tritonclient.http import InferenceServerClient
         from tritonclient.utils import InferenceServerException
@@ -101,7 +109,7 @@ class Admin:
             self.url, connection_timeout=timeout_s, network_timeout=timeout_s
         )
         try:
-            return getattr(client, method)(*args)
+            return getattr(client, method)(*args, headers=self._headers, **keywords)
         except InferenceServerException as error:
             if refusable:
                 raise Refused(_message(error), str(error.status())) from None

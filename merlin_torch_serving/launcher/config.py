@@ -8,13 +8,18 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from merlin_torch_serving.launcher import access
 from merlin_torch_serving.locations import repository_argument, server_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
+#: reload a python model once its stubs hold this fraction more memory than they started with:
+#: what a stub keeps of a very big request is in tritonserver's memory too (their shared memory),
+#: so 5 % of the stubs is about 10 % of the server
+DEFAULT_MEMORY_GROWTH_LIMIT = 0.05
 #: the python backend's option that names its shared-memory regions
 SHM_PREFIX_OPTION = "shm-region-prefix-name"
 
@@ -30,7 +35,9 @@ class ServerConfig:
     """The options of ``TritonServer`` (see its docstring), validated and normalized.
 
     Ports left as None are chosen when the server starts; ``binary`` and ``backend_directory``
-    left as None are found then too (see ``launcher.locate``).
+    left as None are found then too (see ``launcher.locate``). ``admin_key`` guards
+    ``restricted_apis`` (see ``launcher.access``); it is left out of the repr, so logging a config
+    does not leak it.
     """
 
     #: a local folder, or an object-store URL tritonserver reads itself (see ``locations``)
@@ -49,8 +56,18 @@ class ServerConfig:
     log_verbose: int = 0
     extra_args: Sequence[str] = ()
     log_path: Path | None = None
+    host: str = access.LOOPBACK_HOST
+    admin_key: str = field(default_factory=access.new_admin_key, repr=False)
+    restricted_apis: Sequence[str] = access.DEFAULT_RESTRICTED_APIS
+    failover: bool = True
+    memory_growth_limit: float | None = DEFAULT_MEMORY_GROWTH_LIMIT
 
     def __post_init__(self) -> None:
+        if not str(self.host).strip() or " " in str(self.host):
+            raise ValueError(
+                f"host must be the address to listen on (e.g. '127.0.0.1', or '0.0.0.0' for every"
+                f" interface), got {self.host!r}"
+            )
         if self.model_control not in MODEL_CONTROL_MODES:
             raise ValueError(
                 f"model_control must be one of {MODEL_CONTROL_MODES}, got {self.model_control!r}"
@@ -65,6 +82,11 @@ class ServerConfig:
                 f"load_models={list(self.load_models)!r} needs model_control='explicit'; with"
                 f" model_control={self.model_control!r} the server loads every model in the"
                 " repository"
+            )
+        if self.memory_growth_limit is not None and not self.memory_growth_limit > 0:
+            raise ValueError(
+                "memory_growth_limit must be a positive fraction (0.05: reload a python model whose"
+                f" stubs grew by 5 %) or None, got {self.memory_growth_limit!r}"
             )
         for name in ("start_timeout_s", "stop_timeout_s"):
             value = getattr(self, name)
@@ -87,9 +109,19 @@ class ServerConfig:
             "log_verbose": int(self.log_verbose),
             "extra_args": tuple(str(arg) for arg in self.extra_args),
             "log_path": _optional_path(self.log_path),
+            "host": self.host.strip(),
+            "admin_key": access.checked_admin_key(self.admin_key),
+            "restricted_apis": access.checked_restricted_apis(self.restricted_apis),
+            # standbys are loaded and switched to through the load API, which poll mode closes
+            "failover": bool(self.failover) and self.model_control != "poll",
         }
         for name, value in normalized.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def connect_host(self) -> str:
+        """The address this machine's clients reach the server at."""
+        return access.connect_host(self.host)
 
     @property
     def requested_ports(self) -> dict[str, int | None]:
@@ -114,21 +146,36 @@ class ServerConfig:
         )
 
     def command(
-        self, binary: Path, backend_directory: Path, ports: Ports, shm_prefix: str | None
+        self,
+        binary: Path,
+        backend_directory: Path,
+        ports: Ports,
+        shm_prefix: str | None,
+        standby_repository: Path | None = None,
     ) -> list[str]:
         """The tritonserver command line; ``shm_prefix`` names the python backend's shared memory
-        (None when ``extra_args`` name it)."""
+        (None when ``extra_args`` name it); ``standby_repository`` is a second repository, for the
+        standby models of failover (``launcher.failover``)."""
         return [
             str(binary),
             f"--model-repository={repository_argument(self.repository)}",
+            *([f"--model-repository={standby_repository}"] if standby_repository else []),
             f"--backend-directory={backend_directory}",
             f"--http-port={ports.http}",
             f"--grpc-port={ports.grpc}",
             f"--metrics-port={ports.metrics}",
+            # tritonserver listens on every interface unless told otherwise
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
+            *access.restriction_args(self.admin_key, self.restricted_apis),
             *self._model_control_args(),
             # One bad model must not take the others down; readiness is judged by the launcher
             # instead.
             "--exit-on-error=false",
+            # gRPC request and response objects kept for reuse hold on to the largest tensors they
+            # ever carried: after one request of a million clicks, tens of megabytes for good.
+            "--grpc-infer-allocation-pool-size=0",
             # Let the server finish its own shutdown before stop() resorts to SIGKILL.
             f"--exit-timeout-secs={max(1, math.floor(self.stop_timeout_s * 0.75))}",
             f"--log-verbose={self.log_verbose}",

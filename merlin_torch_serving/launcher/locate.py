@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 
 from merlin_torch_serving.backends.bundle import pytriton_libraries, pytriton_server_root
@@ -88,7 +89,35 @@ def server_environment() -> dict[str, str]:
     if environment.get("LD_LIBRARY_PATH"):
         libraries.append(environment["LD_LIBRARY_PATH"])
     environment["LD_LIBRARY_PATH"] = os.pathsep.join(libraries)
-    return environment
+    return allocator_environment(environment)
+
+
+#: buffers of this size or more are mapped on their own, and unmapped when freed
+MMAP_THRESHOLD_BYTES = 1 << 20
+#: the top of a heap is returned to the OS once this much of it is free
+TRIM_THRESHOLD_BYTES = 8 << 20
+_MALLOC_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+def allocator_environment(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` with glibc's malloc thresholds set for tritonserver and its stubs, unless
+    the caller set any of them (theirs win).
+
+    glibc raises its ``mmap`` threshold each time a big buffer is freed, up to 32 MB, after which
+    the buffers of a big request come from the heap and stay with the process when freed: one
+    request of a million clicks left a stub hundreds of megabytes bigger for good. A fixed
+    threshold of a megabyte maps every bigger buffer on its own and unmaps it when freed, and the
+    top of the heap is returned once 8 MB of it are free. A one-session request allocates nothing
+    that big, so the usual traffic runs as before.
+    """
+    tunables = environment.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc." in tunables or any(name in environment for name in _MALLOC_VARIABLES):
+        return dict(environment)
+    settings = (
+        f"glibc.malloc.mmap_threshold={MMAP_THRESHOLD_BYTES}"
+        f":glibc.malloc.trim_threshold={TRIM_THRESHOLD_BYTES}"
+    )
+    return {**environment, "GLIBC_TUNABLES": f"{tunables}:{settings}" if tunables else settings}
 
 
 def _checked_binary(path: Path, source: str) -> Path:

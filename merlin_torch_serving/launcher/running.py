@@ -38,8 +38,15 @@ class RunningServer:
         self.ports = ports
         self.log = log
         self._backends = backends
-        self.http_url = f"127.0.0.1:{ports.http}"
-        self.admin = Admin(self.http_url, log_tail=self.log_tail, before_error=self.raise_if_exited)
+        #: a second repository the server was started with (standby models), if any
+        self.side_repository: Path | None = None
+        self.http_url = f"{config.connect_host}:{ports.http}"
+        self.admin = Admin(
+            self.http_url,
+            admin_key=config.admin_key if config.restricted_apis else None,
+            log_tail=self.log_tail,
+            before_error=self.raise_if_exited,
+        )
 
     @property
     def pid(self) -> int:
@@ -170,6 +177,12 @@ class RunningServer:
     def reload(self, name: str, timeout_s: float) -> None:
         """Load ``name`` anew beside the running instance (see ``TritonServer.reload``)."""
         repository = self.config.repository
+        if (
+            self.side_repository is not None
+            and (self.side_repository / name).is_dir()
+            and not (isinstance(repository, Path) and (repository / name).is_dir())
+        ):
+            repository = self.side_repository
         if not isinstance(repository, Path):
             raise ServerError(
                 f"could not reload model {name!r}: tritonserver reloads a model whose files"

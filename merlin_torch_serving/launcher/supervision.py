@@ -4,19 +4,28 @@ second, logs what failed and, when asked to, reloads a model whose stubs died.
 The thread never restarts a model that is loading, unloading or was unloaded: only a model the
 server still calls READY while its stubs are gone, which fails every request. A reload that
 fails is tried again later, waiting twice as long each time (up to a minute), so a model that
-cannot load does not keep the machine busy.
+cannot load does not keep the machine busy. With failover (``launcher.failover``) the thread also
+gives python models their standbys, and a second thread (``launcher.deaths``) switches ensembles
+to a standby the moment a stub dies; with a memory growth limit (``launcher.recycling``) it
+reloads python models whose stubs kept memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 
 from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
 from merlin_torch_serving.health import ModelHealth, expected_stubs
+from merlin_torch_serving.launcher import recycling
+from merlin_torch_serving.launcher.deaths import DeathWatch
+from merlin_torch_serving.launcher.failover import Failover, standby_name
 from merlin_torch_serving.launcher.process import children_of
-from merlin_torch_serving.launcher.stubs import StubRecord, assess
+from merlin_torch_serving.launcher.stubs import Stub, StubRecord, assess
 
 logger = logging.getLogger("merlin_torch_serving")
 
@@ -31,11 +40,27 @@ class Supervisor:
     ``admin`` reads the models' configs and statistics.
     """
 
-    def __init__(self, server, admin, *, restart_failed_models: bool, interval_s: float = 1.0):
+    def __init__(
+        self,
+        server,
+        admin,
+        *,
+        restart_failed_models: bool,
+        failover: Failover | None = None,
+        memory_growth_limit: float | None = None,
+        interval_s: float = 1.0,
+    ):
         self._server = server
         self._admin = admin
         self._restart = restart_failed_models
+        self._failover = failover
+        self._memory = recycling.MemoryWatch(memory_growth_limit) if memory_growth_limit else None
+        self._live: dict[tuple[str, int], set[int]] = {}
+        #: stubs of retired versions still running -> their CPU ticks at the last look
+        self._leftovers: dict[int, int] = {}
         self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._deaths = DeathWatch(server.pid, self._stub_died) if failover else None
         self._lock = threading.Lock()
         self._stubs = StubRecord()
         self._instances: dict[tuple[str, int], tuple[frozenset[int], int | None]] = {}
@@ -56,17 +81,31 @@ class Supervisor:
             target=self._watch, name=f"tritonserver-{self._server.pid}-supervisor", daemon=True
         )
         self._thread.start()
+        if self._deaths is not None:
+            self._deaths.start()
 
     def stop(self, timeout_s: float) -> None:
         self._stop.set()
+        self._wake.set()
+        if self._deaths is not None:
+            self._deaths.stop(timeout_s)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
+
+    def pending(self, statuses) -> list[str]:
+        """READY models failover has not looked at yet."""
+        return self._failover.pending(statuses) if self._failover is not None else []
+
+    def armed(self) -> set[str]:
+        """The python models with a standby ready (see ``launcher.failover``)."""
+        return self._failover.armed() if self._failover is not None else set()
 
     def health(self) -> list[ModelHealth]:
         """One ``ModelHealth`` per model of the repository index."""
         with self._lock:
             statuses = self._server.models()
             live, deaths = self._stubs.update(children_of(self._server.pid))
+            self._live = live
             try:
                 failures = self._admin.failed_requests()
             except ServerError:
@@ -103,8 +142,21 @@ class Supervisor:
 
     # ---- the thread -------------------------------------------------------------------------
 
+    def _stub_died(self, stub: Stub) -> None:
+        """At once, from the death watch: keep requests away from the dead stub's model, if its
+        standby's stub runs."""
+        standby = standby_name(stub.model)
+        standby_runs = any(name == standby and pids for (name, _), pids in self._live.items())
+        if self._failover is not None and standby_runs and not self._stop.is_set():
+            self._failover.switch_to_standby(stub.model)
+        self._wake.set()  # repair it now rather than at the next look
+
     def _watch(self) -> None:
-        while not self._stop.wait(self._interval_s):
+        while True:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             if not self._server.is_running:
                 logger.error(
                     "tritonserver (pid %s) exited on its own; its models no longer answer",
@@ -118,6 +170,61 @@ class Supervisor:
             for model in report:
                 if model.state == "READY" and model.stubs_alive is False:
                     self._handle_failure(model)
+            self._keep_memory(report)
+            self._keep_standbys(report)
+            self._reap_leftovers()
+
+    def _reap_leftovers(self) -> None:
+        """End the stubs of a retired version that tritonserver keeps (see _handle_failure) once
+        they have done no work for a look: they answer nothing any more, and each holds what a
+        stub holds."""
+        for pid, ticks in list(self._leftovers.items()):
+            now = recycling.cpu_ticks(pid)
+            if now == 0:
+                del self._leftovers[pid]  # gone
+            elif now != ticks:
+                self._leftovers[pid] = now  # finishing the requests it had
+            else:
+                del self._leftovers[pid]
+                if self._deaths is not None:
+                    self._deaths.ignore(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                logger.info("ended stub %d of a version tritonserver retired but kept", pid)
+
+    def _keep_standbys(self, report: list[ModelHealth]) -> None:
+        """Arm new python models; keep armed ones so (reloaded, exported anew); drop unloaded."""
+        if self._failover is None or self._stop.is_set():
+            return
+        self._failover.forget(model.name for model in report if model.state == "UNAVAILABLE")
+        self._failover.arm(self._failover.pending(report))
+        ready = {model.name for model in report if model.state == "READY" and model.stubs_alive}
+        for name in sorted(self._failover.armed() & ready):
+            if not self._failover.is_switched(name) and not self._stop.is_set():
+                self._failover.ensure(name)
+
+    def _keep_memory(self, report: list[ModelHealth]) -> None:
+        """Reload the python models whose stubs kept memory (``launcher.recycling``)."""
+        if self._memory is None:
+            return
+        for model in report:
+            if model.state != "READY" or model.stubs_alive is not True or self._stop.is_set():
+                continue
+            pids = frozenset(self._live.get((model.name, model.version or 0), ()))
+            held = sum(recycling.resident_bytes(pid) for pid in pids)
+            ticks = sum(recycling.cpu_ticks(pid) for pid in pids)
+            reason = self._memory.observe(model.name, pids, held, ticks, time.monotonic())
+            if reason is None:
+                continue
+            logger.warning("model %r: %s; reloading it to give the memory back", model.name, reason)
+            try:
+                # with a standby, the model is unloaded before it is loaded again, so memory never
+                # holds it twice; else a reload starts new stubs beside the old ones
+                if self._failover is None or not self._failover.recycle(model.name):
+                    self._server.reload(model.name)
+            except (MerlinTorchServingError, TimeoutError) as error:
+                logger.error("reloading model %r to give memory back failed: %s", model.name, error)
+            self._memory.reloaded(model.name, time.monotonic())
 
     def _handle_failure(self, model: ModelHealth) -> None:
         if (model.name, model.last_error) not in self._reported:
@@ -139,6 +246,9 @@ class Supervisor:
             return
         self._notes[model.name] = f"being reloaded after: {model.last_error}"
         self._reloading.add(model.name)
+        # the model's stubs that still run: tritonserver 2.51 never finishes retiring a version
+        # one of whose stubs died, so these would outlive the reload (see _reap_leftovers)
+        survivors = set(self._live.get((model.name, model.version or 0), ()))
         try:
             self._server.reload(model.name)
         except MerlinTorchServingError as error:
@@ -152,6 +262,12 @@ class Supervisor:
             return
         finally:
             self._reloading.discard(model.name)
+        if self._failover is not None:
+            # reloaded from its config.pbtxt: raised to two instances again before it takes the
+            # ensembles' requests back
+            self._failover.ensure(model.name)
+            self._failover.switch_back(model.name)
+        self._leftovers.update(dict.fromkeys(survivors, -1))
         self._retry_wait_s.pop(model.name, None)
         self._retry_at.pop(model.name, None)
         self._restarts[model.name] = self._restarts.get(model.name, 0) + 1

@@ -16,6 +16,7 @@ import tritonclient.http
 
 from examples.session_based.demo import recommendation_graph
 from merlin_torch_serving import Client, Ensemble, ModelOptions
+from merlin_torch_serving.launcher import access
 from tests.served import assert_frames_equal, frames_equal
 from tests.session_models import SERVED_TORCH_THREADS, request_rows, torch_threads
 
@@ -133,7 +134,9 @@ def test_triton_forms_batches_of_several_requests(triton_server, exports, reques
 
     client = tritonclient.http.InferenceServerClient(triton_server.http_url)
     try:
-        stats = client.get_inference_statistics(f"{ensemble}-{step}")["model_stats"][0]
+        stats = client.get_inference_statistics(
+            f"{ensemble}-{step}", headers=access.headers(triton_server.admin_key)
+        )["model_stats"][0]
     finally:
         client.close()
     formed = {

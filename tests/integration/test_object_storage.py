@@ -116,9 +116,17 @@ def test_a_repository_exported_to_s3_serves_from_s3_and_answers_as_in_process(
 ):
     toy_ensemble.export(f"s3://{BUCKET}/served", "reco", storage_options=local_s3.storage_options)
     rows = toy_session.interactions(6, seed=61, first_session=9100)
-    with TritonServer(local_s3.triton_url(f"{BUCKET}/served"), start_timeout_s=180) as server:
-        assert [m.state for m in server.models()] == ["READY"] * 2
+    server = TritonServer(
+        local_s3.triton_url(f"{BUCKET}/served"), start_timeout_s=180, failover=True
+    )
+    with server:
+        assert [m.state for m in server.models()][:2] == ["READY"] * 2
         answer = Client(server.grpc_url).infer("reco", rows)
+        # the standby of its python step is downloaded from the store into the server's own
+        # second repository
+        (step,) = server.wait_for_failover()
+        assert Client(server.grpc_url).infer("reco", rows).equals(answer)
+        assert f"{step}-standby" in [m.name for m in server.models() if m.state == "READY"]
     expected = toy_ensemble.transform(rows)
     for column in expected.columns:
         for got, want in zip(answer[column], expected[column], strict=True):

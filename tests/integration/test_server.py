@@ -199,7 +199,7 @@ def test_logs_returns_what_the_server_wrote(triton_server):
     triton_server.load("logged")
     port = triton_server.http_url.rsplit(":", 1)[1]
     log = triton_server.logs()
-    assert f"Started HTTPService at 0.0.0.0:{port}" in log
+    assert f"Started HTTPService at 127.0.0.1:{port}" in log
     assert "successfully loaded 'logged'" in log
 
 

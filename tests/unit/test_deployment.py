@@ -170,3 +170,47 @@ def test_deploy_files_renders_the_settings_given(tmp_path, capsys):
     (hpa,) = documents((tmp_path / "k8s" / "hpa.yaml").read_text())
     assert hpa["spec"]["minReplicas"] == 3
     assert str(tmp_path / "Dockerfile") in capsys.readouterr().out
+
+
+def entrypoint_serve_arguments(dockerfile: str) -> list[str]:
+    """The arguments the image's ENTRYPOINT gives ``merlin-torch-serving`` (its shell line)."""
+    line = next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT"))
+    command = yaml.safe_load(line.removeprefix("ENTRYPOINT "))[2]
+    return shlex.split(command.removeprefix("exec merlin-torch-serving "))[:-1]
+
+
+def test_the_image_serves_every_interface_with_the_admin_apis_restricted():
+    from merlin_torch_serving.cli.arguments import build_parser
+    from merlin_torch_serving.launcher.access import DEFAULT_RESTRICTED_APIS
+
+    arguments = entrypoint_serve_arguments(deployment.render()["Dockerfile"])
+    parsed = build_parser().parse_args(arguments)
+    assert (parsed.command, parsed.host) == ("serve", "0.0.0.0")
+    assert parsed.restricted_apis == DEFAULT_RESTRICTED_APIS
+
+
+def test_the_pods_take_the_admin_key_from_a_secret_they_cannot_start_without():
+    rendered = deployment.render()
+    (deploy,) = documents(rendered["k8s/deployment.yaml"])
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    (isvc,) = documents(rendered["kserve/inferenceservice.yaml"])
+    model = isvc["spec"]["predictor"]["model"]
+    expected = {
+        "name": "MTS_ADMIN_KEY",
+        "valueFrom": {
+            "secretKeyRef": {
+                "name": "merlin-torch-serving-admin",
+                "key": "admin-key",
+                "optional": False,
+            }
+        },
+    }
+    assert expected in container["env"]
+    assert expected in model["env"]
+
+
+def test_kserves_stock_tritonserver_restricts_the_admin_apis_with_the_secrets_key():
+    (isvc,) = documents(deployment.render()["kserve/inferenceservice.yaml"])
+    arguments = isvc["spec"]["predictor"]["model"]["args"]
+    rule = "model-repository,shared-memory,statistics,trace,logging:mts-admin-key=$(MTS_ADMIN_KEY)"
+    assert arguments == [f"--http-restricted-api={rule}", f"--grpc-restricted-protocol={rule}"]
