@@ -113,8 +113,9 @@ def score_dataset(
         ``output_dir``; without it they are refused. Answers of the same run are always kept:
         a rerun scores only the partitions missing.
     progress
-        True prints a line per partition on stderr, False nothing, or a function called with a
-        ``ScoringProgress``.
+        True prints how far it has got on stderr (a line a second at most, and the last one),
+        False nothing; or a function called with a ``ScoringProgress`` before the first partition
+        and after each.
     """
     for label, value in (("partition_rows", partition_rows), ("batch_sessions", batch_sessions)):
         if value < 1:
