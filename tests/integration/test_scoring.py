@@ -1,8 +1,9 @@
 """Batch scoring on a local Dask cluster of two worker processes, against the same exports served
 on the real tritonserver: every session's answer equals the served answer and the in-process
 answer bit for bit (unknown items, one-click sessions a filter drops, sessions split between
-input files), however the input is cut; the ensemble is loaded once per worker; a worker killed
-mid-run costs nothing but time; a rerun scores only what is missing; changed files are refused.
+input files), however the input is cut; a ranking ensemble's answers come row by row per input
+partition; the ensemble is loaded once per worker; a worker killed mid-run costs nothing but time;
+a rerun scores only what is missing; changed files and another run's answers are refused.
 """
 
 from __future__ import annotations
@@ -56,13 +57,18 @@ def dask_client():
     from distributed import Client as DaskClient
     from distributed import LocalCluster
 
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        DaskClient(cluster) as client,
-    ):
-        yield client
+    environment = dict(os.environ)
+    try:
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as cluster,
+            DaskClient(cluster) as client,
+        ):
+            yield client
+    finally:  # the nannies set their workers' variables in this process, for later tests too
+        os.environ.clear()
+        os.environ.update(environment)
 
 
 @pytest.fixture(scope="module")
