@@ -117,14 +117,17 @@ def export_digest(repository: str | os.PathLike, name: str) -> str:
 def only_ensemble(repository: Path) -> str:
     """The name of the one ensemble exported into ``repository``; an ``ArtifactError`` listing them
     when there are none or several."""
-    found = (
-        sorted(
-            folder.name
-            for folder in repository.iterdir()
-            if (folder / CONFIG_FILE).is_file() and any(folder.glob(f"*/{MANIFEST_FILE}"))
+    if not repository.is_dir():
+        raise ArtifactError(
+            str(repository),
+            "no such folder",
+            "pass the folder Ensemble.export wrote into",
+            "repository",
         )
-        if repository.is_dir()
-        else []
+    found = sorted(
+        folder.name
+        for folder in repository.iterdir()
+        if (folder / CONFIG_FILE).is_file() and any(folder.glob(f"*/{MANIFEST_FILE}"))
     )
     if len(found) == 1:
         return found[0]
@@ -139,7 +142,7 @@ def only_ensemble(repository: Path) -> str:
     raise ArtifactError(
         str(repository),
         f"it holds {len(found)} ensembles ({', '.join(map(repr, found))})",
-        "name the one to score",
+        "name the one to score (name=..., --name)",
         "repository",
     )
 

@@ -84,8 +84,10 @@ def test_the_ensemble_must_be_named_when_the_repository_holds_several(exported, 
     shutil.copytree(repository, tmp_path, dirs_exist_ok=True)
     graph("python").export(tmp_path, "other")
 
-    with pytest.raises(ArtifactError, match=r"holds 2 ensembles \('other', 'reco'\); name the"):
+    with pytest.raises(ArtifactError, match=r"holds 2 ensembles \('other', 'reco'\); name the one"):
         read_export(tmp_path)
     assert read_export(tmp_path, "other").name == "other"
     with pytest.raises(ArtifactError, match="holds no ensemble exported by merlin-torch-serving"):
         read_export(tmp_path / "reco-0-transformworkflow_predictpytorch_topk_blankfilteredrows")
+    with pytest.raises(ArtifactError, match=r"repository '.*elsewhere' cannot be loaded: no such"):
+        read_export(tmp_path / "elsewhere")
