@@ -16,12 +16,20 @@ UNKNOWN_ITEM_ID = 999_999  # never seen when the toy workflow was fitted
 
 def clicks(n_sessions: int = 120, seed: int = 5) -> pd.DataFrame:
     """Toy clicks in shuffled order (a session's clicks are not together), one in six replaced by
-    an unknown item; sessions of one click among them."""
+    an unknown item, and every click of ``all_unknown_session`` too; sessions of one click among
+    them."""
     rows = toy_session.interactions(n_sessions, seed=seed, first_session=20_000)
     rows.loc[rows.index % 6 == 0, "item_id"] = UNKNOWN_ITEM_ID
+    rows.loc[rows["session_id"] == all_unknown_session(rows), "item_id"] = UNKNOWN_ITEM_ID
     if (rows.groupby("session_id").size() == 1).sum() == 0:
         raise ValueError("no one-click session among the clicks; use another seed")
     return rows.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def all_unknown_session(rows: pd.DataFrame) -> int:
+    """The first session of several clicks: ``clicks`` gives it only unknown items."""
+    lengths = rows.groupby("session_id").size()
+    return int(lengths.index[lengths > 2][0])
 
 
 def write_split(rows: pd.DataFrame, folder: Path, files: int) -> Path:

@@ -204,9 +204,28 @@ def test_one_click_sessions_and_unknown_items_are_answered_as_the_server_answers
     unknown = toy.clicks.loc[toy.clicks["item_id"] == scoring_data.UNKNOWN_ITEM_ID, "session_id"]
     answered = scored[scored["session_id"].isin(unknown) & ~scored["filtered_out"]]
     assert len(answered) > 10
+    assert scoring_data.all_unknown_session(toy.clicks) in set(answered["session_id"])
     for ids, scores in answered[["item_ids", "item_scores"]].values:  # recommendations all the same
         assert set(ids) <= set(range(500, 500 + toy_session.N_ITEMS))  # the catalog's raw ids
         assert np.isfinite(scores).all()
+
+
+def test_an_input_without_rows_gives_one_part_without_rows_and_the_served_columns(
+    toy, toy_output, dask_client, tmp_path
+):
+    result = score_dataset(
+        toy.repository,
+        toy.clicks.iloc[:0],
+        tmp_path / "answers",
+        name=toy.name,
+        client=dask_client,
+        progress=False,
+    )
+
+    [part] = (tmp_path / "answers").glob("part-*.parquet")
+    empty, scored = pd.read_parquet(part), pd.read_parquet(next(toy_output.glob("part-*")))
+    assert (result.partitions, result.sessions, len(empty)) == (1, 0, 0)
+    assert empty.dtypes.to_dict() == scored.dtypes.to_dict()
 
 
 def test_answers_do_not_depend_on_how_the_input_was_partitioned(
