@@ -273,15 +273,16 @@ def build_parser() -> argparse.ArgumentParser:
     score_parser.add_argument(
         "--name", default=None, metavar="MODEL", help="the ensemble, when REPOSITORY holds several"
     )
-    score_parser.add_argument(
+    cluster = score_parser.add_mutually_exclusive_group()
+    cluster.add_argument(
         "--scheduler",
         default=None,
         metavar="ADDRESS",
         help="a Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local cluster)",
     )
-    score_parser.add_argument(
+    cluster.add_argument(
         "--workers",
-        type=int,
+        type=_positive,
         default=None,
         metavar="N",
         help="worker processes of the local cluster (default: one per core)",
@@ -295,14 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     score_parser.add_argument(
         "--partition-rows",
-        type=int,
+        type=_positive,
         default=DEFAULT_PARTITION_ROWS,
         metavar="ROWS",
         help="about how many rows one partition (one part file) holds (default %(default)s)",
     )
     score_parser.add_argument(
         "--batch-sessions",
-        type=int,
+        type=_positive,
         default=DEFAULT_BATCH_SESSIONS,
         metavar="SESSIONS",
         help="sessions per run of the ensemble within a partition (default %(default)s)",
@@ -385,6 +386,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of 1 or more, got {text!r}")
+    return value
 
 
 def _memory_growth_limit(text: str) -> float | None:

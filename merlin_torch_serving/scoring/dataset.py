@@ -117,9 +117,17 @@ def score_dataset(
         False nothing; or a function called with a ``ScoringProgress`` before the first partition
         and after each.
     """
-    for label, value in (("partition_rows", partition_rows), ("batch_sessions", batch_sessions)):
+    for label, value in (
+        ("partition_rows", partition_rows),
+        ("batch_sessions", batch_sessions),
+        ("workers", 1 if workers is None else workers),
+    ):
         if value < 1:
             raise ValueError(f"{label} must be at least 1, got {value!r}")
+    if client is not None and workers is not None:
+        raise ValueError(
+            "pass workers= (for a local cluster) or client= (a cluster of your own), not both"
+        )
     if client is None:
         _check_spawnable()
     began = time.perf_counter()
