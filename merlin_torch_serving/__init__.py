@@ -30,6 +30,7 @@ from merlin_torch_serving.exceptions import (
     RepositoryExistsError,
     RequestTimeoutError,
     SchemaError,
+    ScoringError,
     ServerError,
     ServerExitedError,
     ServerNotFoundError,
@@ -76,6 +77,8 @@ _LAZY = {
     "PredictPytorch": "merlin_torch_serving.ops",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "Route": "merlin_torch_serving.routing",
+    "ScoringProgress": "merlin_torch_serving.scoring.dataset",
+    "ScoringResult": "merlin_torch_serving.scoring.dataset",
     "ServingOperator": "merlin_torch_serving.ops",
     "SoftmaxSampling": "merlin_torch_serving.multistage",
     "TopK": "merlin_torch_serving.ops",
@@ -84,6 +87,7 @@ _LAZY = {
     "TritonExecutor": "merlin_torch_serving.executors",
     "TritonServer": "merlin_torch_serving.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
+    "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
 
 __all__ = [
@@ -132,6 +136,9 @@ __all__ = [
     "RetrieveTopK",
     "Route",
     "SchemaError",
+    "ScoringError",
+    "ScoringProgress",
+    "ScoringResult",
     "ServerError",
     "ServerExitedError",
     "ServerNotFoundError",
@@ -148,6 +155,7 @@ __all__ = [
     "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "score_dataset",
 ]
 
 
@@ -194,5 +202,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         Predicate,
         Route,
     )
+    from merlin_torch_serving.scoring.dataset import ScoringProgress, ScoringResult, score_dataset
     from merlin_torch_serving.server import TritonServer
     from merlin_torch_serving.vocabulary import CategoryVocabulary

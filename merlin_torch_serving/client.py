@@ -166,7 +166,7 @@ class Client:
                 if unknown is None:
                     raise
                 raise unknown from error
-            self._schemas[model] = _schemas_from_config(config)
+            self._schemas[model] = schemas_from_config(config)
         return self._schemas[model]
 
     def models(self) -> list[ModelStatus]:
@@ -397,7 +397,9 @@ def _checked_address(url: str, protocol: str) -> str:
     return url
 
 
-def _schemas_from_config(config: dict) -> ModelSchemas:
+def schemas_from_config(config: dict) -> ModelSchemas:
+    """What a model takes and returns, from its config (the JSON form Triton serves), as ``Client``
+    reads it."""
     parameters = {
         key: value.get("string_value") for key, value in config.get("parameters", {}).items()
     }

@@ -24,6 +24,7 @@
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
     ├── BackendBuildError           the pytorch backend could not be built
     ├── BundleError                 a repository could not be made self-sufficient (bundle)
+    ├── ScoringError                scoring a dataset could not start or finish
     └── InferenceError              the server answered a request with an error
         ├── UnknownModelError       the server has no model of that name
         └── RequestTimeoutError     no answer came within the client's timeout
@@ -41,6 +42,19 @@ from collections.abc import Mapping, Sequence
 
 class MerlinTorchServingError(Exception):
     """Base class of every error raised by merlin_torch_serving."""
+
+    def __reduce__(self):
+        # rebuilt from its message and fields, not through __init__ (whose arguments differ from
+        # class to class), so that an error raised in another process (a Dask worker) arrives as
+        # itself
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[MerlinTorchServingError], args: tuple, fields: dict):
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
 
 
 class SchemaError(MerlinTorchServingError):
@@ -372,6 +386,11 @@ class BundleError(MerlinTorchServingError):
 
     The message says what is missing and how to get it.
     """
+
+
+class ScoringError(MerlinTorchServingError):
+    """Scoring a dataset could not start or finish: its input, its output folder or a partition
+    that failed."""
 
 
 class InferenceError(MerlinTorchServingError):

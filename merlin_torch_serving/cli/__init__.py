@@ -4,6 +4,8 @@ merlin-torch-serving serve REPOSITORY [-- TRITONSERVER ARGS]
                                            run tritonserver in the foreground (Ctrl-C stops it)
 merlin-torch-serving infer MODEL FILE      send a parquet/CSV file of rows, print the answer
 merlin-torch-serving models                what the server has loaded, and whether it answers
+merlin-torch-serving score REPOSITORY INPUT OUTPUT
+                                           score a dataset with an export on a Dask cluster
 merlin-torch-serving bundle REPOSITORY OUT  a copy for servers whose Python lacks this library
 merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes and KServe manifests
 merlin-torch-serving build-backend pytorch [--sources PATH]

@@ -12,6 +12,7 @@ from merlin_torch_serving.cli.commands import (
     deploy_files,
     infer,
     models,
+    score,
     serve,
     version_report,
 )
@@ -23,6 +24,7 @@ from merlin_torch_serving.launcher.access import (
     checked_restricted_apis,
 )
 from merlin_torch_serving.launcher.config import DEFAULT_MEMORY_GROWTH_LIMIT
+from merlin_torch_serving.scoring.sizes import DEFAULT_BATCH_SESSIONS, DEFAULT_PARTITION_ROWS
 
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT, DEFAULT_METRICS_PORT = 8000, 8001, 8002
 
@@ -252,6 +254,67 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build_parser.set_defaults(run=build_backend)
 
+    score_parser = commands.add_parser(
+        "score",
+        parents=[common],
+        help="score every session of a dataset with an exported ensemble on a Dask cluster",
+        description=(
+            "Answer every session of INPUT with the ensemble exported into REPOSITORY, as a server"
+            " of it answers, on a Dask cluster, and write the answers into OUTPUT as parquet files"
+            " (one row per session). A rerun keeps the files an earlier run of the same export"
+            " and input wrote and scores the rest."
+        ),
+    )
+    score_parser.add_argument("repository", help="the folder Ensemble.export wrote into")
+    score_parser.add_argument(
+        "input", help="a folder, file or glob of parquet files of raw rows (clicks)"
+    )
+    score_parser.add_argument("output", help="the folder to write the answers into")
+    score_parser.add_argument(
+        "--name", default=None, metavar="MODEL", help="the ensemble, when REPOSITORY holds several"
+    )
+    cluster = score_parser.add_mutually_exclusive_group()
+    cluster.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="a Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local cluster)",
+    )
+    cluster.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="worker processes of the local cluster (default: one per core)",
+    )
+    score_parser.add_argument(
+        "--columns",
+        type=column_names.argument,
+        default=None,
+        metavar="YOURS=INPUT,...",
+        help="the input's column names for the ensemble's inputs, e.g. user_session=session_id",
+    )
+    score_parser.add_argument(
+        "--partition-rows",
+        type=_positive,
+        default=DEFAULT_PARTITION_ROWS,
+        metavar="ROWS",
+        help="about how many rows one partition (one part file) holds (default %(default)s)",
+    )
+    score_parser.add_argument(
+        "--batch-sessions",
+        type=_positive,
+        default=DEFAULT_BATCH_SESSIONS,
+        metavar="SESSIONS",
+        help="sessions per run of the ensemble within a partition (default %(default)s)",
+    )
+    score_parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the answers of another run found in OUTPUT",
+    )
+    score_parser.set_defaults(run=score)
+
     for name, function, help_text in (
         (
             "infer",
@@ -323,6 +386,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of 1 or more, got {text!r}")
+    return value
 
 
 def _memory_growth_limit(text: str) -> float | None:

@@ -139,6 +139,30 @@ def infer(args) -> int:
     return 0
 
 
+def score(args) -> int:
+    from merlin_torch_serving.scoring.dataset import score_dataset
+
+    result = score_dataset(
+        args.repository,
+        args.input,
+        args.output,
+        name=args.name,
+        client=args.scheduler,
+        workers=args.workers,
+        columns=args.columns,
+        partition_rows=args.partition_rows,
+        batch_sessions=args.batch_sessions,
+        overwrite=args.overwrite,
+        progress=True,
+    )
+    kept = f", {result.skipped} kept from an earlier run" if result.skipped else ""
+    print(
+        f"wrote {result.sessions:,} sessions of ensemble {result.ensemble!r} into"
+        f" {result.output} ({result.partitions} part files{kept}) in {result.seconds:.1f} s"
+    )
+    return 0
+
+
 def models(args) -> int:
     from merlin_torch_serving.client import Client
 

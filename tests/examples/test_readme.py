@@ -29,6 +29,24 @@ def readme_example(heading: str = "## A complete example") -> str:
     return blocks[0]
 
 
+def run_example(
+    example: str, tmp_path: Path, timeout_s: float, *, pasted: bool = False
+) -> subprocess.CompletedProcess:
+    """``example`` fed to this interpreter at the root of the checkout, its temporary folders in
+    ``tmp_path`` (the examples keep theirs for the reader; here pytest cleans up). ``pasted``: run
+    as in an interactive session, whose main module has no file (``-c``), not as a script read
+    from standard input."""
+    return subprocess.run(
+        [sys.executable, *(["-c", example] if pasted else ["-"])],
+        input=None if pasted else example,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_process(
     tmp_path, pytorch_backend
 ):
@@ -38,16 +56,7 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example
-    # the example keeps its folder for serving afterwards; here it goes where pytest cleans up
-    result = subprocess.run(
-        [sys.executable, "-"],
-        input="\n".join([example, scripted, routing]),
-        cwd=ROOT,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = run_example("\n".join([example, scripted, routing]), tmp_path, timeout_s=900)
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 6, result.stdout  # one line per requested session, in each example
