@@ -102,7 +102,9 @@ class Client:
         ``TritonServer``); without one those two calls are refused.
 
     The HTTP client is not safe to share between threads: give each thread a Client of its own
-    (the gRPC one may be shared).
+    (the gRPC one may be shared). Its connection stays open between calls; ``close()`` (or a
+    ``with`` block) closes it, and ``TritonServer.stop()`` closes it when idle (see
+    ``transport.Connection``).
     """
 
     def __init__(
@@ -130,22 +132,13 @@ class Client:
         self.max_rows_per_request = max_rows_per_request
         self.retry_policy = transport.RetryPolicy(retries=retries, backoff_s=retry_backoff_s)
         self._admin_headers = access.headers(admin_key or access.find_admin_key(self.url), protocol)
-        if protocol == "grpc":
-            import tritonclient.grpc as module
-
-            self._client = module.InferenceServerClient(url)
-        else:
-            import tritonclient.http as module
-
-            self._client = module.InferenceServerClient(
-                url, connection_timeout=timeout_s, network_timeout=timeout_s
-            )
-        self._module = module
+        self._connection = transport.Connection(self.url, protocol, self.timeout_s)
+        self._module = self._connection.module
         self._schemas: dict[str, ModelSchemas] = {}
 
     def close(self) -> None:
         """Close the connection (tritonserver waits, when it stops, for open HTTP connections)."""
-        self._client.close()
+        self._connection.close()
 
     def __enter__(self) -> Client:
         return self
@@ -174,7 +167,7 @@ class Client:
         return model_statuses(
             self._call(
                 None,
-                self._client.get_model_repository_index,
+                "get_model_repository_index",
                 headers=self._admin_headers,
                 **self._json_flag(),
             )
@@ -190,7 +183,7 @@ class Client:
         try:
             stats = self._call(
                 None,
-                self._client.get_inference_statistics,
+                "get_inference_statistics",
                 headers=self._admin_headers,
                 **self._json_flag(),
             )
@@ -221,9 +214,9 @@ class Client:
         reason, hint = "no answer yet", ""
         while True:
             try:
-                if not self._client.is_server_ready():
+                if not self._connection.call("is_server_ready"):
                     reason = "the server is not ready (models still loading?)"
-                elif model is not None and not self._client.is_model_ready(model):
+                elif model is not None and not self._connection.call("is_model_ready", model):
                     reason = f"model {model!r} is not ready (not loaded, or loading)"
                     unknown = self._unknown(model)
                     if unknown is not None:
@@ -310,9 +303,7 @@ class Client:
         outputs = [
             self._module.InferRequestedOutput(sent) for pairs in specs.values() for _, sent in pairs
         ]
-        result = self._call(
-            model, self._client.infer, model, inputs, outputs=outputs, **self._timeout()
-        )
+        result = self._call(model, "infer", model, inputs, outputs=outputs, **self._timeout())
         arrays = {}
         for pairs in specs.values():
             for name, sent in pairs:
@@ -332,7 +323,7 @@ class Client:
         inputs = self._infer_inputs(request)
         try:
             transport.call(
-                lambda: self._client.infer(model, inputs, **self._timeout()),
+                lambda: self._connection.call("infer", model, inputs, **self._timeout()),
                 url=self.url,
                 model=model,
                 timeout_s=self.timeout_s,
@@ -363,7 +354,7 @@ class Client:
         return None if model in known else UnknownModelError(model, sorted(set(known)))
 
     def _config(self, model: str) -> dict:
-        config = self._call(model, self._client.get_model_config, model, **self._json_flag())
+        config = self._call(model, "get_model_config", model, **self._json_flag())
         return config.get("config", config)
 
     def _json_flag(self) -> dict:
@@ -372,9 +363,10 @@ class Client:
     def _timeout(self) -> dict:
         return {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
 
-    def _call(self, model: str | None, function, *args, **kwargs):
+    def _call(self, model: str | None, method: str, *args, **kwargs):
+        """tritonclient's ``method``, its errors mapped and the retryable ones retried."""
         return transport.call(
-            lambda: function(*args, **kwargs),
+            lambda: self._connection.call(method, *args, **kwargs),
             url=self.url,
             model=model,
             timeout_s=self.timeout_s,

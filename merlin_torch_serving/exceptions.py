@@ -11,7 +11,7 @@
     ├── ExportError                 a model repository could not be written
     │   ├── RepositoryExistsError   the target exists and overwriting was not asked for
     │   ├── ModelCheckError         model.pt does not behave the way its config.pbtxt says
-    │   └── ModelNotImportableError an eager model's class cannot be imported by the server's Python
+    │   └── ModelNotImportableError an eager model cannot be loaded by the server's Python
     ├── ArtifactError               an exported step's files are not the ones its manifest lists
     ├── ServerError                 starting or talking to tritonserver failed
     │   ├── ServerNotFoundError     no tritonserver binary could be found
@@ -233,17 +233,19 @@ class ArtifactError(MerlinTorchServingError):
 
 
 class ModelNotImportableError(ExportError):
-    """An eager model runs on the python backend by unpickling it there, which imports its classes;
-    one of them cannot be imported by the server's Python."""
+    """An eager model runs on the python backend by unpickling it there; the server's Python
+    cannot load it, even with the classes it cannot import saved by value."""
 
     def __init__(self, class_path: str, reason: str):
         self.class_path = class_path
         self.reason = reason
         super().__init__(
-            f"the model class {class_path!r} cannot be imported by the server's Python ({reason}),"
-            " so the python backend could not load the eager model; define the class in a module"
-            " the server can import (an installed package, or a module under the directory the"
-            " server starts in), or make the model scriptable with torch.jit.script"
+            f"the model class {class_path!r} cannot be loaded by the server's Python ({reason}),"
+            " so the python backend could not run the eager model. Classes of __main__ and of"
+            " modules the server cannot import are saved by value, so what failed is something"
+            " the model or its module holds or needs: make it picklable (no lock, open file or"
+            " connection), install the module where the server runs, or make the model scriptable"
+            " with torch.jit.script"
         )
 
 

@@ -33,6 +33,7 @@ from merlin_torch_serving.launcher.locate import (
 )
 from merlin_torch_serving.launcher.running import RunningServer
 from merlin_torch_serving.launcher.supervision import Supervisor
+from merlin_torch_serving.transport import close_idle_http_connections
 
 __all__ = [
     "BINARY_ENV_VAR",
@@ -207,6 +208,9 @@ class TritonServer:
 
         SIGINT lets tritonserver finish its requests and unload its models; SIGKILL after
         stop_timeout_s makes sure neither it nor a python-backend stub outlives the call.
+        tritonserver also waits for every open HTTP connection to close: the idle ones of this
+        process's ``Client``s are closed first (they open a new one when called again), while a
+        client in another process holds the stop up to the exit timeout unless it is closed.
         """
         self._shut_down(graceful=True)
 
@@ -372,6 +376,8 @@ class TritonServer:
             # before the server goes: its stubs ending now is no failure to repair
             self._supervisor.stop(self.config.stop_timeout_s)
             self._supervisor = None
+        if graceful:
+            close_idle_http_connections(self._port("http"))
         running.process.stop(graceful=graceful, timeout_s=self.config.stop_timeout_s)
         if self._standby_repository is not None:
             shutil.rmtree(self._standby_repository, ignore_errors=True)

@@ -1,5 +1,5 @@
-"""What can go wrong between a client and tritonserver, in the library's exception tree, and
-which of it is safe to try again.
+"""How a client reaches tritonserver: its connection, what can go wrong on it, in the library's
+exception tree, and which of it is safe to try again.
 
 tritonclient raises ``InferenceServerException`` (gRPC status codes, HTTP answers), and its HTTP
 client lets socket errors through as they are (``ConnectionRefusedError``, ``TimeoutError``).
@@ -14,7 +14,9 @@ from __future__ import annotations
 import http.client
 import random
 import socket
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -70,6 +72,76 @@ class RetryPolicy:
 
     def wait_s(self, attempt: int) -> float:
         return min(self.backoff_s * 2**attempt, self.max_wait_s) * random.uniform(0.5, 1.5)
+
+
+class Connection:
+    """tritonclient's client of one server, over gRPC or HTTP.
+
+    An HTTP connection stays open between calls, and tritonserver's graceful stop waits for every
+    open HTTP connection to close, up to its exit timeout: an idle one would hold it up all that
+    time. ``close_idle_http_connections`` (which ``TritonServer.stop()`` calls) closes it, at once
+    or right after the call in flight; the next call opens a new one.
+    """
+
+    def __init__(self, url: str, protocol: str, timeout_s: float):
+        self.url, self.protocol, self.timeout_s = url, protocol, timeout_s
+        if protocol == "grpc":
+            import tritonclient.grpc as module
+        else:
+            import tritonclient.http as module
+
+            _HTTP_CONNECTIONS.add(self)
+        self.module = module
+        self._client = self._new_client()
+        self._in_use = threading.Lock()  # held by each HTTP call, which keeps its connection
+        self._close_after_call = False
+
+    def call(self, method: str, *args, **kwargs):
+        """tritonclient's ``method`` with these arguments."""
+        if self.protocol == "grpc":  # may be shared by threads, and is never closed under them
+            return getattr(self._client, method)(*args, **kwargs)
+        try:
+            with self._in_use:
+                return getattr(self._client, method)(*args, **kwargs)
+        finally:
+            if self._close_after_call:  # asked for while this call ran
+                self.close_when_idle()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def close_when_idle(self) -> None:
+        """Close the connection now, or after the call using it."""
+        self._close_after_call = True
+        if self._in_use.acquire(blocking=False):
+            try:
+                self._reconnect_if_asked()
+            finally:
+                self._in_use.release()
+
+    def _reconnect_if_asked(self) -> None:
+        if self._close_after_call:
+            self._close_after_call = False
+            self._client.close()
+            self._client = self._new_client()  # connects at its first call
+
+    def _new_client(self):
+        if self.protocol == "grpc":
+            return self.module.InferenceServerClient(self.url)
+        return self.module.InferenceServerClient(
+            self.url, connection_timeout=self.timeout_s, network_timeout=self.timeout_s
+        )
+
+
+#: this process's open HTTP connections (those no one holds any more drop out)
+_HTTP_CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+
+def close_idle_http_connections(port: int) -> None:
+    """Close this process's HTTP connections to ``port`` (any host), each once it is idle."""
+    for connection in list(_HTTP_CONNECTIONS):
+        if connection.url.rpartition(":")[2] == str(port):
+            connection.close_when_idle()
 
 
 def call(

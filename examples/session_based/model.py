@@ -7,15 +7,18 @@ right-padded with 0, holding a session's last clicks in order (see ``padded_inpu
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
 import torch
 import transformers4rec.torch as tr
 from merlin.schema import Schema
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from transformers4rec.torch.masking import MaskedLanguageModeling
 
 from examples.session_based.features import (
@@ -132,6 +135,9 @@ def train(
 ) -> list[float]:
     """Train with Adam on the workflow's output rows; returns the mean loss of each epoch.
 
+    ``progress`` shows a bar on stderr when it is a terminal, else one line per epoch (see
+    ``TrainingProgress``).
+
     Sessions with a single click are skipped: masked language modeling keeps at least one item
     of a session visible, so such a session has nothing to predict. The same seed, data and
     model give the same weights (shuffling, masking and dropout all draw from that seed).
@@ -153,10 +159,8 @@ def train(
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     shuffle = torch.Generator().manual_seed(seed)
     epoch_losses = []
-    with (
-        torch.random.fork_rng(),
-        tqdm(total=epochs * n_batches, desc="training", unit="batch", disable=not progress) as bar,
-    ):
+    shown = TrainingProgress(epochs, n_batches, enabled=progress)
+    with torch.random.fork_rng(), shown:
         torch.manual_seed(seed)
         model.train()
         for epoch in range(epochs):
@@ -171,11 +175,65 @@ def train(
                 output["loss"].backward()
                 optimizer.step()
                 batch_losses.append(output["loss"].item())
-                bar.update()
-                bar.set_postfix(epoch=epoch + 1, loss=f"{batch_losses[-1]:.3f}")
+                shown.batch_done(epoch, batch_losses[-1])
             epoch_losses.append(float(np.mean(batch_losses)))
+            shown.epoch_done(epoch, epoch_losses[-1])
     model.eval()
     return epoch_losses
+
+
+class TrainingProgress:
+    """Progress of ``train`` on ``stream`` (stderr): a bar that redraws itself on a terminal;
+    elsewhere (a log file, CI, a notebook) one line per epoch, since there each redraw of a bar
+    is kept as one more carriage-return-separated update."""
+
+    def __init__(
+        self,
+        epochs: int,
+        batches_per_epoch: int,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+    ):
+        self.epochs, self.batches_per_epoch = epochs, batches_per_epoch
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.bar = (
+            tqdm(total=epochs * batches_per_epoch, desc="training", unit="batch", file=self.stream)
+            if enabled and _is_terminal(self.stream)
+            else None
+        )
+        self._epoch_started = time.perf_counter()
+
+    def batch_done(self, epoch: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update()
+            self.bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.3f}")
+
+    def epoch_done(self, epoch: int, mean_loss: float) -> None:
+        if self.enabled and self.bar is None:
+            seconds = time.perf_counter() - self._epoch_started
+            print(
+                f"training: epoch {epoch + 1}/{self.epochs}, {self.batches_per_epoch} batches in"
+                f" {seconds:.1f} s, mean loss {mean_loss:.3f}",
+                file=self.stream,
+                flush=True,
+            )
+        self._epoch_started = time.perf_counter()
+
+    def __enter__(self) -> TrainingProgress:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 def next_item_examples(

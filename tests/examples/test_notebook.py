@@ -16,34 +16,16 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from tests.notebooks import ANSI_ESCAPE, kernel_on_this_python
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "session_based_recommendations.ipynb"
 CELL_TIMEOUT_S = 600
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # IPython colours its tracebacks
-
-
-def kernel_on_this_python() -> AsyncKernelManager:
-    """A manager for the notebook's `python3` kernel that runs ipykernel on ``sys.executable``.
-
-    With no kernel folders to search, jupyter_client falls back to ipykernel's own spec, which
-    launches the running interpreter; an installed `python3` spec could name another Python.
-    """
-    manager = AsyncKernelManager(
-        kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[])
-    )
-    if manager.kernel_spec.argv[0] != sys.executable:
-        raise RuntimeError(
-            f"the notebook kernel would run {manager.kernel_spec.argv[0]!r}, not this Python "
-            f"({sys.executable!r}); ipykernel must be installed in the test environment"
-        )
-    return manager
 
 
 def outputs_text(cell) -> str:

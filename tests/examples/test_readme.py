@@ -65,3 +65,23 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
     for line in lines[3:]:
         pattern = r"session \d+: (current|candidate) answered by (current|candidate|popular)"
         assert re.fullmatch(pattern, line), line
+
+
+def test_the_readme_gives_predictpytorch_with_every_parameter_and_default_of_its_signature():
+    import inspect
+
+    from merlin_torch_serving import PredictPytorch
+
+    parts, keyword_only = [], False
+    for parameter in inspect.signature(PredictPytorch).parameters.values():
+        if parameter.kind is parameter.KEYWORD_ONLY and not keyword_only:
+            parts.append("*")
+            keyword_only = True
+        default = parameter.default
+        parts.append(
+            parameter.name
+            if default is parameter.empty
+            else f"{parameter.name}={repr(default).replace(chr(39), chr(34))}"
+        )
+    row = f"| `PredictPytorch({', '.join(parts)})` |"
+    assert row in (ROOT / "README.md").read_text(), row

@@ -405,6 +405,55 @@ def test_training_twice_with_the_same_seed_gives_the_same_weights(workflow, proc
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
 
+def test_training_off_a_terminal_prints_one_line_per_epoch_and_no_carriage_return(
+    workflow, processed, capsys
+):
+    processed_train, _ = processed
+    session_model = model.build_model(
+        workflow.output_schema, max_sequence_length=MAX_SEQUENCE_LENGTH, d_model=16
+    )
+    losses = model.train(session_model, processed_train, epochs=2, batch_size=64)
+
+    captured = capsys.readouterr()  # stderr as a log file or CI sees it: not a terminal
+    assert captured.out == ""
+    assert "\r" not in captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 2, captured.err
+    for epoch, (line, loss) in enumerate(zip(lines, losses, strict=True), start=1):
+        assert re.fullmatch(
+            rf"training: epoch {epoch}/2, \d+ batches in \d+\.\d s, mean loss {loss:.3f}", line
+        ), line
+
+
+def test_training_progress_on_a_terminal_is_a_bar_redrawn_in_place():
+    import os
+    import select
+
+    controller, terminal = os.openpty()
+    try:
+        with open(terminal, "w", closefd=False) as stream:
+            assert stream.isatty()
+            with model.TrainingProgress(2, 3, stream=stream) as progress:
+                for epoch in range(2):
+                    for _ in range(3):
+                        progress.batch_done(epoch, 1.5)
+                    progress.epoch_done(epoch, 1.5)
+        shown = b""
+        while select.select([controller], [], [], 1.0)[0]:
+            chunk = os.read(controller, 65536)
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    text = shown.decode()
+    assert "\r" in text
+    assert "training: 100%" in text, text
+    assert "6/6" in text, text
+    assert "epoch 2/2" not in text  # the bar, not the lines written off a terminal
+
+
 def test_trained_model_scores_every_encoded_item_for_each_session(
     workflow, processed, trained_model
 ):

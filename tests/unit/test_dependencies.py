@@ -36,6 +36,7 @@ def test_an_install_without_extras_pulls_neither_cuda_python_nor_the_bundled_ser
         "merlin-core",
         "nvtabular",
         "torch",
+        "cloudpickle",  # eager models' classes that the server cannot import travel by value
     } <= closure
     assert not closure & {"cuda-python", "nvidia-pytriton", "perf-analyzer", "tensorflow"}
 

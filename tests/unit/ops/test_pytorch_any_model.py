@@ -124,21 +124,29 @@ def test_an_eager_step_is_exported_whole_and_reloads_from_its_files(tmp_path):
     assert outputs["total"].tolist() == [4.0]
 
 
-def test_exporting_a_model_neither_scriptable_nor_importable_names_its_class_and_writes_nothing(
-    tmp_path,
-):
-    class Unscriptable(torch.nn.Module):  # defined in a function: the server cannot import it
+def test_exporting_a_model_that_cannot_be_pickled_names_its_class_and_writes_nothing(tmp_path):
+    import threading
+
+    class HoldsALock(torch.nn.Module):  # saved by value, like any class the server cannot import
+        def __init__(self):
+            super().__init__()
+            self.lock = threading.Lock()
+
         def forward(self, inputs):
-            return torch.stack([row.sum() if row.sum() > 0 else -row.sum() for row in inputs["x"]])
+            with self.lock:
+                return torch.stack(
+                    [row.sum() if row.sum() > 0 else -row.sum() for row in inputs["x"]]
+                )
 
     ensemble = Ensemble(
-        PredictPytorch(Unscriptable(), any_models.SIGNED_INPUTS, Schema([ColumnSchema("total")])),
+        PredictPytorch(HoldsALock(), any_models.SIGNED_INPUTS, Schema([ColumnSchema("total")])),
         any_models.SIGNED_INPUTS,
     )
     with pytest.raises(
         ModelNotImportableError,
         match=(
-            r"model class '[\w.]*<locals>\.Unscriptable' cannot be imported by the server's Python"
+            r"model class '[\w.]*<locals>\.HoldsALock' cannot be loaded by the server's Python"
+            r" \(pickle cannot save it: cannot pickle '_thread.lock' object\)"
         ),
     ):
         ensemble.export(tmp_path / "repository", "local")
