@@ -437,8 +437,7 @@ def _warmup(warmup_files: dict, options: ModelOptions, request_dim: bool = False
         name: {"data_type": dtype, "dims": [*lead, *dims], "input_data_file": file_name}
         for name, (file_name, dtype, dims) in warmup_files.items()
     }
-    # batch_size 1: Triton skips samples of batch size 0, and with max_batch_size 0 the dims are
-    # the whole request shape
+    # batch_size 1: Triton skips samples of batch size 0; without batching, dims are the request's
     return [{"name": "sample", "batch_size": 1, "count": options.warmup_count, "inputs": inputs}]
 
 
