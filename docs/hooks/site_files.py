@@ -87,7 +87,9 @@ def on_files(files: Files, config) -> Files:
 
 def on_nav(nav: Navigation, config, files: Files) -> Navigation:
     """The module pages under "API reference", after its index."""
-    [section] = [item for item in nav.items if isinstance(item, Section) and item.title == "API reference"]
+    [section] = [
+        item for item in nav.items if isinstance(item, Section) and item.title == "API reference"
+    ]
     for file in sorted(files.documentation_pages(), key=lambda f: f.src_uri):
         if file.src_uri.startswith(f"{REFERENCE}/") and file.src_uri != f"{REFERENCE}/index.md":
             page = Page(None, file, config)
