@@ -94,8 +94,8 @@ class ModelOptions:
         Batch concurrent requests across the wire: Triton's dynamic batcher queues the requests
         that arrive while a step is busy and hands them to it together; the step merges their
         sessions, runs its operators once, and splits the answers back per request (bit for bit
-        what answering them one at a time gives; see the README). Python steps and libtorch steps
-        fed by one python step batch so (``libtorch_batching.py``). Every
+        what answering them one at a time gives; see docs/guides/batching.md). Python steps and
+        libtorch steps fed by one python step batch so (``libtorch_batching.py``). Every
         tensor of a request then carries a leading dimension of 1 (``c__values`` is ``[1, n]``),
         which ``Client`` reads from the config; clients that send Merlin Systems' form (``[n]``)
         need ``batching=False``, the default.
