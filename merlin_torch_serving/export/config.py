@@ -52,8 +52,7 @@ CONFIG_OVERRIDES_FILE = "config_overrides.json"
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
 #: outside services a step's operators call (JSON ``[{"name": ..., "url": ...}]``), for health
 SERVICES_PARAMETER = health.SERVICES_PARAMETER
-#: batched exports: per request, one byte per row of a libtorch step's input, sent by the python
-#: step that feeds it (see libtorch_batching.py)
+#: batched exports: one byte per row of a libtorch step's input, from the python step feeding it
 ROWS_TENSOR = "__rows"
 #: batched exports: a tensor as the python step that feeds a libtorch step sends it to that step,
 #: flat and one element longer: Triton's pytorch backend r24.10 stops copying a batch's requests at
