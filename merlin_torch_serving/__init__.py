@@ -1,7 +1,7 @@
 """Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.
 
 The public API is re-exported here; each name lives in the module that owns its concept and is
-imported on first use, so ``import merlin_torch_serving.launcher.server`` does not pay for torch.
+imported on first use, so ``import merlin_torch_serving`` does not pay for torch.
 """
 
 from __future__ import annotations

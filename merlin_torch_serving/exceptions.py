@@ -195,6 +195,9 @@ class ExportError(MerlinTorchServingError):
 
 
 class RepositoryExistsError(ExportError):
+    """The export's target already holds models of that name; the message says how to replace
+    them (``overwrite=True``) or add a version beside them (``add_version=True``)."""
+
     def __init__(self, path: str, models: Sequence[str]):
         self.path = path
         self.models = list(models)
@@ -261,6 +264,9 @@ class ServerError(MerlinTorchServingError):
 
 
 class ServerNotFoundError(ServerError):
+    """No tritonserver binary was found; the message lists where it looked and how to install or
+    name one."""
+
     def __init__(self, searched: Sequence[str]):
         self.searched = list(searched)
         super().__init__(
@@ -287,6 +293,9 @@ class PortInUseError(ServerError):
 
 
 class ServerStartTimeoutError(ServerError):
+    """tritonserver did not become ready within ``start_timeout_s``; the message says what it was
+    still waiting for."""
+
     def __init__(self, timeout_s: float, waiting_for: str, log_tail: str = ""):
         self.timeout_s = timeout_s
         super().__init__(
@@ -297,6 +306,9 @@ class ServerStartTimeoutError(ServerError):
 
 
 class ServerExitedError(ServerError):
+    """tritonserver exited by itself (at start or while serving); ``log_tail`` holds the last lines
+    of its log."""
+
     def __init__(self, returncode: int | None, log_tail: str = ""):
         self.returncode = returncode
         super().__init__(f"tritonserver exited with code {returncode}", log_tail)

@@ -61,14 +61,18 @@ def concurrent_answers(
     return answers
 
 
-def batches_formed(url: str, model: str) -> dict[int, int]:
+def batches_formed(url: str, model: str, admin_key: str | None) -> dict[int, int]:
     """Batch size -> how many times ``model`` ran a batch of that many requests (Triton's
-    statistics, over HTTP)."""
+    statistics, over HTTP; the statistics API wants the server's admin key)."""
     import tritonclient.http
+
+    from merlin_torch_serving.launcher import access
 
     client = tritonclient.http.InferenceServerClient(url)
     try:
-        stats = client.get_inference_statistics(model)["model_stats"][0]
+        stats = client.get_inference_statistics(model, headers=access.headers(admin_key))[
+            "model_stats"
+        ][0]
     finally:
         client.close()
     return {

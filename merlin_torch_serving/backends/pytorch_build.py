@@ -6,9 +6,10 @@ compiled against torch's headers and libraries, so it is built here, once per (t
 torch) pair, into the cache (see ``bundle.cache_root``); a second call with the same torch returns
 the cached build at once.
 
-Sources come either from ``sources`` (the build then needs no network) or, without it, from a
-shallow clone of upstream at the release matching the server (needs git, the network and
-RapidJSON's headers installed, as upstream documents); ``pytorch_sources.py`` says what they hold.
+Sources come either from ``sources`` (the build then needs no network) or, without it, from
+shallow clones of upstream at the release matching the server (needs git and the network;
+``sources_unavailable`` tells beforehand whether they can be had); ``pytorch_sources.py`` says what
+they hold and where they are cloned from.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from merlin_torch_serving.exceptions import BackendBuildError
 
 BACKEND_LIBRARY = "libtriton_pytorch.so"
 BUILD_RECORD = "build.json"
-UPSTREAM_ORGANIZATION = "https://github.com/triton-inference-server"
 #: the command that builds it, for messages
 BUILD_COMMAND = "merlin-torch-serving build-backend pytorch"
 
@@ -116,13 +116,14 @@ def build_pytorch_backend(
     cache_dir: str | os.PathLike | None = None,
     jobs: int | None = None,
     progress: Callable[[str], None] = print,
-    organization: str = UPSTREAM_ORGANIZATION,
+    git_host: str | None = None,
 ) -> BuiltBackend:
     """Build (or find in the cache) the pytorch backend for the bundled tritonserver and this torch.
 
     ``cache_dir`` is the folder builds go in (default: ``builds/`` of ``bundle.cache_root()``).
-    ``progress`` receives one line per step and per build step of cmake. ``organization`` is where
-    the upstream repositories are cloned from when ``sources`` is None.
+    ``progress`` receives one line per step and per build step of cmake. ``git_host`` is where the
+    upstream repositories are cloned from when ``sources`` is None (default:
+    ``pytorch_sources.git_host()``).
     """
     torch = TorchInstall.running()
     server_version = _bundled_server_version()
@@ -130,27 +131,18 @@ def build_pytorch_backend(
     cached = built_pytorch_backend(server_version, torch.version, cache)
     if cached is not None:
         return cached
-    tools = _build_tools(cloning=sources is None)
+    tools = build_tools(cloning=sources is None)
     target = build_folder(server_version, torch.version, cache)
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     log = work / "build.log"
     try:
-        if sources is not None:
-            source_root = pytorch_sources.unpacked(Path(sources), work / "sources", progress)
-            options, origin = (
-                pytorch_sources.offline_options(source_root),
-                os.fspath(Path(sources).resolve()),
-            )
-        else:
-            release = _release(server_version)
-            source_root = _cloned_sources(release, organization, work / "sources", log, progress)
-            options, origin = (
-                pytorch_sources.upstream_options(release, organization),
-                f"{organization}/pytorch_backend@{release}",
-            )
-        library = _compile(tools, torch, source_root, options, work / "build", log, jobs, progress)
+        source_root, options, origin = prepared_sources(
+            sources, server_version, work / "sources", log, progress, git_host
+        )
+        configure(tools, torch, source_root, options, work / "build", log, progress)
+        library = _compile(tools, work / "build", log, jobs, progress)
         record = {
             "torch_version": torch.version,
             "torch_root": str(torch.root),
@@ -172,10 +164,70 @@ def build_pytorch_backend(
     return BuiltBackend(target, torch.version, server_version, built_now=True)
 
 
-def _compile(
-    tools, torch, source_root: Path, options: list[str], build: Path, log: Path, jobs, progress
-) -> Path:
-    """Configure and build with cmake; the path of the library it built."""
+def sources_unavailable(git_host: str | None = None) -> str | None:
+    """Why the sources for the bundled tritonserver cannot be cloned here, or None when they can.
+
+    ``./run setup`` builds the backend by itself unless this names a reason (no git, no network,
+    no such release on the host).
+    """
+    release = _release(_bundled_server_version())
+    return pytorch_sources.unreachable(pytorch_sources.git_host(git_host), release)
+
+
+def prepared_sources(
+    sources: str | os.PathLike | None,
+    server_version: str,
+    destination: Path,
+    log: Path,
+    progress: Callable[[str], None],
+    git_host: str | None = None,
+) -> tuple[Path, list[str], str]:
+    """The folder holding ``pytorch_backend/`` and ``rapidjson/``, the cmake options that point the
+    build at them and at the rest, and where they came from (for the build record).
+
+    From ``sources`` when given (unpacked into ``destination`` if a tarball), else cloned into
+    ``destination`` from ``git_host`` at the release of ``server_version``.
+    """
+    if sources is not None:
+        source_root = pytorch_sources.unpacked(Path(sources), destination, progress)
+        return (
+            source_root,
+            pytorch_sources.offline_options(source_root),
+            os.fspath(Path(sources).resolve()),
+        )
+    host = pytorch_sources.git_host(git_host)
+    release = _release(server_version)
+    repository = pytorch_sources.pytorch_backend_repository(host)
+    progress(f"cloning pytorch_backend {release} and RapidJSON from {host} (needs the network)")
+    clones = [
+        (repository, release, destination / "pytorch_backend"),
+        (
+            pytorch_sources.rapidjson_repository(host),
+            pytorch_sources.RAPIDJSON_BRANCH,
+            destination / "rapidjson",
+        ),
+    ]
+    for clone in clones:
+        _run(pytorch_sources.clone_command(*clone), log, "git clone")
+    pytorch_sources.lay_out_rapidjson(destination / "rapidjson")
+    return (
+        destination,
+        pytorch_sources.upstream_options(destination, release, host),
+        f"{repository}@{release}",
+    )
+
+
+def configure(
+    tools: BuildTools,
+    torch: TorchInstall,
+    source_root: Path,
+    options: list[str],
+    build: Path,
+    log: Path,
+    progress: Callable[[str], None],
+) -> None:
+    """cmake's configure step into ``build``: where sources come by git, CMake clones the three
+    dependencies here."""
     progress(f"configuring with cmake for torch {torch.version}")
     _run(
         [
@@ -193,6 +245,10 @@ def _compile(
         log,
         "cmake configure",
     )
+
+
+def _compile(tools: BuildTools, build: Path, log: Path, jobs, progress) -> Path:
+    """cmake's build step; the path of the library it built."""
     progress(f"compiling {BACKEND_LIBRARY} (under a minute on 2 cores)")
     _run(
         [
@@ -231,13 +287,13 @@ def _install(library: Path, record: dict, staging: Path, target: Path) -> None:
 
 
 @dataclass(frozen=True)
-class _Tools:
+class BuildTools:
     cmake: str
     generator: str
     compiler: str
 
 
-def _build_tools(cloning: bool) -> _Tools:
+def build_tools(cloning: bool) -> BuildTools:
     """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``.
 
     What is missing gets a clear error.
@@ -270,7 +326,7 @@ def _build_tools(cloning: bool) -> _Tools:
             f"cannot build the pytorch backend: this machine lacks {'; '.join(missing)}. Install "
             f"{'it' if len(missing) == 1 else 'them'} and run `{BUILD_COMMAND}` again"
         )
-    return _Tools(cmake, generator, compiler)
+    return BuildTools(cmake, generator, compiler)
 
 
 def _cmake_version(cmake: str) -> tuple[int, ...] | None:
@@ -309,22 +365,10 @@ def _release(server_version: str) -> str:
         ) from error
 
 
-def _cloned_sources(
-    release: str, organization: str, destination: Path, log: Path, progress
-) -> Path:
-    """``destination`` holding a shallow clone of pytorch_backend at ``release``.
-
-    CMake fetches the rest.
-    """
-    progress(f"cloning pytorch_backend {release} from {organization} (needs the network)")
-    _run(pytorch_sources.clone_command(release, organization, destination), log, "git clone")
-    return destination
-
-
 # ---- cmake ------------------------------------------------------------------------------------
 
 
-def _cmake_options(torch: TorchInstall, tools: _Tools) -> list[str]:
+def _cmake_options(torch: TorchInstall, tools: BuildTools) -> list[str]:
     """What every build sets: CPU only, no torchvision or TensorRT, this torch and this Python."""
     include = torch.root / "include"
     api_include = include / "torch" / "csrc" / "api" / "include"
@@ -361,6 +405,7 @@ def _run(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **pytorch_sources.GIT_ENVIRONMENT},
                 text=True,
                 errors="replace",
             )

@@ -243,7 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=(
             "a .tar.gz or folder holding pytorch_backend/, backend/, core/, common/ and rapidjson/"
             " at the server's release (builds offline); without it, the release is cloned from"
-            " upstream (needs git, the network and RapidJSON's headers)"
+            " upstream (needs git and the network; $MTS_PYTORCH_BACKEND_GIT_HOST names a mirror"
+            " instead of GitHub)"
+        ),
+    )
+    build_parser.add_argument(
+        "--skip-if-unreachable",
+        action="store_true",
+        help=(
+            "without --sources: when the release cannot be cloned (no git, no network), say so"
+            " and exit 0 instead of failing (what ./run setup does)"
         ),
     )
     build_parser.add_argument(

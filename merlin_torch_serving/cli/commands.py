@@ -219,6 +219,7 @@ def build_backend(args) -> int:
     from merlin_torch_serving.backends.pytorch_build import (
         build_pytorch_backend,
         built_for_running_torch,
+        sources_unavailable,
     )
 
     if args.check:
@@ -226,6 +227,17 @@ def build_backend(args) -> int:
         if built is None:
             print("no pytorch backend is built for this torch and the bundled tritonserver")
             return 1
+    elif (
+        args.skip_if_unreachable
+        and args.sources is None
+        and built_for_running_torch() is None
+        and (reason := sources_unavailable()) is not None
+    ):
+        print(
+            f"not building the pytorch backend: its sources cannot be cloned: {reason}. Pass"
+            " --sources PATH (Triton's pytorch_backend release sources) to build it offline"
+        )
+        return 0
     else:
         built = build_pytorch_backend(
             sources=args.sources, jobs=args.jobs, progress=lambda line: print(line, flush=True)

@@ -79,6 +79,11 @@ class ModelSchemas:
 class Client:
     """Talks to one tritonserver over gRPC (default) or HTTP.
 
+    The HTTP client is not safe to share between threads: give each thread a Client of its own
+    (the gRPC one may be shared). Its connection stays open between calls; ``close()`` (or a
+    ``with`` block) closes it, and ``TritonServer.stop()`` closes it when idle (see
+    ``transport.Connection``).
+
     Parameters
     ----------
     url
@@ -101,11 +106,6 @@ class Client:
         repository index and statistics); inference needs no key. None: ``$MTS_ADMIN_KEY``, or
         the key file a ``TritonServer`` of this user wrote for this port on this machine (see
         ``TritonServer``); without one those two calls are refused.
-
-    The HTTP client is not safe to share between threads: give each thread a Client of its own
-    (the gRPC one may be shared). Its connection stays open between calls; ``close()`` (or a
-    ``with`` block) closes it, and ``TritonServer.stop()`` closes it when idle (see
-    ``transport.Connection``).
     """
 
     def __init__(

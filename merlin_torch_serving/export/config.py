@@ -52,7 +52,8 @@ CONFIG_OVERRIDES_FILE = "config_overrides.json"
 REQUEST_GROUPS_PARAMETER = "merlin_torch_serving.request_groups"
 #: outside services a step's operators call (JSON ``[{"name": ..., "url": ...}]``), for health
 SERVICES_PARAMETER = health.SERVICES_PARAMETER
-#: batched exports: one byte per row of a libtorch step's input, from the python step feeding it
+#: batched exports: per request, one byte per row of a libtorch step's input, sent by the python
+#: step that feeds it (see libtorch_batching.py)
 ROWS_TENSOR = "__rows"
 #: batched exports: a tensor as the python step that feeds a libtorch step sends it to that step,
 #: flat and one element longer: Triton's pytorch backend r24.10 stops copying a batch's requests at
@@ -93,8 +94,8 @@ class ModelOptions:
         Batch concurrent requests across the wire: Triton's dynamic batcher queues the requests
         that arrive while a step is busy and hands them to it together; the step merges their
         sessions, runs its operators once, and splits the answers back per request (bit for bit
-        what answering them one at a time gives; see the README). Python steps and libtorch steps
-        fed by one python step batch so (``libtorch_batching.py``). Every
+        what answering them one at a time gives; see docs/guides/batching.md). Python steps and
+        libtorch steps fed by one python step batch so (``libtorch_batching.py``). Every
         tensor of a request then carries a leading dimension of 1 (``c__values`` is ``[1, n]``),
         which ``Client`` reads from the config; clients that send Merlin Systems' form (``[n]``)
         need ``batching=False``, the default.
@@ -436,8 +437,7 @@ def _warmup(warmup_files: dict, options: ModelOptions, request_dim: bool = False
         name: {"data_type": dtype, "dims": [*lead, *dims], "input_data_file": file_name}
         for name, (file_name, dtype, dims) in warmup_files.items()
     }
-    # batch_size 1: Triton skips samples of batch size 0, and with max_batch_size 0 the dims are
-    # the whole request shape
+    # batch_size 1: Triton skips samples of batch size 0; without batching, dims are the request's
     return [{"name": "sample", "batch_size": 1, "count": options.warmup_count, "inputs": inputs}]
 
 

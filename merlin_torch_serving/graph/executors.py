@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # the plan imports the operators, and with them torch
 
 
 class Executor(Protocol):
+    """Where ``Ensemble.run`` runs a plan: in this process (``LocalExecutor``, ``MergingExecutor``)
+    or on a server (``TritonExecutor``); any object with this ``execute`` will do."""
+
     def execute(self, plan: Plan, request: TensorTable) -> TensorTable:
         """Run an ensemble's ``plan`` on a request table (columns of its input schema) and return
         the table of its output schema."""

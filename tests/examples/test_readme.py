@@ -1,8 +1,8 @@
 """The README's complete example, run as a user pastes it: its python block, fed to this
-interpreter at the root of the checkout, then the blocks that continue it in the same interpreter:
-the section on the workflow in TorchScript and the routing section. They train, export, serve on
-real tritonservers (one with the pytorch backend alone) and compare the served answers with the
-in-process ones themselves."""
+interpreter at the root of the checkout, then the blocks of the documentation that continue it in
+the same interpreter: the pages on the workflow in TorchScript and on routing. They train, export,
+serve on real tritonservers (one with the pytorch backend alone) and compare the served answers
+with the in-process ones themselves."""
 
 from __future__ import annotations
 
@@ -19,13 +19,35 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_example(heading: str = "## A complete example") -> str:
-    """The first python block of the README's section under ``heading``."""
-    readme = (ROOT / "README.md").read_text()
-    level = heading.split(" ", 1)[0]
-    section = readme.split(f"\n{heading}\n", 1)[1].split(f"\n{level} ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, f"the README's section {heading!r} has no python block"
+def section(heading: str, paths: list[Path] | None = None) -> str:
+    """The text under the heading ``heading`` (its words, without the ``#``) in README.md or a
+    page of docs/ (or ``paths``), the first that has it, up to the next heading of the same level
+    or higher: the documentation's sections are found wherever a page puts them."""
+    for path in paths or [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        level, found, in_code = 0, [], False
+        for line in path.read_text().splitlines():
+            if line.startswith("```"):
+                in_code = not in_code
+            title = None if in_code else re.fullmatch(r"(#+) (.*)", line)
+            if title and level and len(title.group(1)) <= level:
+                break
+            if title and not level and title.group(2) == heading:
+                level = len(title.group(1))
+            elif level:
+                found.append(line)
+        if level:
+            return "\n".join(found)
+    raise AssertionError(f"no heading {heading!r} in README.md or docs/")
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def readme_example(heading: str = "A complete example") -> str:
+    """The first python block under ``heading`` in the README or the documentation."""
+    blocks = python_blocks(section(heading))
+    assert blocks, f"the section {heading!r} has no python block"
     return blocks[0]
 
 
@@ -51,8 +73,8 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
     tmp_path, pytorch_backend
 ):
     example = readme_example()
-    scripted = readme_example("## No Python in the serving path: the workflow in TorchScript")
-    routing = readme_example("### Routing: fallbacks and experiments")
+    scripted = readme_example("No Python in the serving path: the workflow in TorchScript")
+    routing = readme_example("Routing: fallbacks and experiments")
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example
@@ -67,7 +89,14 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
         assert re.fullmatch(pattern, line), line
 
 
-def test_the_readme_gives_predictpytorch_with_every_parameter_and_default_of_its_signature():
+def test_getting_started_shows_the_readme_example_unchanged():
+    readme = python_blocks(section("A complete example", [ROOT / "README.md"]))
+    page = python_blocks(section("A complete example", [ROOT / "docs" / "getting-started.md"]))
+    assert readme
+    assert page == readme
+
+
+def test_the_graph_page_gives_predictpytorch_with_every_parameter_and_default_of_its_signature():
     import inspect
 
     from merlin_torch_serving import PredictPytorch
@@ -84,4 +113,4 @@ def test_the_readme_gives_predictpytorch_with_every_parameter_and_default_of_its
             else f"{parameter.name}={repr(default).replace(chr(39), chr(34))}"
         )
     row = f"| `PredictPytorch({', '.join(parts)})` |"
-    assert row in (ROOT / "README.md").read_text(), row
+    assert row in (ROOT / "docs" / "concepts" / "graph.md").read_text(), row

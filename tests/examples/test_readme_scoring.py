@@ -1,5 +1,5 @@
-"""The README's batch-scoring example, run as a user pastes it into an interactive session (see
-test_readme.py): it exports a small model, scores a click log cut into daily files on a local
+"""The documentation's batch-scoring example, run as a user pastes it into an interactive session
+(see test_readme.py): it exports a small model, scores a click log cut into daily files on a local
 cluster of two worker processes and checks the answers itself."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from tests.examples.test_readme import readme_example, run_example
 
 
 def test_the_readme_scoring_example_runs_as_written(tmp_path):
-    example = readme_example("## Batch scoring on Dask")
+    example = readme_example("Batch scoring on Dask")
     assert "score_dataset(" in example
 
     # pasted: the local cluster's worker processes import the main module's file, which a script

@@ -188,5 +188,7 @@ def test_triton_batches_requests_to_the_libtorch_model(served, pytorch_only_serv
         pytorch_only_server.grpc_url, "grpc", BATCHED, requests, rounds=8, threads=16
     )
 
-    formed = batches_formed(pytorch_only_server.http_url, BATCHED + STEP)
+    formed = batches_formed(
+        pytorch_only_server.http_url, BATCHED + STEP, pytorch_only_server.admin_key
+    )
     assert max(formed) > 1, f"batch sizes formed: {formed}"
