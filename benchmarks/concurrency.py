@@ -44,8 +44,9 @@ from benchmarks.sweep_clients import (
 )
 from benchmarks.systems import project_ensemble
 from benchmarks.workload import build_workload
-from merlin_torch_serving import ModelOptions, TritonServer, frames, wire
+from merlin_torch_serving import ModelOptions, TritonServer
 from merlin_torch_serving.backends import pytorch_backend_directory
+from merlin_torch_serving.data import frames, wire
 
 RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
 CONCURRENCIES = (1, 8, 32, 64)

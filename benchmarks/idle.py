@@ -31,7 +31,8 @@ from benchmarks.concurrency import OUTPUTS, RESULTS_DIR
 from benchmarks.sweep_clients import grpc_sender
 from benchmarks.systems import project_ensemble
 from benchmarks.workload import build_workload
-from merlin_torch_serving import LocalExecutor, ModelOptions, TritonServer, frames, wire
+from merlin_torch_serving import LocalExecutor, ModelOptions, TritonServer
+from merlin_torch_serving.data import frames, wire
 
 PAUSES_S = (0.0, 0.05, 1.0)
 #: requests after each pause length (the median is reported)

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 from merlin.table import TensorTable
 
-from merlin_torch_serving import Ensemble, LocalExecutor, frames
-from merlin_torch_serving.plan import REQUEST, Ref, run_calls
+from merlin_torch_serving import Ensemble, LocalExecutor
+from merlin_torch_serving.data import frames
+from merlin_torch_serving.graph.plan import REQUEST, Ref, run_calls
 
 # The operators whose sum is "the compute": the rest only converts or decodes.
 COMPUTE_OPERATORS = ("TransformWorkflow", "PredictPytorch", "TopK")

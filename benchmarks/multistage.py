@@ -47,9 +47,8 @@ from merlin_torch_serving import (
     TransformWorkflow,
     TritonServer,
     UnrollCandidates,
-    frames,
-    wire,
 )
+from merlin_torch_serving.data import frames, wire
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODEL, MERLIN_MODEL = "multistage", "executor_model"

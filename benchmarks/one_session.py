@@ -37,9 +37,10 @@ import numpy as np
 import psutil
 
 from benchmarks.environment import OtherCpuLoad
-from merlin_torch_serving import Client, LocalExecutor, TritonServer, frames
-from merlin_torch_serving.executors import torch_threads
-from merlin_torch_serving.plan import REQUEST, Ref, run_calls
+from merlin_torch_serving import Client, LocalExecutor, TritonServer
+from merlin_torch_serving.data import frames
+from merlin_torch_serving.graph.executors import torch_threads
+from merlin_torch_serving.graph.plan import REQUEST, Ref, run_calls
 from tests.official import getting_started
 from tests.official.example import one_session_requests, prepare
 

@@ -51,9 +51,8 @@ from merlin_torch_serving import (
     TopK,
     TransformWorkflow,
     TritonServer,
-    frames,
-    wire,
 )
+from merlin_torch_serving.data import frames, wire
 
 #: interleaved rounds: each export (or in-process graph) answers one request per round
 ROUNDS = 400

@@ -35,16 +35,11 @@ import tritonclient.http as httpclient
 
 from benchmarks import server_stats
 from benchmarks.environment import OtherCpuLoad
-from merlin_torch_serving import (
-    Client,
-    ModelOptions,
-    TritonServer,
-    frames,
-    metrics,
-    wire,
-)
-from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving import Client, ModelOptions, TritonServer
+from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
+from merlin_torch_serving.graph import metrics
+from merlin_torch_serving.graph.executors import torch_threads
 from tests.official import getting_started
 from tests.official.example import one_session_requests, prepare
 

@@ -23,9 +23,8 @@ from merlin_torch_serving import (
     PredictPytorch,
     TopK,
     TransformWorkflow,
-    frames,
-    wire,
 )
+from merlin_torch_serving.data import frames, wire
 
 PROJECT_MODEL = "session_recs"
 MIXED_MODEL = "session_recs_mixed"

@@ -1,7 +1,7 @@
 """Serve session-based PyTorch recommenders and their NVTabular workflows on Triton.
 
 The public API is re-exported here; each name lives in the module that owns its concept and is
-imported on first use, so ``import merlin_torch_serving.server`` does not pay for torch.
+imported on first use, so ``import merlin_torch_serving`` does not pay for torch.
 """
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ warnings.filterwarnings(
 
 _LAZY = {
     "AllItemsUnknown": "merlin_torch_serving.routing",
-    "CategoryVocabulary": "merlin_torch_serving.vocabulary",
-    "Client": "merlin_torch_serving.client",
+    "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
+    "Client": "merlin_torch_serving.client.schema_client",
     "DecodeItemIds": "merlin_torch_serving.ops",
-    "Ensemble": "merlin_torch_serving.ensemble",
-    "Executor": "merlin_torch_serving.executors",
+    "Ensemble": "merlin_torch_serving.graph.ensemble",
+    "Executor": "merlin_torch_serving.graph.executors",
     "ExactIndex": "merlin_torch_serving.retrieval",
     "Experiment": "merlin_torch_serving.routing",
     "ExportResult": "merlin_torch_serving.export.repository",
@@ -66,12 +66,12 @@ _LAZY = {
     "HNSWIndex": "merlin_torch_serving.retrieval",
     "IVFIndex": "merlin_torch_serving.retrieval",
     "ItemPopularity": "merlin_torch_serving.routing",
-    "LocalExecutor": "merlin_torch_serving.executors",
+    "LocalExecutor": "merlin_torch_serving.graph.executors",
     "LookupFeatures": "merlin_torch_serving.multistage",
-    "MergingExecutor": "merlin_torch_serving.merging_executor",
-    "ModelHealth": "merlin_torch_serving.health",
+    "MergingExecutor": "merlin_torch_serving.graph.merging_executor",
+    "ModelHealth": "merlin_torch_serving.client.health",
     "ModelOptions": "merlin_torch_serving.export.config",
-    "ModelStatus": "merlin_torch_serving.health",
+    "ModelStatus": "merlin_torch_serving.client.health",
     "MostPopular": "merlin_torch_serving.routing",
     "Predicate": "merlin_torch_serving.routing",
     "PredictPytorch": "merlin_torch_serving.ops",
@@ -84,8 +84,8 @@ _LAZY = {
     "TopK": "merlin_torch_serving.ops",
     "TopKCandidates": "merlin_torch_serving.multistage",
     "TransformWorkflow": "merlin_torch_serving.ops",
-    "TritonExecutor": "merlin_torch_serving.executors",
-    "TritonServer": "merlin_torch_serving.server",
+    "TritonExecutor": "merlin_torch_serving.graph.executors",
+    "TritonServer": "merlin_torch_serving.launcher.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
     "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
@@ -168,13 +168,15 @@ def __getattr__(name: str):
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from merlin_torch_serving.client import Client
-    from merlin_torch_serving.ensemble import Ensemble
-    from merlin_torch_serving.executors import Executor, LocalExecutor, TritonExecutor
+    from merlin_torch_serving.client.health import ModelHealth, ModelStatus
+    from merlin_torch_serving.client.schema_client import Client
+    from merlin_torch_serving.data.vocabulary import CategoryVocabulary
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
-    from merlin_torch_serving.health import ModelHealth, ModelStatus
-    from merlin_torch_serving.merging_executor import MergingExecutor
+    from merlin_torch_serving.graph.ensemble import Ensemble
+    from merlin_torch_serving.graph.executors import Executor, LocalExecutor, TritonExecutor
+    from merlin_torch_serving.graph.merging_executor import MergingExecutor
+    from merlin_torch_serving.launcher.server import TritonServer
     from merlin_torch_serving.multistage import (
         FeastFeatures,
         FilterCandidates,
@@ -203,5 +205,3 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         Route,
     )
     from merlin_torch_serving.scoring.dataset import ScoringProgress, ScoringResult, score_dataset
-    from merlin_torch_serving.server import TritonServer
-    from merlin_torch_serving.vocabulary import CategoryVocabulary

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from merlin_torch_serving import wire
-from merlin_torch_serving.executors import torch_threads
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.export.checks import THREAD_COUNT_PARAMETER
 from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER, from_pbtxt
 from merlin_torch_serving.export.python_model import HostedStep
+from merlin_torch_serving.graph.executors import torch_threads
 
 
 def run_repository(

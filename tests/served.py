@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from merlin_torch_serving import Client, wire
+from merlin_torch_serving import Client
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.launcher.process import children_of
 
 

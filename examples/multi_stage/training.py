@@ -15,7 +15,8 @@ import torch
 from merlin.table import TensorTable
 
 from examples.multi_stage import ranker as ranking
-from merlin_torch_serving import Ensemble, frames
+from merlin_torch_serving import Ensemble
+from merlin_torch_serving.data import frames
 
 #: sessions per in-process call while making impressions or judging orders
 SESSIONS_PER_CALL = 200

@@ -36,10 +36,10 @@ from merlin_torch_serving import (
     TopK,
     TransformWorkflow,
     TritonServer,
-    column_names,
 )
 from merlin_torch_serving.backends import built_for_running_torch
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND
+from merlin_torch_serving.client import column_names
 
 MODEL_NAME = "session_recs"
 TOP_K = 10

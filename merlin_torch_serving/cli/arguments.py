@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from merlin_torch_serving import column_names
 from merlin_torch_serving.cli.commands import (
     build_backend,
     bundle,
@@ -16,6 +15,7 @@ from merlin_torch_serving.cli.commands import (
     serve,
     version_report,
 )
+from merlin_torch_serving.client import column_names
 from merlin_torch_serving.launcher.access import (
     ADMIN_KEY_ENV_VAR,
     ADMIN_KEY_HEADER,

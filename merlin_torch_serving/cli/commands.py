@@ -13,7 +13,7 @@ from merlin_torch_serving.exceptions import MerlinTorchServingError, PortInUseEr
 
 
 def serve(args) -> int:
-    from merlin_torch_serving.server import TritonServer
+    from merlin_torch_serving.launcher.server import TritonServer
 
     # the supervisor says here when a model failed and was reloaded
     logging.basicConfig(
@@ -112,7 +112,7 @@ def _interrupt(*_) -> None:
 def infer(args) -> int:
     import pandas as pd
 
-    from merlin_torch_serving.client import Client
+    from merlin_torch_serving.client.schema_client import Client
 
     path = Path(args.file)
     if not path.is_file():
@@ -164,7 +164,7 @@ def score(args) -> int:
 
 
 def models(args) -> int:
-    from merlin_torch_serving.client import Client
+    from merlin_torch_serving.client.schema_client import Client
 
     with Client(args.url, args.protocol, timeout_s=args.timeout) as client:
         report = client.health()
@@ -192,16 +192,16 @@ def bundle(args) -> int:
 
 
 def deploy_files(args) -> int:
-    from merlin_torch_serving import deployment
+    from merlin_torch_serving.deployment.deploy_files import DeploySettings, write
 
-    settings = deployment.DeploySettings(
+    settings = DeploySettings(
         **{
             field.name: getattr(args, field.name)
             for field in deploy_fields()
             if getattr(args, field.name) is not None
         }
     )
-    for path in deployment.write(args.out, settings):
+    for path in write(args.out, settings):
         print(path)
     return 0
 
@@ -210,7 +210,7 @@ def deploy_fields():
     """DeploySettings' fields: `deploy-files` takes one option per field."""
     import dataclasses
 
-    from merlin_torch_serving.deployment import DeploySettings
+    from merlin_torch_serving.deployment.deploy_files import DeploySettings
 
     return dataclasses.fields(DeploySettings)
 
@@ -256,7 +256,7 @@ def version_report() -> str:
 
     from merlin_torch_serving import __version__
     from merlin_torch_serving.backends.bundle import tritonserver_version
-    from merlin_torch_serving.server import find_tritonserver
+    from merlin_torch_serving.launcher.server import find_tritonserver
 
     try:
         binary = find_tritonserver()

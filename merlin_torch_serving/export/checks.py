@@ -24,7 +24,7 @@ from google.protobuf import text_format
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import ModelCheckError
 from merlin_torch_serving.export.config import from_pbtxt
 

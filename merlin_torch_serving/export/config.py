@@ -14,8 +14,8 @@ from google.protobuf import json_format, text_format
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
-from merlin_torch_serving import health, wire
-from merlin_torch_serving.schemas import schema_to_json
+from merlin_torch_serving.client import health
+from merlin_torch_serving.data import schemas, wire
 
 #: ensemble config parameters that carry the full schemas, for clients that build requests
 INPUT_SCHEMA_PARAMETER = "merlin_torch_serving.input_schema"
@@ -35,7 +35,7 @@ DEFAULT_MAX_BATCH_ROWS = 4096
 #: step and ensemble parameter: the most rows a request may hold (python steps refuse more)
 MAX_REQUEST_ROWS_PARAMETER = "merlin_torch_serving.max_request_rows"
 #: ensemble parameter: "true" when every tensor of a request carries a leading dimension of 1 (the
-#: form a step that Triton batches across requests needs; see wire.py)
+#: form a step that Triton batches across requests needs; see data/wire.py)
 REQUEST_DIM_PARAMETER = "merlin_torch_serving.request_dim"
 #: python-backend step parameter: the most rows one merged run of a batch may hold
 MAX_BATCH_ROWS_PARAMETER = "merlin_torch_serving.max_batch_rows"
@@ -225,7 +225,7 @@ def python_model_config(
 
     Unbatched, ``max_batch_size`` is 0: requests carry interaction rows and a step may return
     fewer rows (sessions) than it got, so Triton must not batch on the first dimension (see
-    wire.py). Batched, every request is one item of Triton's batch (its tensors ``[1, ...]``),
+    data/wire.py). Batched, every request is one item of Triton's batch (its tensors ``[1, ...]``),
     of any length (``allow_ragged_batch``), and the step merges a batch's requests itself; it
     then warms up in its own stub (``WARMUP_PARAMETER``), on single and merged requests: that
     covers the merged path, and the bundled tritonserver 2.51 was seen to crash (SIGSEGV) loading
@@ -350,8 +350,8 @@ def ensemble_config(
             "ensemble_scheduling": {"step": [{"model_version": -1, **step} for step in steps]},
             "parameters": _parameters(
                 {
-                    INPUT_SCHEMA_PARAMETER: schema_to_json(input_schema),
-                    OUTPUT_SCHEMA_PARAMETER: schema_to_json(output_schema),
+                    INPUT_SCHEMA_PARAMETER: schemas.schema_to_json(input_schema),
+                    OUTPUT_SCHEMA_PARAMETER: schemas.schema_to_json(output_schema),
                     REQUEST_GROUPS_PARAMETER: json.dumps(request_groups),
                     MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
                     REQUEST_DIM_PARAMETER: "true" if options.batching else None,

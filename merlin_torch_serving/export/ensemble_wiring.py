@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export.partition import TritonStep
-from merlin_torch_serving.plan import REQUEST, Plan, Ref
+from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref
 
 
 def ensemble_model_config(

@@ -20,10 +20,10 @@ import json
 
 import torch
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import ExportError
 from merlin_torch_serving.export.partition import TritonStep
-from merlin_torch_serving.plan import OpCall, Ref
+from merlin_torch_serving.graph.plan import OpCall, Ref
 
 
 def operator_chain(stages: list[torch.jit.ScriptModule], source: str) -> torch.jit.ScriptModule:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from merlin.schema import Schema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.export import merging
 from merlin_torch_serving.export.config import COUNT_SUFFIX
 from merlin_torch_serving.export.partition import TritonStep

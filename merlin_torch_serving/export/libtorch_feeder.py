@@ -22,12 +22,12 @@ import torch
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export.libtorch_batching import unbatchable_reason
 from merlin_torch_serving.export.partition import TritonStep
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, write_warmup_arrays
-from merlin_torch_serving.plan import REQUEST, Plan
+from merlin_torch_serving.graph.plan import REQUEST, Plan
 
 #: what a feeder model's name adds to the name of the step it feeds
 FEEDER_SUFFIX = "-sessions"

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from merlin_torch_serving import metrics, wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.export.config import ROWS_TENSOR
+from merlin_torch_serving.graph import metrics
 
 Arrays = Mapping[str, np.ndarray]
 Answer = dict[str, np.ndarray] | Exception

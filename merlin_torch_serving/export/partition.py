@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from merlin.schema import Schema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import ExportError
 from merlin_torch_serving.export.checks import LIBTORCH_DTYPES
+from merlin_torch_serving.graph.plan import REQUEST, OpCall, Plan, Ref
 from merlin_torch_serving.ops.base import BACKENDS
-from merlin_torch_serving.plan import REQUEST, OpCall, Plan, Ref
 
 if TYPE_CHECKING:
     import torch

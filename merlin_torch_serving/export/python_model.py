@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics, tables, wire
+from merlin_torch_serving.data import tables, wire
+from merlin_torch_serving.data.schemas import schema_from_json
 from merlin_torch_serving.exceptions import ArtifactError, InputError, MerlinTorchServingError
-from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export import heap, merging
 from merlin_torch_serving.export.config import (
     CONFIG_OVERRIDES_FILE,
@@ -35,10 +35,11 @@ from merlin_torch_serving.export.config import (
 from merlin_torch_serving.export.manifest import library_version, verify_step
 from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
+from merlin_torch_serving.graph import metrics
+from merlin_torch_serving.graph.executors import torch_threads
+from merlin_torch_serving.graph.plan import OpCall, Ref, run_calls
+from merlin_torch_serving.graph.validation import EntryCheck
 from merlin_torch_serving.ops.base import ServingOperator, operator_class
-from merlin_torch_serving.plan import OpCall, Ref, run_calls
-from merlin_torch_serving.schemas import schema_from_json
-from merlin_torch_serving.validation import EntryCheck
 
 STEP_FILE = "step.json"
 

@@ -11,11 +11,11 @@ import py_compile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from merlin_torch_serving.data.schemas import schema_to_json
 from merlin_torch_serving.export import manifest
 from merlin_torch_serving.export.partition import TritonStep
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.ops.sub_models import write_sub_models
-from merlin_torch_serving.schemas import schema_to_json
 
 if TYPE_CHECKING:
     from merlin_torch_serving.export.sub_ensembles import SubEnsemble

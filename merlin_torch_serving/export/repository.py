@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import schema_to_json
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export import manifest, merging, swap
@@ -76,8 +77,7 @@ from merlin_torch_serving.export.warmup_files import (
     write_warmup_arrays,
     write_warmup_files,
 )
-from merlin_torch_serving.plan import Plan
-from merlin_torch_serving.schemas import schema_to_json
+from merlin_torch_serving.graph.plan import Plan
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PYTHON_MODEL_SOURCE = '''"""A merlin_torch_serving step, run by Triton's python backend."""

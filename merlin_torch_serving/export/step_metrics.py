@@ -38,7 +38,7 @@ import logging
 import threading
 from typing import Any
 
-from merlin_torch_serving import metrics
+from merlin_torch_serving.graph import metrics
 
 logger = logging.getLogger(__name__)
 

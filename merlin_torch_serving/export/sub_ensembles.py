@@ -25,8 +25,8 @@ from merlin_torch_serving.export.ensemble_wiring import ensemble_model_config
 from merlin_torch_serving.export.libtorch_batching import fed_tensors, row_sources
 from merlin_torch_serving.export.partition import TritonStep, partition
 from merlin_torch_serving.export.warmup import WarmupInputs, warmup_inputs
+from merlin_torch_serving.graph.plan import Plan
 from merlin_torch_serving.ops.sub_models import SubModel
-from merlin_torch_serving.plan import Plan
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # as Triton model names are checked
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import tables, wire
-from merlin_torch_serving.plan import REQUEST, Plan, Ref, run_calls
-from merlin_torch_serving.samples import sample_table
+from merlin_torch_serving.data import tables, wire
+from merlin_torch_serving.data.samples import sample_table
+from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref, run_calls
 
 logger = logging.getLogger("merlin_torch_serving")
 

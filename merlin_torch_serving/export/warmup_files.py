@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from merlin.schema import Schema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 
 #: the folder of a step model (beside its versions) that holds its warm-up sample
 WARMUP_DIR = "warmup"

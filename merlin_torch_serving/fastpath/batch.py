@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.errors import Delegate
 
 # How pandas holds the rows of a list column: Groupby makes python lists, Categorify and raw

@@ -15,7 +15,7 @@ import pandas as pd
 from merlin.dag import ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.batch import (
     LIST_CELLS,
     OFFSETS_DTYPE,

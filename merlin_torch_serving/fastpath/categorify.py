@@ -12,10 +12,10 @@ import numpy as np
 from merlin.dag import ColumnSelector
 from nvtabular.ops import Categorify
 
-from merlin_torch_serving import metrics
+from merlin_torch_serving.data.vocabulary import is_single_file, read_labels
 from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column, null_mask
 from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
-from merlin_torch_serving.vocabulary import is_single_file, read_labels
+from merlin_torch_serving.graph import metrics
 
 NULL_LABEL = 1
 OOV_LABEL = 2

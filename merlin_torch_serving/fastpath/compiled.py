@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from merlin.schema import Schema
 
-from merlin_torch_serving import metrics
+from merlin_torch_serving.data.wire import VALUES_SUFFIX
 from merlin_torch_serving.fastpath.batch import Batch, Column
 from merlin_torch_serving.fastpath.errors import Delegate, FastPathError, library_errors
 from merlin_torch_serving.fastpath.kernel import Kernel
@@ -25,7 +25,7 @@ from merlin_torch_serving.fastpath.wire_io import (
     request_batch,
     wire_arrays,
 )
-from merlin_torch_serving.wire import VALUES_SUFFIX
+from merlin_torch_serving.graph import metrics
 
 logger = logging.getLogger("merlin_torch_serving")
 _NO_ROWS = Batch({}, 0)

@@ -13,7 +13,7 @@ import pandas as pd
 from merlin.dag import ColumnSelector, DataFormats, Node
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.batch import (
     ARRAY_CELLS,
     LIST_CELLS,

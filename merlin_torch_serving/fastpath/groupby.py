@@ -13,7 +13,7 @@ import numpy as np
 from merlin.dag import ColumnSelector
 from nvtabular.ops import Groupby
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.batch import (
     OFFSETS_DTYPE,
     Batch,

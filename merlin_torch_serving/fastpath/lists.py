@@ -10,7 +10,7 @@ import numpy as np
 from merlin.dag import ColumnSelector
 from nvtabular.ops import ListSlice
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.batch import LIST_CELLS, OFFSETS_DTYPE, Batch, Column
 from merlin_torch_serving.fastpath.errors import Delegate, NotCompiled
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.batch import null_mask
 from merlin_torch_serving.fastpath.errors import Delegate
 

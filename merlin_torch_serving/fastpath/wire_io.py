@@ -1,7 +1,7 @@
 """The compiled workflow's edges: request arrays in, wire-format arrays out.
 
 Requests hold one 1-D array per input column (ragged lists as ``<c>__values``/``<c>__offsets``);
-results follow ``merlin_torch_serving.wire`` for the workflow's output schema.
+results follow ``merlin_torch_serving.data.wire`` for the workflow's output schema.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from dataclasses import dataclass
 import numpy as np
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving.exceptions import InputError
-from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
-from merlin_torch_serving.fastpath.errors import FastPathError
-from merlin_torch_serving.wire import (
+from merlin_torch_serving.data.wire import (
     OFFSETS_DTYPE,
     OFFSETS_SUFFIX,
     VALUES_SUFFIX,
     column_numpy_dtype,
     is_ragged,
 )
+from merlin_torch_serving.exceptions import InputError
+from merlin_torch_serving.fastpath.batch import ARRAY_CELLS, Batch, Column
+from merlin_torch_serving.fastpath.errors import FastPathError
 
 
 def request_batch(columns: Mapping[str, np.ndarray], schema: Schema) -> Batch:

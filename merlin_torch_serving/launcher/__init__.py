@@ -1,5 +1,7 @@
-"""The parts of ``TritonServer`` (``merlin_torch_serving.server``), one concern each:
+"""Launching and supervising a local tritonserver: ``server`` its public face, ``TritonServer``,
+over parts of one concern each:
 
+- ``preflight``: what can be found wrong before it starts (a taken port, a wrong folder);
 - ``config``: the options, checked once, and the command line they make;
 - ``locate``: which binary runs, with which backend folder and environment;
 - ``child`` and ``process``: the child process, its process group, its log, what /proc says;

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from merlin_torch_serving.client.health import ModelStatus, failed_requests, model_statuses
 from merlin_torch_serving.exceptions import ServerError
-from merlin_torch_serving.health import ModelStatus, failed_requests, model_statuses
 from merlin_torch_serving.launcher import access
 
 #: how long a call other than load and unload may take

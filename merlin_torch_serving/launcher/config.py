@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from merlin_torch_serving.deployment.locations import repository_argument, server_repository
 from merlin_torch_serving.launcher import access
-from merlin_torch_serving.locations import repository_argument, server_repository
 
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
 #: reload a python model once its stubs hold this fraction more memory than they started with:

@@ -33,9 +33,9 @@ from pathlib import Path
 
 from google.protobuf import json_format, text_format
 
+from merlin_torch_serving.client.health import ModelHealth, ModelStatus, expected_stubs
+from merlin_torch_serving.deployment.locations import download_model_folder
 from merlin_torch_serving.exceptions import MerlinTorchServingError
-from merlin_torch_serving.health import ModelHealth, ModelStatus, expected_stubs
-from merlin_torch_serving.locations import download_model_folder
 
 logger = logging.getLogger("merlin_torch_serving")
 

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from merlin_torch_serving.client.health import ModelStatus
 from merlin_torch_serving.exceptions import ModelLoadError, ServerError, ServerStartTimeoutError
-from merlin_torch_serving.health import ModelStatus
 from merlin_torch_serving.launcher import diagnostics
 from merlin_torch_serving.launcher.admin import Admin, Refused
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess

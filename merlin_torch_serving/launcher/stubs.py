@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from merlin_torch_serving.backends.layout import STUB_NAME
-from merlin_torch_serving.health import ModelHealth, ModelStatus
+from merlin_torch_serving.client.health import ModelHealth, ModelStatus
 from merlin_torch_serving.launcher.process import ProcessInfo, describe_exit
 
 

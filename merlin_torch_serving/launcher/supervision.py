@@ -19,8 +19,8 @@ import signal
 import threading
 import time
 
+from merlin_torch_serving.client.health import ModelHealth, expected_stubs
 from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
-from merlin_torch_serving.health import ModelHealth, expected_stubs
 from merlin_torch_serving.launcher import recycling
 from merlin_torch_serving.launcher.deaths import DeathWatch
 from merlin_torch_serving.launcher.failover import Failover, standby_name

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import wire
-from merlin_torch_serving.samples import padded_length
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.samples import padded_length
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.model_prep.signature import bind_arguments, call_with_dict, read_signature
 

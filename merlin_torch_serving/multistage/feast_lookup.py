@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics, wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.multistage.feature_server import FeatureServerClient, OnlineFeatures
 from merlin_torch_serving.multistage.feature_specs import (
     FeatureSpec,

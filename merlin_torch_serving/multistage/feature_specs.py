@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from merlin.schema import ColumnSchema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 
 _LIST = re.compile(r"^list\[(?P<inner>[a-z0-9]+)\]$")
 _KINDS = "iuf"  # what a ranker can read: integers and floats

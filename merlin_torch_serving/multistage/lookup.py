@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from merlin.schema import ColumnSchema, Schema
 
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.multistage.feature_specs import FeatureSpec
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.schemas import describe_column
 
 
 class FeatureLookup(ServingOperator):

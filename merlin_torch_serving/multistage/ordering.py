@@ -24,11 +24,12 @@ from merlin.dag import Node
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics, wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.topk import single_column
-from merlin_torch_serving.schemas import describe_column
 
 
 def mix(x: torch.Tensor) -> torch.Tensor:

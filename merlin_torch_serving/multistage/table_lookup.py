@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics, wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.multistage.feature_specs import (
     FeatureSpec,
     gather,

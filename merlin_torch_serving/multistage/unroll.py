@@ -18,10 +18,10 @@ from merlin.dag import ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import InferenceError, SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.schemas import describe_column
 
 
 class UnrollCandidates(ServingOperator):

@@ -87,8 +87,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from merlin.dag import BaseOperator, ColumnSelector, Node
 from merlin.schema import ColumnSchema, Schema
 
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
-from merlin_torch_serving.schemas import describe_column
 
 if TYPE_CHECKING:
     import torch

@@ -15,11 +15,11 @@ import torch
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
+from merlin_torch_serving.data.vocabulary import CategoryVocabulary
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.schemas import describe_column
-from merlin_torch_serving.vocabulary import CategoryVocabulary
 
 VOCABULARY_FILE = "vocabulary.npz"
 

@@ -17,9 +17,9 @@ import torch
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.wire import TableColumn
 from merlin_torch_serving.ops.base import ServingOperator
-from merlin_torch_serving.wire import TableColumn
 
 
 def blank_rows(values: torch.Tensor, filtered: torch.Tensor) -> torch.Tensor:

@@ -17,9 +17,10 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.samples import padded_length, sample_table
+from merlin_torch_serving.data.schemas import catalog_limits, schema_from_json, schema_to_json
 from merlin_torch_serving.exceptions import InputError, SchemaError
-from merlin_torch_serving.huge_pages import collapse_onto_huge_pages
 from merlin_torch_serving.model_prep.eager import (
     EAGER_MODEL_FILE,
     load_eager_model,
@@ -37,8 +38,7 @@ from merlin_torch_serving.model_prep.sources import load_model
 from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.torch_module import OneOutputWireModel, WireModel
-from merlin_torch_serving.samples import padded_length, sample_table
-from merlin_torch_serving.schemas import catalog_limits, schema_from_json, schema_to_json
+from merlin_torch_serving.tensors.huge_pages import collapse_onto_huge_pages
 
 MODEL_FILE = "model.pt"
 Backend = Literal["pytorch", "python"]

@@ -20,6 +20,7 @@ from merlin.dag import Node
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.topk import (
@@ -31,7 +32,6 @@ from merlin_torch_serving.ops.topk import (
 )
 from merlin_torch_serving.retrieval.indexes import ItemIndex, build_index, load_index
 from merlin_torch_serving.retrieval.specs import IndexSpec, index_spec, to_config
-from merlin_torch_serving.schemas import describe_column
 
 logger = logging.getLogger("merlin_torch_serving")
 

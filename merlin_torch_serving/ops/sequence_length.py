@@ -14,9 +14,9 @@ from typing import cast
 import torch
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
-from merlin_torch_serving.schemas import describe_column
 
 OPERATOR = "PredictPytorch"
 

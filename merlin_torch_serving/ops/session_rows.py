@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving.tables import concat, num_rows, take_rows
+from merlin_torch_serving.data.tables import concat, num_rows, take_rows
 
 FILTERED_COLUMN = "filtered_out"
 

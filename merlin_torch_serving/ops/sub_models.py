@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from merlin.schema import Schema
 
-from merlin_torch_serving.schemas import schema_from_json, schema_to_json
+from merlin_torch_serving.data.schemas import schema_from_json, schema_to_json
 
 SUB_MODELS_FILE = "sub_models.json"
 

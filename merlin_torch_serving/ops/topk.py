@@ -14,12 +14,12 @@ from merlin.dag import Node
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.retrieval.exact import seen_pairs
 from merlin_torch_serving.retrieval.selection import best_of_rows
-from merlin_torch_serving.schemas import describe_column
 
 
 def top_k_items(

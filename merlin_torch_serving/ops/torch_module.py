@@ -7,8 +7,8 @@ Because the padding lives inside the scripted module, libtorch receives the wire
 
 import torch
 
-from merlin_torch_serving import wire
-from merlin_torch_serving.batch_invariance import MIN_ROWS, repeated_rows
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.tensors.batch_invariance import MIN_ROWS, repeated_rows
 
 
 def pad_ragged(

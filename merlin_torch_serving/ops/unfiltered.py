@@ -16,8 +16,8 @@ import pandas as pd
 from merlin.dag import postorder_iter_nodes
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
-from merlin_torch_serving.tables import take_rows
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.tables import take_rows
 
 
 class KeepEveryRow:

@@ -13,9 +13,9 @@ from merlin.dag import postorder_iter_nodes
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
-from merlin_torch_serving.samples import sample_values
-from merlin_torch_serving.vocabulary import read_labels
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.samples import sample_values
+from merlin_torch_serving.data.vocabulary import read_labels
 
 SESSION_LENGTHS = (5, 2, 20, 60, 1)
 CONSTANTS = (1, 1000, -1)

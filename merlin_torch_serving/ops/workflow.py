@@ -20,8 +20,9 @@ from merlin.dag import postorder_iter_nodes
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics, wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import SchemaError, WorkflowNotFittedError
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.ops import warmup_sessions
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN, line_up_sessions

@@ -12,8 +12,8 @@ TorchScript-compatible, so it runs the same in-process, in the python backend an
 
 import torch
 
-from merlin_torch_serving.batch_invariance import MIN_ROWS, repeated_rows
 from merlin_torch_serving.retrieval.selection import best_of_rows
+from merlin_torch_serving.tensors.batch_invariance import MIN_ROWS, repeated_rows
 
 #: items per block: at a million items, scoring and selecting 65,536 items at a time took 32
 #: sessions 0.65 times as long as TopK's scoring of the whole catalog then selecting from it, and

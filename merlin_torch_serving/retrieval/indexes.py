@@ -18,9 +18,9 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from merlin_torch_serving.huge_pages import collapse_onto_huge_pages
 from merlin_torch_serving.retrieval.exact import exact_top_k
 from merlin_torch_serving.retrieval.specs import ExactIndex, HNSWIndex, IndexSpec, IVFIndex
+from merlin_torch_serving.tensors.huge_pages import collapse_onto_huge_pages
 
 logger = logging.getLogger("merlin_torch_serving")
 

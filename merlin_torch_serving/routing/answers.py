@@ -7,10 +7,10 @@ import numpy as np
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import MerlinTorchServingError, SchemaError
 from merlin_torch_serving.ops.filtered import blank_value
-from merlin_torch_serving.schemas import describe_column
 
 
 def common_schema(route: str, schemas: dict[str, Schema]) -> Schema:

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import InferenceError
 from merlin_torch_serving.ops.sub_models import SubModel
 
 if TYPE_CHECKING:
-    from merlin_torch_serving.plan import Plan
+    from merlin_torch_serving.graph.plan import Plan
 
 
 class Branch(Protocol):
@@ -40,7 +40,7 @@ def hosted_branch(folder: str) -> LocalBranch:
     """A branch the export wrote as a python step inside the route's own (``inline``), loaded from
     ``folder`` once its files are checked, to run in the route's step."""
     from merlin_torch_serving.export.python_model import HostedStep
-    from merlin_torch_serving.plan import Plan
+    from merlin_torch_serving.graph.plan import Plan
 
     step = HostedStep.load(folder, step=f"inline branch {folder!r}")
     return LocalBranch(Plan(step.input_schema, step.calls, step.outputs, step.output_schema))

@@ -20,10 +20,10 @@ import torch
 from merlin.schema import Schema, Tags
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN
-from merlin_torch_serving.schemas import describe_column
 
 #: NVTabular 23.08's Categorify ids that are not items: padding, null, out-of-vocabulary
 DEFAULT_UNKNOWN_IDS = (0, 1, 2)
@@ -277,7 +277,7 @@ def condition_from_config(config: dict[str, Any], folder: str, stem: str) -> Con
 
 
 def _rows(table: TensorTable) -> int:
-    from merlin_torch_serving.tables import num_rows
+    from merlin_torch_serving.data.tables import num_rows
 
     return num_rows(table)
 

@@ -16,7 +16,7 @@ import numpy as np
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import tables
+from merlin_torch_serving.data import tables
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.topk import check_seen_items, ranked_items_schema

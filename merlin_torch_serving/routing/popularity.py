@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from merlin_torch_serving.data.vocabulary import CategoryVocabulary
 from merlin_torch_serving.ops.workflow import derived_columns
-from merlin_torch_serving.vocabulary import CategoryVocabulary
 
 logger = logging.getLogger("merlin_torch_serving")
 

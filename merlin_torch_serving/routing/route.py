@@ -22,8 +22,10 @@ from merlin.dag import Node
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics, tables
+from merlin_torch_serving.data import tables
+from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.session_rows import FILTERED_COLUMN
 from merlin_torch_serving.ops.sub_models import SubModel, read_sub_models
@@ -40,7 +42,6 @@ from merlin_torch_serving.routing.conditions import (
     condition_from_config,
 )
 from merlin_torch_serving.routing.experiment import Experiment
-from merlin_torch_serving.schemas import describe_column
 
 
 class Route(ServingOperator):

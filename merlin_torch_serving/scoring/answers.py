@@ -10,7 +10,7 @@ import pyarrow as pa
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 
 
 def arrow_answer(

@@ -228,7 +228,7 @@ def _score(
 def _repository(model, name: str | None, folder: Path, overwrite: bool) -> tuple[Path, str | None]:
     """The repository to score and the ensemble's name in it: ``model`` itself, or the folder an
     ``Ensemble`` is exported into."""
-    from merlin_torch_serving.ensemble import Ensemble
+    from merlin_torch_serving.graph.ensemble import Ensemble
 
     if not isinstance(model, Ensemble):
         if not isinstance(model, str | os.PathLike):

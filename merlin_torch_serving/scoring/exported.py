@@ -17,8 +17,8 @@ from google.protobuf import json_format
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
-from merlin_torch_serving.client import ModelSchemas, schemas_from_config
+from merlin_torch_serving.client.schema_client import ModelSchemas, schemas_from_config
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import ArtifactError
 from merlin_torch_serving.export.config import PADDED_SUFFIX, ROWS_TENSOR, from_pbtxt
 from merlin_torch_serving.export.manifest import MANIFEST_FILE, verify_export

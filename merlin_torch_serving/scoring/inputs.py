@@ -26,9 +26,10 @@ import pandas as pd
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import chunks, column_names, frames, tables
+from merlin_torch_serving.client import chunks, column_names
+from merlin_torch_serving.data import frames, tables
+from merlin_torch_serving.data.schemas import describe_column, schema_from_json, schema_to_json
 from merlin_torch_serving.exceptions import MissingColumnsError, ScoringError
-from merlin_torch_serving.schemas import describe_column, schema_from_json, schema_to_json
 
 #: where each row was in the input: partition and row within it (names no input column takes)
 PLACE_COLUMNS = ("__scoring_input_partition", "__scoring_input_row")

@@ -16,7 +16,6 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from merlin_torch_serving.executors import torch_threads
 from merlin_torch_serving.export.checks import THREAD_COUNT_PARAMETER
 from merlin_torch_serving.export.config import (
     LIBTORCH_MODEL_FILE,
@@ -27,6 +26,7 @@ from merlin_torch_serving.export.config import (
 )
 from merlin_torch_serving.export.libtorch_batching import flat_batch
 from merlin_torch_serving.export.python_model import HostedStep
+from merlin_torch_serving.graph.executors import torch_threads
 
 
 class Step(Protocol):

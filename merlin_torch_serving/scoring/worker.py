@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from merlin_torch_serving import frames, tables
+from merlin_torch_serving.data import frames, tables
 from merlin_torch_serving.exceptions import MerlinTorchServingError, ScoringError
 from merlin_torch_serving.scoring.answers import arrow_answer, empty_answer
 from merlin_torch_serving.scoring.exported import ExportedEnsemble

@@ -27,7 +27,7 @@ from merlin.dag.ops.udf import UDF
 from merlin.schema import Schema
 from nvtabular import ops as nvt_ops
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.compiler import describe_operator, nodes_in_run_order
 from merlin_torch_serving.fastpath.errors import NotCompiled
 from merlin_torch_serving.fastpath.passthrough import RenameColumns

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from merlin.schema import ColumnSchema, Schema
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.scripted_workflow.columns import ColumnType
 
 

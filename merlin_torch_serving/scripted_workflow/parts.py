@@ -16,7 +16,7 @@ import numpy as np
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import WorkflowError
 from merlin_torch_serving.fastpath.wire_io import output_layout, wire_arrays
 from merlin_torch_serving.ops.base import ServingOperator

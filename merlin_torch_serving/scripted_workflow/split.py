@@ -20,7 +20,7 @@ from merlin.dag.ops.selection import SelectionOp
 from merlin.schema import ColumnSchema
 from nvtabular import ops as nvt_ops
 
-from merlin_torch_serving import wire
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.compiler import describe_operator, nodes_in_run_order
 from merlin_torch_serving.scripted_workflow.compiler import Compiled, compile_nodes
 from merlin_torch_serving.scripted_workflow.head import Head

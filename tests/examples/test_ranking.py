@@ -16,7 +16,8 @@ from merlin.schema import Tags
 
 from examples.ranking import data, features, model
 from examples.ranking.demo import scoring_graph
-from merlin_torch_serving import Ensemble, TransformWorkflow, frames, wire
+from merlin_torch_serving import Ensemble, TransformWorkflow
+from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 

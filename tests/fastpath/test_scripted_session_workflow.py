@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from merlin_torch_serving import Ensemble, TransformWorkflow, wire
+from merlin_torch_serving import Ensemble, TransformWorkflow
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.scripted_workflow import ScriptedWorkflow
 from tests.fastpath.helpers import assert_wire_equal, known_ids, oracle, reloaded, run_module
 from tests.fastpath.strategies import session_requests

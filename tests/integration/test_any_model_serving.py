@@ -15,8 +15,8 @@ from merlin_torch_serving import (
     TopK,
     TransformWorkflow,
     TritonExecutor,
-    frames,
 )
+from merlin_torch_serving.data import frames
 from tests import any_models, toy_session
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 

@@ -28,11 +28,9 @@ from merlin_torch_serving import (
     InputError,
     PredictPytorch,
     TopK,
-    chunks,
-    frames,
-    tables,
-    wire,
 )
+from merlin_torch_serving.client import chunks
+from merlin_torch_serving.data import frames, tables, wire
 from tests import toy_session
 from tests.served import assert_frames_equal, raw_infer
 

@@ -19,7 +19,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from merlin_torch_serving import Client, Ensemble, chunks, frames, tables
+from merlin_torch_serving import Client, Ensemble
+from merlin_torch_serving.client import chunks
+from merlin_torch_serving.data import frames, tables
 from tests import toy_session
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from merlin_torch_serving import (
     ServerUnavailableError,
     TritonExecutor,
     UnknownModelError,
-    frames,
 )
+from merlin_torch_serving.data import frames
 from tests import toy_session
 from tests.served import assert_frames_equal
 
@@ -198,7 +198,7 @@ def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(protocol, monkeypatch):
-    from merlin_torch_serving import transport
+    from merlin_torch_serving.client import transport
 
     waits = []
     monkeypatch.setattr(transport.time, "sleep", waits.append)

@@ -7,7 +7,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from merlin_torch_serving import Ensemble, ModelOptions, TritonServer, frames, wire
+from merlin_torch_serving import Ensemble, ModelOptions, TritonServer
+from merlin_torch_serving.data import frames, wire
 from tests import toy_session
 from tests.served import raw_infer as infer
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads

@@ -11,7 +11,8 @@ from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
 from examples.multi_stage.feature_store import ITEM_FEATURES, ITEM_VIEW
-from merlin_torch_serving import Ensemble, metrics
+from merlin_torch_serving import Ensemble
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.multistage import FeastFeatures
 from tests.multistage_fixtures import feature_store_free_url
 

@@ -24,9 +24,9 @@ from merlin_torch_serving import (
     PredictPytorch,
     TopK,
     TransformWorkflow,
-    deployment,
 )
 from merlin_torch_serving.backends.runtime import lay_out_libtorch_runtime
+from merlin_torch_serving.deployment import deploy_files
 from tests import toy_session
 from tests.served import assert_frames_equal
 
@@ -65,12 +65,12 @@ def served(tmp_path_factory, pytorch_backend, toy_workflow, toy_model):
     entrypoint = json.loads(
         next(
             line[len("ENTRYPOINT ") :]
-            for line in deployment.render()["Dockerfile.libtorch"].splitlines()
+            for line in deploy_files.render()["Dockerfile.libtorch"].splitlines()
             if line.startswith("ENTRYPOINT ")
         )
     )
     entrypoint = [
-        part.replace(deployment.RUNTIME_DIR, str(work / "runtime")) for part in entrypoint
+        part.replace(deploy_files.RUNTIME_DIR, str(work / "runtime")) for part in entrypoint
     ]
     http, grpc, metrics = _free_ports(3)
     log = (work / "server.log").open("w")

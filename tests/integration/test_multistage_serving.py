@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from examples.multi_stage import pipeline
-from merlin_torch_serving import Client, Ensemble, IVFIndex, metrics
+from merlin_torch_serving import Client, Ensemble, IVFIndex
+from merlin_torch_serving.graph import metrics
 from tests.integration.test_metrics import scrape
 from tests.multistage_fixtures import multistage_request
 from tests.served import assert_frames_equal

@@ -20,9 +20,8 @@ from merlin_torch_serving import (
     ServingOperator,
     TopK,
     TransformWorkflow,
-    frames,
-    wire,
 )
+from merlin_torch_serving.data import frames, wire
 from tests import toy_session
 from tests.repository_runner import response_arrays, run_repository
 

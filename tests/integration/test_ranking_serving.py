@@ -11,7 +11,7 @@ import pytest
 from examples.ranking import data, features, model
 from examples.ranking.demo import scoring_graph
 from merlin_torch_serving import Client, Ensemble
-from merlin_torch_serving.batch_invariance import MIN_ROWS
+from merlin_torch_serving.tensors.batch_invariance import MIN_ROWS
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 pytestmark = pytest.mark.integration

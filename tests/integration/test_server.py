@@ -31,7 +31,7 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
 )
-from merlin_torch_serving.server import ModelStatus, TritonServer
+from merlin_torch_serving.launcher.server import ModelStatus, TritonServer
 from tests.triton_models import write_doubler, write_invalid_config, write_onnx_model
 
 pytestmark = pytest.mark.integration
@@ -229,7 +229,7 @@ def test_no_process_outlives_a_parent_killed_with_sigkill(tmp_path):
     write_doubler(tmp_path / "repository", "served")
     parent_script = textwrap.dedent("""
         import sys, time
-        from merlin_torch_serving.server import TritonServer
+        from merlin_torch_serving.launcher.server import TritonServer
         server = TritonServer(sys.argv[1], start_timeout_s=60).start()
         print(server.pid, flush=True)
         time.sleep(600)

@@ -8,7 +8,7 @@ import logging
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from merlin_torch_serving import frames, wire
+from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.fastpath import compile_workflow
 from tests.fastpath.helpers import assert_wire_equal, oracle
 from tests.official.example import request_rows

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from merlin_torch_serving import frames, wire
+from merlin_torch_serving.data import frames, wire
 from tests.official.example import request_rows
 from tests.repository_runner import response_arrays, run_repository
 

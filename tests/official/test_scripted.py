@@ -27,9 +27,8 @@ from merlin_torch_serving import (
     PredictPytorch,
     TopK,
     TransformWorkflow,
-    frames,
-    wire,
 )
+from merlin_torch_serving.data import frames, wire
 from tests.official.example import TOP_K, Example, request_rows
 from tests.repository_runner import response_arrays, run_repository
 from tests.served import assert_frames_equal

@@ -96,7 +96,7 @@ def test_the_package_has_no_import_cycle():
 def test_the_checker_sees_imports_inside_functions_and_of_packages():
     graph = import_graph()
     # a function-level import (Ensemble.export) and a package-level one
-    assert f"{ROOT}.export.repository" in graph[f"{ROOT}.ensemble"]
+    assert f"{ROOT}.export.repository" in graph[f"{ROOT}.graph.ensemble"]
     assert f"{ROOT}.ops.base" in graph[f"{ROOT}.ops"]
     # and it finds a cycle when there is one
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
@@ -107,17 +107,19 @@ def test_the_checker_resolves_relative_and_type_checking_imports(tmp_path):
     source = tmp_path / "module.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
-        "from . import wire\n"
-        "from .export import manifest\n"
+        "from . import plan\n"
+        "from ..data import wire\n"
+        "from ..export import manifest\n"
         "if TYPE_CHECKING:\n"
-        "    from merlin_torch_serving.plan import Plan\n"
+        "    from merlin_torch_serving.client.health import ModelHealth\n"
         "def later():\n"
         "    import merlin_torch_serving.export.config\n"
     )
-    found = imported_modules(f"{ROOT}.module", source, package_modules())
+    found = imported_modules(f"{ROOT}.graph.module", source, package_modules())
     assert found == {
-        f"{ROOT}.wire",
+        f"{ROOT}.graph.plan",
+        f"{ROOT}.data.wire",
+        f"{ROOT}.client.health",
         f"{ROOT}.export.manifest",
-        f"{ROOT}.plan",
         f"{ROOT}.export.config",
     }

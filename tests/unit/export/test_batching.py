@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from merlin_torch_serving import Ensemble, ModelOptions, wire
+from merlin_torch_serving import Ensemble, ModelOptions
+from merlin_torch_serving.data import wire
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export import merging
 from merlin_torch_serving.export.libtorch_batching import _merged_offsets, flat_batch

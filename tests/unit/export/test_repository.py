@@ -13,9 +13,8 @@ from merlin_torch_serving import (
     ModelCheckError,
     PredictPytorch,
     RepositoryExistsError,
-    frames,
-    wire,
 )
+from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
 from tests import toy_session
 

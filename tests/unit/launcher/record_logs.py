@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from merlin_torch_serving.exceptions import MerlinTorchServingError
 from merlin_torch_serving.launcher.admin import Admin, Refused
 from merlin_torch_serving.launcher.process import children_of
-from merlin_torch_serving.server import TritonServer
+from merlin_torch_serving.launcher.server import TritonServer
 from tests.triton_models import write_doubler, write_invalid_config, write_onnx_model
 
 LOGS = Path(__file__).parent / "logs"

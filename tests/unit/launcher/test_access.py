@@ -10,7 +10,7 @@ import pytest
 
 from merlin_torch_serving.launcher import access
 from merlin_torch_serving.launcher.config import Ports, ServerConfig
-from merlin_torch_serving.server import TritonServer
+from merlin_torch_serving.launcher.server import TritonServer
 
 PORTS = Ports(http=8000, grpc=8001, metrics=8002)
 

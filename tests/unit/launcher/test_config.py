@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from merlin_torch_serving.launcher.config import Ports, ServerConfig
-from merlin_torch_serving.server import TritonServer
+from merlin_torch_serving.launcher.server import TritonServer
 
 BINARY = Path("/opt/tritonserver/bin/tritonserver")
 BACKENDS = Path("/opt/tritonserver/backends")

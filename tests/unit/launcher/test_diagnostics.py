@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from merlin_torch_serving import transport
+from merlin_torch_serving.client import transport
+from merlin_torch_serving.client.health import stub_answered
 from merlin_torch_serving.exceptions import (
     BackendNotAvailableError,
     InferenceError,
@@ -18,7 +19,6 @@ from merlin_torch_serving.exceptions import (
     PortInUseError,
     ServerExitedError,
 )
-from merlin_torch_serving.health import stub_answered
 from merlin_torch_serving.launcher import diagnostics
 
 LOGS = Path(__file__).parent / "logs"

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2
 
 from merlin_torch_serving.launcher import failover
 from merlin_torch_serving.launcher.config import ServerConfig
-from merlin_torch_serving.server import TritonServer
+from merlin_torch_serving.launcher.server import TritonServer
 
 PYTHON_STEP = {
     "name": "reco-0-workflow",

@@ -2,7 +2,7 @@
 
 import signal
 
-from merlin_torch_serving.health import ModelStatus
+from merlin_torch_serving.client.health import ModelStatus
 from merlin_torch_serving.launcher.process import ProcessInfo
 from merlin_torch_serving.launcher.stubs import StubRecord, assess, stub_of
 

@@ -7,7 +7,8 @@ from merlin.dag import ColumnSelector
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import Ensemble, SchemaError, metrics
+from merlin_torch_serving import Ensemble, SchemaError
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.multistage import FilterCandidates
 
 RETRIEVED = Schema(

@@ -7,7 +7,7 @@ import pytest
 from merlin.dag import ColumnSelector
 from merlin.table import TensorTable
 
-from merlin_torch_serving import metrics
+from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.multistage import SoftmaxSampling, TopKCandidates
 
 

@@ -4,7 +4,8 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import Ensemble, InputError, PredictPytorch, SchemaError, frames
+from merlin_torch_serving import Ensemble, InputError, PredictPytorch, SchemaError
+from merlin_torch_serving.data import frames
 from tests import toy_session
 
 ITEMS = ColumnSchema(

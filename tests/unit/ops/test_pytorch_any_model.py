@@ -15,9 +15,8 @@ from merlin_torch_serving import (
     ModelNotImportableError,
     ModelPreparationError,
     PredictPytorch,
-    frames,
-    wire,
 )
+from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
 from tests import any_models, toy_session
 

@@ -3,7 +3,8 @@ import pandas as pd
 import pytest
 from merlin.table import TensorTable
 
-from merlin_torch_serving import Ensemble, TransformWorkflow, frames
+from merlin_torch_serving import Ensemble, TransformWorkflow
+from merlin_torch_serving.data import frames
 from merlin_torch_serving.ops.session_rows import take_rows
 from tests import toy_session
 

@@ -4,9 +4,9 @@ it with TopK's kernel, bit for bit, whatever the block size."""
 import pytest
 import torch
 
-from merlin_torch_serving.batch_invariance import MIN_ROWS, repeated_rows
 from merlin_torch_serving.ops.topk import top_k_items
 from merlin_torch_serving.retrieval.exact import exact_top_k
+from merlin_torch_serving.tensors.batch_invariance import MIN_ROWS, repeated_rows
 
 CATALOG, DIMENSION = 2_003, 16
 EXCLUDED = torch.tensor([0, 1, 2])

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from merlin_torch_serving import ArtifactError, Ensemble, ModelOptions, frames
+from merlin_torch_serving import ArtifactError, Ensemble, ModelOptions
+from merlin_torch_serving.data import frames
 from merlin_torch_serving.scoring.exported import ExportedEnsemble, read_export
 from tests import scoring_data, toy_session
 

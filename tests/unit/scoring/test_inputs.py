@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from merlin.io import Dataset
 
-from merlin_torch_serving import InputError, MissingColumnsError, ScoringError, frames, tables
+from merlin_torch_serving import InputError, MissingColumnsError, ScoringError
+from merlin_torch_serving.data import frames, tables
 from merlin_torch_serving.scoring import inputs
 from tests import scoring_data
 

@@ -12,7 +12,8 @@ import pytest
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving import ScoringError, frames
+from merlin_torch_serving import ScoringError
+from merlin_torch_serving.data import frames
 from merlin_torch_serving.scoring import answers, output
 
 RECORD = output.RunRecord(

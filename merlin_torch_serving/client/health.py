@@ -1,0 +1,180 @@
+"""What is true of each served model, as the launcher and the client both report it: its row of
+the repository index (``ModelStatus``), and whether it answers (``ModelHealth``).
+
+Triton keeps answering READY, to its readiness endpoints and its repository index, for a python
+model whose stub process died: every request then fails with "Stub process ... is not healthy",
+forever, and nothing is logged. The launcher sees the stubs themselves (``launcher.stubs``); a
+client of a server in another process sends a model a request of no rows instead
+(``probe_request``, ``stub_answered``). Both read the server's answers with the parsers here.
+
+A model can also depend on a service outside the server (a feature server): its step's config
+names them (``SERVICES_PARAMETER``), and both reports ask each whether it answers
+(``service_health``); a model whose service is down still answers (with defaults), so it is
+``degraded``, not unhealthy.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.exceptions import MerlinTorchServingError
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """One row of the server's repository index."""
+
+    name: str
+    #: None when the server has never tried to load the model
+    version: int | None
+    #: "READY", "LOADING", "UNLOADING" or "UNAVAILABLE"; None when never loaded
+    state: str | None
+    #: why the model is UNAVAILABLE, in the server's words ("unloaded" after unload)
+    reason: str = ""
+
+
+def model_statuses(index: Iterable[Mapping] | Mapping) -> list[ModelStatus]:
+    """The rows of a repository index as tritonclient returns it: a list of entries over HTTP, a
+    ``{"models": [...]}`` message over gRPC (``as_json=True``)."""
+    entries = index.get("models", []) if isinstance(index, Mapping) else index
+    return [
+        ModelStatus(
+            name=entry["name"],
+            version=int(entry["version"]) if entry.get("version") else None,
+            state=entry.get("state") or None,
+            reason=(entry.get("reason") or "").strip(),
+        )
+        for entry in entries
+    ]
+
+
+#: the step config parameter that lists a step's outside services (export.config has its twin)
+SERVICES_PARAMETER = "merlin_torch_serving.services"
+#: the longest a health report waits for one outside service
+SERVICE_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class ServiceHealth:
+    """An outside service a model calls while it serves, as this process sees it now."""
+
+    name: str
+    url: str
+    reachable: bool
+    #: why it is not reachable
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ModelHealth:
+    """A served model version, as far as the server and its processes tell."""
+
+    name: str
+    version: int | None
+    #: the repository index's state: "READY", "LOADING", "UNLOADING", "UNAVAILABLE", None
+    state: str | None
+    #: whether every python-backend stub of the model runs; None for models without stubs
+    #: (ensembles, libtorch) or when it cannot be seen (a server this process does not own)
+    stubs_alive: bool | None
+    #: requests of this version the server answered with an error (its statistics); None if unknown
+    failed_requests: int | None
+    #: why the model is not healthy, or the last failure it recovered from
+    last_error: str = ""
+    #: how many times the launcher reloaded it because it had failed
+    restarts: int = 0
+    #: the outside services its operators call (a feature server), and whether each answers
+    services: tuple[ServiceHealth, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "READY" and self.stubs_alive is not False
+
+    @property
+    def degraded(self) -> bool:
+        """It answers, but a service it calls does not (its features get their defaults)."""
+        return any(not service.reachable for service in self.services)
+
+
+def with_services(health: ModelHealth, config_of: Callable[[], Mapping] | None) -> ModelHealth:
+    """``health`` with the outside services its model's config (``config_of()``, None for a model
+    not ready) names, each asked now; as it is when the config cannot be read."""
+    try:
+        config = config_of() if config_of else {}
+    except MerlinTorchServingError:
+        return health
+    services = service_health(config)
+    return replace(health, services=services) if services else health
+
+
+def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
+    """Whether each outside service a model config names answers its health endpoint
+    (``<url>/health``) within ``SERVICE_TIMEOUT_S``."""
+    listed = config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value")
+    if not listed:
+        return ()
+    report = []
+    for service in json.loads(listed):
+        url = service["url"].rstrip("/")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
+                error = "" if answer.status == 200 else f"HTTP {answer.status} from /health"
+        except OSError as failure:
+            error = f"{type(failure).__name__}: {failure}"
+        report.append(ServiceHealth(service["name"], url, not error, error))
+    return tuple(report)
+
+
+def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:
+    """``(model, version) -> requests answered with an error`` since each version loaded, from the
+    server's inference statistics (gRPC's JSON leaves zero counts out)."""
+    return {
+        (entry["name"], int(entry.get("version") or 0)): int(
+            entry["inference_stats"].get("fail", {}).get("count", 0)
+        )
+        for entry in statistics.get("model_stats", [])
+    }
+
+
+def expected_stubs(config: Mapping) -> int | None:
+    """How many stub processes a model config asks for: one per instance of a python model;
+    None for models that run without stubs."""
+    if config.get("backend") != "python":
+        return None
+    return sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
+
+
+def probe_request(config: Mapping) -> dict[str, np.ndarray] | None:
+    """A request of no rows for a python model, from its config: it reaches the model's stub
+    (the answer to it says whether the stub runs) and costs nothing. None for models without
+    stubs. A model Triton batches gets one batch item of no rows (``[1, 0]``): a batch of 0 items
+    is refused before it reaches the stub, so its answer would prove nothing."""
+    if expected_stubs(config) is None:
+        return None
+    batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
+    arrays = {}
+    for tensor in config.get("input", []):
+        dims = [int(d) for d in tensor.get("dims", [-1])]
+        if dims and dims[0] != -1:
+            return None  # a fixed first dimension cannot hold no rows
+        try:
+            numpy_dtype = wire.numpy_dtype(tensor["data_type"])
+        except TypeError:
+            return None  # e.g. BF16, which numpy has not
+        # ragged offsets (rows + 1 entries) hold a single 0 for no rows
+        rows = 1 if tensor["name"].endswith(wire.OFFSETS_SUFFIX) else 0
+        arrays[tensor["name"]] = np.zeros(
+            batch + [rows] + [max(d, 0) for d in dims[1:]], dtype=numpy_dtype
+        )
+    return arrays
+
+
+def stub_answered(error_message: str | None) -> bool:
+    """Whether the answer to a probe came from a running stub: any answer but the python
+    backend's own refusal of a request to a stub that is gone."""
+    return error_message is None or "is not healthy" not in error_message

@@ -1,0 +1,221 @@
+"""Conversions between pandas DataFrames (one row per record, list cells for list columns) and
+``TensorTable``s (values/offsets for ragged lists, 2-D arrays for fixed-length lists).
+
+With a schema, ``frame_to_table`` is strict: exactly the schema's columns must be there, with
+its shape, and its dtype or one that converts to it without changing a value (bools are not
+numbers, floats with a fraction are not ints); anything else is an ``InputError`` naming the
+column. A list column may hold empty lists, and a request may have no rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+from merlin.schema import ColumnSchema, Schema
+from merlin.table import TensorTable
+
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import describe_column
+from merlin_torch_serving.exceptions import InputError, MissingColumnsError
+
+
+def table_to_frame(table: TensorTable, names: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """One DataFrame column per table column, renamed through ``names``.
+
+    List columns hold one numpy array per row.
+    """
+    data = {}
+    for name, column in table.items():
+        values = np.asarray(column.values)
+        if column.offsets is not None:
+            offsets = np.asarray(column.offsets)
+            cells = np.split(values, offsets[1:-1]) if len(offsets) > 1 else []
+            data[name] = _object_column(cells)
+        elif values.ndim > 1:
+            data[name] = _object_column(list(values))
+        else:
+            data[name] = values
+    frame = pd.DataFrame(data)
+    return frame.rename(columns=dict(names)) if names else frame
+
+
+def frame_to_table(
+    data: pd.DataFrame | Mapping[str, object], schema: Schema | None = None
+) -> TensorTable:
+    """A table from a DataFrame or a dict of columns; list cells become ragged columns.
+
+    Without a schema every column is taken as it is; with one, exactly the schema's columns are
+    taken, checked and converted to its dtypes.
+    """
+    columns = dict(data.items())
+    if schema is None:
+        converted = {}
+        for name, column in columns.items():
+            values = column.to_numpy() if isinstance(column, pd.Series) else column
+            converted[name] = (
+                ragged_from_lists(values) if is_list_column(values) else np.asarray(values)
+            )
+        return TensorTable(converted, _unsafe=True)
+    missing = [c.name for c in schema if c.name not in columns]
+    if missing:
+        raise MissingColumnsError(
+            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in columns]
+        )
+    extra = [name for name in columns if name not in schema.column_names]
+    if extra:
+        raise InputError(
+            str(extra[0]),
+            f"no such column (the inputs are {', '.join(map(repr, schema.column_names))})",
+            "a column of that name",
+            "drop it, or select the inputs with data[input_schema.column_names]",
+        )
+    typed = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
+    row_counts = {
+        name: len(value[1]) - 1 if isinstance(value, tuple) else len(value)
+        for name, value in typed.items()
+    }
+    first = next(iter(row_counts), None)
+    for name, count in row_counts.items():
+        if count != row_counts[first]:
+            raise InputError(
+                name,
+                f"{row_counts[first]} rows, like {first!r}",
+                f"{count}",
+                "every column needs one entry per row",
+            )
+    return TensorTable(typed, _unsafe=True)
+
+
+def is_list_column(values) -> bool:
+    """Whether a column holds one list (or array) per row rather than one value."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return False
+    return any(isinstance(v, (list, tuple, np.ndarray)) for v in values)
+
+
+def ragged_from_lists(rows) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, offsets)`` from a sequence of per-row lists.
+
+    Empty rows add no values, so they do not change the values' dtype (``np.asarray([])`` is
+    float64, which would turn a column of int lists into floats).
+    """
+    arrays = [np.asarray(row) for row in rows]
+    offsets = wire.offsets_from_lengths(np.array([len(a) for a in arrays], dtype=np.int64))
+    filled = [a for a in arrays if len(a)]
+    values = np.concatenate(filled) if filled else np.zeros(0)
+    return values, offsets
+
+
+def _column_for_schema(column, schema: ColumnSchema):
+    values = column.to_numpy() if isinstance(column, pd.Series) else column
+    if not isinstance(values, np.ndarray):
+        values = np.asarray(values, dtype=object) if is_list_column(values) else np.asarray(values)
+    dims = schema.shape.dims
+    if len(values) == 0:
+        return _no_rows(schema)
+    listed = is_list_column(values) or values.ndim > 1
+    if dims is None or len(dims) <= 1:
+        if listed:
+            raise InputError(
+                schema.name, describe_column(schema), "a list per row", "send one value per row"
+            )
+        return _cast(values, schema)
+    if not listed:
+        raise InputError(
+            schema.name,
+            describe_column(schema),
+            f"one {values.dtype} value per row",
+            "send a list per row",
+        )
+    rows = list(values) if values.ndim > 1 else [np.asarray(cell) for cell in values]
+    if wire.is_ragged(schema):
+        flat, offsets = ragged_from_lists(rows)
+        return _cast(flat, schema), offsets
+    length = int(dims[1].max)
+    lengths = sorted({len(row) for row in rows})
+    if lengths and lengths != [length]:
+        raise InputError(
+            schema.name, describe_column(schema), f"lists of length {', '.join(map(str, lengths))}"
+        )
+    return _cast(np.stack(rows) if rows else np.zeros((0, length)), schema)
+
+
+def _cast(values: np.ndarray, schema: ColumnSchema) -> np.ndarray:
+    """``values`` as the schema's dtype, if that changes no value (else an InputError)."""
+    want = wire.column_numpy_dtype(schema)
+    if values.dtype == want or values.size == 0:
+        return values.astype(want, copy=False)
+    got = values.dtype
+    if (got.kind == "b") != (want.kind == "b"):
+        # numpy casts True to 1 safely, but a bool where an id is expected is a mistake
+        raise InputError(
+            schema.name, describe_column(schema), f"{got} values", f"send {want} values"
+        )
+    if want.kind in "iub" and got.kind in "fO" and pd.isna(values).any():
+        raise InputError(
+            schema.name, describe_column(schema), "missing (null) values", "fill or drop them first"
+        )
+    if want == np.dtype(object):
+        if got.kind in "USO":
+            return values.astype(object)
+    elif got == np.dtype(object) or np.can_cast(got, want, casting="safe"):
+        try:
+            converted = values.astype(want)
+        except (TypeError, ValueError):
+            converted = None
+        if converted is not None and (got != np.dtype(object) or _same_values(converted, values)):
+            return converted
+    elif got.kind in "iub" and want.kind in "iu" and _same_values(values.astype(want), values):
+        return values.astype(want)  # e.g. int64 ids that fit the schema's int32
+    elif got.kind == "f" and want.kind == "f":
+        return values.astype(want)
+    elif got.kind == "f" and want.kind in "iu" and _integral(values, want):
+        return values.astype(want)  # e.g. ids a CSV reader or a join made float64: 8382491.0
+    kind = "str" if got.kind in "US" else got
+    raise InputError(
+        schema.name,
+        describe_column(schema),
+        f"{kind} values",
+        f"they do not convert to {want} without changing",
+    )
+
+
+def _no_rows(schema: ColumnSchema):
+    """A column of the schema's dtype and shape with no rows."""
+    values = np.zeros(0, dtype=wire.column_numpy_dtype(schema))
+    if wire.is_ragged(schema):
+        return values, np.zeros(1, dtype=wire.OFFSETS_DTYPE)
+    dims = schema.shape.dims
+    if dims is not None and len(dims) > 1:
+        return values.reshape((0, *(int(d.max) for d in dims[1:])))
+    return values
+
+
+def _integral(values: np.ndarray, want: np.dtype) -> bool:
+    """Whether float ``values`` are whole numbers inside ``want``'s range.
+
+    If they are, casting keeps them.
+    """
+    limits = np.iinfo(want)
+    with np.errstate(invalid="ignore"):
+        return bool(
+            np.isfinite(values).all()
+            and (values >= limits.min).all()
+            and (values <= limits.max).all()
+            and (np.floor(values) == values).all()
+        )
+
+
+def _same_values(converted: np.ndarray, original: np.ndarray) -> bool:
+    try:
+        return bool(np.array_equal(converted.astype(object), original.astype(object)))
+    except (TypeError, ValueError):
+        return False
+
+
+def _object_column(rows: list) -> np.ndarray:
+    column = np.empty(len(rows), dtype=object)
+    column[:] = rows
+    return column

@@ -1,0 +1,84 @@
+"""What the launcher and the client both read of a model: the repository index, the statistics,
+and the probe that tells a client whether a python model's stub answers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from merlin_torch_serving.client.health import (
+    ModelStatus,
+    failed_requests,
+    model_statuses,
+    probe_request,
+)
+
+# as tritonclient returns them: a list over HTTP, a message as JSON over gRPC
+HTTP_INDEX = [
+    {"name": "reco", "version": "1", "state": "READY"},
+    {"name": "never_loaded"},
+    {"name": "broken", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded\n"},
+]
+GRPC_INDEX = {
+    "models": [
+        {"name": "reco", "version": "1", "state": "READY", "reason": ""},
+        {"name": "never_loaded"},
+    ]
+}
+
+
+def test_the_repository_index_reads_the_same_over_http_and_grpc():
+    assert model_statuses(HTTP_INDEX) == [
+        ModelStatus("reco", 1, "READY", ""),
+        ModelStatus("never_loaded", None, None, ""),
+        ModelStatus("broken", 2, "UNAVAILABLE", "unloaded"),
+    ]
+    assert model_statuses(GRPC_INDEX) == model_statuses(HTTP_INDEX[:2])
+    assert model_statuses({}) == []
+
+
+def test_failed_requests_are_counted_per_model_version_and_zero_when_grpc_leaves_the_count_out():
+    statistics = {
+        "model_stats": [
+            {
+                "name": "reco",
+                "version": "1",
+                "inference_stats": {"fail": {"count": "3", "ns": "10"}},
+            },
+            {"name": "reco-0-step", "version": "1", "inference_stats": {"success": {"count": "9"}}},
+            {"name": "never_loaded", "version": "", "inference_stats": {}},
+        ]
+    }
+    assert failed_requests(statistics) == {
+        ("reco", 1): 3,
+        ("reco-0-step", 1): 0,
+        ("never_loaded", 0): 0,
+    }
+    assert failed_requests({}) == {}
+
+
+def test_the_probe_of_a_python_step_is_a_request_without_rows():
+    config = {
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [
+            {"name": "items__values", "data_type": "TYPE_INT64", "dims": ["-1"]},
+            {"name": "items__offsets", "data_type": "TYPE_INT32", "dims": ["-1"]},
+            {"name": "scores", "data_type": "TYPE_FP32", "dims": ["-1", "4"]},
+            {"name": "raw", "data_type": "TYPE_STRING", "dims": ["-1"]},
+        ],
+    }
+    probe = probe_request(config)
+    assert {name: (a.dtype, a.shape) for name, a in probe.items()} == {
+        "items__values": (np.dtype("int64"), (0,)),
+        "items__offsets": (np.dtype("int32"), (1,)),
+        "scores": (np.dtype("float32"), (0, 4)),
+        "raw": (np.dtype(object), (0,)),
+    }
+    assert probe["items__offsets"].tolist() == [0]
+    # Triton refuses a batch of 0 items itself: a batched model gets one item of no rows
+    batched = probe_request({**config, "max_batch_size": 8})
+    assert {name: array.shape for name, array in batched.items()} == {
+        name: (1, *shape)
+        for name, (_, shape) in {n: (a.dtype, a.shape) for n, a in probe.items()}.items()
+    }
+    assert probe_request({"platform": "ensemble"}) is None
