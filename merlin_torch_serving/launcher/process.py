@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_SIG_DFL = 0  # from <signal.h>
 _POLL_S = 0.05
 
 
@@ -65,7 +66,7 @@ class ProcessKeeper:
             command, options, done = request
             try:
                 done.put(
-                    subprocess.Popen(command, preexec_fn=die_with_parent(os.getpid()), **options)
+                    subprocess.Popen(command, preexec_fn=prepare_child(os.getpid()), **options)
                 )
             except BaseException as error:  # handed to the caller's thread
                 done.put(error)
@@ -139,18 +140,26 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-def die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A preexec_fn that makes the child receive SIGKILL when its parent thread dies (Linux)."""
-    libc = _libc()  # loaded before fork: the child should do as little as possible
+def prepare_child(parent_pid: int) -> Callable[[], None]:
+    """A preexec_fn that makes the child receive SIGKILL when its parent thread dies (Linux), and
+    takes SIGINT's default action whatever this process does with it.
 
-    def set_parent_death_signal() -> None:
+    A process started as a shell's background job (``python serve.py &`` in a script) ignores
+    SIGINT, and a child inherits that across exec: the graceful stop's SIGINT would never reach
+    tritonserver, which would then always wait out the stop timeout and be killed.
+    """
+    libc = _libc()  # loaded before fork: the child should do as little as possible
+    default_action = ctypes.c_void_p(_SIG_DFL)
+
+    def prepare() -> None:
+        libc.signal(signal.SIGINT, default_action)  # libc's: Python's is for the main thread only
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
         # The parent may have died between fork and prctl; the signal would then never come.
         if os.getppid() != parent_pid:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    return set_parent_death_signal
+    return prepare
 
 
 def signal_group(group: int, signum: int) -> None:

@@ -437,6 +437,12 @@ def test_infer_sends_a_million_clicks_in_requests_of_whole_sessions_with_the_ser
     np.testing.assert_array_equal(np.stack(answer["item_scores"]), expected["item_scores"].values)
 
 
+def sigint_as_in_a_terminal() -> None:
+    """SIGINT's default action in the child: a test runner started as a shell's background job
+    ignores SIGINT, and so would the command it starts, until it sets a handler of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_start_up_stops_at_once_without_a_traceback(served_repository, tmp_path):
     served = re.search(r"starting tritonserver on (\S+):", served_repository[2]).group(1)
     repository = shutil.copytree(served, tmp_path / "repository")  # its own, to find its server by
@@ -457,6 +463,7 @@ def test_ctrl_c_during_start_up_stops_at_once_without_a_traceback(served_reposit
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         read_until(process, "starting tritonserver on")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -59,11 +60,19 @@ def test_a_signal_that_ended_the_process_is_its_negative_exit_code(tmp_path):
     process.stop(graceful=False, timeout_s=1.0)
 
 
-def test_a_graceful_stop_sends_sigint_first(tmp_path):
+@pytest.mark.parametrize("parent_ignores_sigint", [False, True], ids=["default", "ignored"])
+def test_a_graceful_stop_sends_sigint_first(tmp_path, parent_ignores_sigint):
+    # Ignored: as in a shell's background job, whose SIGINT disposition a child would inherit.
     log = ServerLog(tmp_path / "server.log")
-    process = start(
-        "trap 'echo interrupted; exit 0' INT; echo ready; while :; do sleep 0.05; done", log
+    previous = signal.signal(
+        signal.SIGINT, signal.SIG_IGN if parent_ignores_sigint else signal.default_int_handler
     )
+    try:
+        process = start(
+            "trap 'echo interrupted; exit 0' INT; echo ready; while :; do sleep 0.05; done", log
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     wait_for(lambda: "ready" in log.text())
     process.stop(graceful=True, timeout_s=10.0)
     assert log.text() == "ready\ninterrupted\n"
