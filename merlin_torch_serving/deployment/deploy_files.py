@@ -117,21 +117,7 @@ def dockerfile(settings: DeploySettings) -> str:
     ``--build-arg PIP_EXTRA_INDEX_URL=...``, or pip fetches the CUDA build.
     """
     return f"""\
-FROM python:3.11-slim-bookworm AS build
-ARG PIP_EXTRA_INDEX_URL=""
-ENV PIP_EXTRA_INDEX_URL=${{PIP_EXTRA_INDEX_URL}} PIP_NO_CACHE_DIR=1 MTS_CACHE_DIR={IMAGE_CACHE_DIR}
-# cmake, a compiler, git and RapidJSON build Triton's libtorch backend for this torch
-RUN apt-get update && apt-get install -y --no-install-recommends \\
-        build-essential cmake ninja-build git rapidjson-dev ca-certificates \\
-    && rm -rf /var/lib/apt/lists/*
-RUN python -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
-# pip 26.1 and newer refuse the metadata of merlin's packages
-RUN pip install "pip>=23.2,<26.1"
-WORKDIR /src
-COPY pyproject.toml constraints.txt README.md ./
-COPY merlin_torch_serving ./merlin_torch_serving
-RUN pip install -c constraints.txt ".[server,s3]"
+{_build_stage()}RUN pip install -c constraints.txt ".[server,s3]"
 # merlin-core breaks when this package is present; nothing here needs it
 RUN pip uninstall --yes rapids-dask-dependency
 # the python-backend layout for this Python and the libtorch backend, into MTS_CACHE_DIR
@@ -153,13 +139,9 @@ ENTRYPOINT ["/bin/sh", "-c", "exec merlin-torch-serving serve \\"$MODEL_REPOSITO
 """  # noqa: E501 - the Dockerfile as it is written
 
 
-def libtorch_dockerfile(settings: DeploySettings) -> str:
-    """An image without Python, for exports whose steps are all libtorch models
-    (``TransformWorkflow(..., backend="pytorch")`` with the model on libtorch): the first stage
-    installs the library and builds the backend, as ``dockerfile`` does, and lays out the runtime
-    (``backends.runtime``: tritonserver, its libraries, the pytorch backend and the part of
-    libtorch it loads); the second copies that folder onto Debian and runs tritonserver itself.
-    The same deployment manifests run it (set ``image``)."""
+def _build_stage() -> str:
+    """The first stage of both images up to installing the library: a virtualenv with the pinned
+    pip, the tools that build Triton's libtorch backend, and the library's sources."""
     return f"""\
 FROM python:3.11-slim-bookworm AS build
 ARG PIP_EXTRA_INDEX_URL=""
@@ -175,7 +157,18 @@ RUN pip install "pip>=23.2,<26.1"
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY merlin_torch_serving ./merlin_torch_serving
-RUN pip install -c constraints.txt ".[server]"
+"""
+
+
+def libtorch_dockerfile(settings: DeploySettings) -> str:
+    """An image without Python, for exports whose steps are all libtorch models
+    (``TransformWorkflow(..., backend="pytorch")`` with the model on libtorch): the first stage
+    installs the library and builds the backend, as ``dockerfile`` does, and lays out the runtime
+    (``backends.runtime``: tritonserver, its libraries, the pytorch backend and the part of
+    libtorch it loads); the second copies that folder onto Debian and runs tritonserver itself.
+    The same deployment manifests run it (set ``image``)."""
+    return f"""\
+{_build_stage()}RUN pip install -c constraints.txt ".[server]"
 # the backend for this torch, then the runtime: no Python is copied into the image below
 RUN merlin-torch-serving build-backend pytorch \\
     && python -c "from merlin_torch_serving.backends.runtime import lay_out_libtorch_runtime as f; f('{RUNTIME_DIR}')"
