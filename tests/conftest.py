@@ -61,14 +61,7 @@ def triton_server(tmp_path_factory):
         # served: stop() waits out the exit timeout (0.75 of this), so keep it short
         stop_timeout_s=6.0,
     )
-    try:
-        server.start()
-    except ServerError as error:
-        pytest.fail(f"the shared tritonserver could not start: {error}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _running(server, "the shared tritonserver")
 
 
 @pytest.fixture(scope="session")
@@ -87,10 +80,16 @@ def pytorch_only_server(tmp_path_factory, pytorch_backend):
         start_timeout_s=120.0,
         stop_timeout_s=6.0,
     )
+    yield from _running(server, "the pytorch-only tritonserver")
+
+
+def _running(server: TritonServer, label: str):
+    """``server`` started for a fixture and stopped after it; a start that fails fails the tests
+    that use it (never a skip)."""
     try:
         server.start()
     except ServerError as error:
-        pytest.fail(f"the pytorch-only tritonserver could not start: {error}", pytrace=False)
+        pytest.fail(f"{label} could not start: {error}", pytrace=False)
     try:
         yield server
     finally:
