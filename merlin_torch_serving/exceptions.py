@@ -23,6 +23,7 @@
     │   └── ModelLoadError          one or more models failed to load
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
     ├── BackendBuildError           the pytorch backend could not be built
+    ├── PackageError                an AOTInductor package cannot be compiled, or run on this CPU
     ├── BundleError                 a repository could not be made self-sufficient (bundle)
     ├── ScoringError                scoring a dataset could not start or finish
     └── InferenceError              the server answered a request with an error
@@ -393,6 +394,10 @@ class BackendBuildError(MerlinTorchServingError):
 
     The cause is a missing tool, bad sources, or the compiler's error.
     """
+
+
+class PackageError(MerlinTorchServingError):
+    """A model could not be compiled ahead of time, or its package cannot run here."""
 
 
 class BundleError(MerlinTorchServingError):

@@ -104,6 +104,9 @@ class BlankFilteredRows(ServingOperator):
     def config(self) -> dict[str, Any]:
         return {"filtered_column": self.filtered_column, "columns": self.columns}
 
+    def exportable(self, input_schema: Schema) -> BlankRows | None:
+        return self.torchscript(input_schema)
+
     def torchscript(self, input_schema: Schema) -> BlankRows | None:
         """Blanking in TorchScript, for numbers and booleans that are not ragged lists (emptied
         lists and strings are left to ``transform``)."""

@@ -1,0 +1,96 @@
+"""What the library's wire modules do instead while ``torch.export`` traces them.
+
+A compiled package cannot raise a Python error, read a tensor's value into a Python ``int`` or
+branch on it. So here a check is an assertion the package keeps (``torch._assert_async``), with a
+message that names the column as ``InputError`` does (``InputError.from_message`` reads it back:
+a served request the package refuses gets the named error, without the values Python would have
+quoted); and every gather is total: it reads from a tensor with one padding element more, at
+indices clamped into it, so that no request, however malformed, makes compiled code read outside
+a tensor, and the assertion that names the problem is what the caller sees.
+
+The modules call these only under ``if not torch.jit.is_scripting(): if
+torch.compiler.is_exporting():``, which TorchScript does not compile: the TorchScript form keeps its
+own checks, which quote the values.
+"""
+
+from typing import cast
+
+import torch
+
+
+def refusal(column: str, expected: str, got: str) -> str:
+    return f"input column '{column}': expected {expected}, got {got}"
+
+
+def assert_offsets(name: str, values: torch.Tensor, offsets: torch.Tensor) -> None:
+    """Offsets must be there, start at 0, never decrease and end at the number of values."""
+    column = name + "__offsets"
+    valid = (
+        (offsets[:1] == 0).any()
+        & (offsets[-1:] == values.shape[0]).any()
+        & (offsets[1:] >= offsets[:-1]).all()
+    )
+    torch._assert_async(
+        valid,
+        refusal(
+            column,
+            f"offsets from 0 up to len('{name}__values'), never decreasing",
+            "offsets that are not",
+        ),
+    )
+
+
+def assert_ids(name: str, values: torch.Tensor, limit: int) -> None:
+    """Ids must lie in ``[0, limit]``, the model's catalog."""
+    torch._assert_async(
+        ((values >= 0) & (values <= limit)).all(),
+        refusal(name, f"ids from 0 to {limit} (the model's catalog)", "ids outside it"),
+    )
+
+
+def assert_rows(name: str, rows, first: str, expected_rows) -> None:
+    """Column ``name`` must hold as many rows as ``first``."""
+    torch._assert_async(
+        torch.full([], rows) == expected_rows,
+        refusal(name, f"as many rows as '{first}'", "another number of rows"),
+    )
+
+
+def rows_like(tensor: torch.Tensor, rows, fill: float = 0) -> torch.Tensor:
+    """``tensor``'s first ``rows`` rows, rows past its end holding ``fill``: ``tensor`` itself
+    when it has ``rows`` rows, and never a read outside it when it has not."""
+    pad = torch.full([1, *tensor.shape[1:]], fill, dtype=tensor.dtype)
+    index = torch.arange(rows).clamp(max=tensor.shape[0])
+    return torch.cat([tensor, pad])[index]
+
+
+def gather_padded(values: torch.Tensor, index: torch.Tensor, fill: float) -> torch.Tensor:
+    """``values[index]`` where ``index`` is in ``[0, len(values))``, ``fill`` elsewhere."""
+    padded = torch.cat([values, torch.full([1], fill, dtype=values.dtype)])
+    inside = (index >= 0) & (index < values.shape[0])
+    return padded[torch.where(inside, index, torch.full_like(index, values.shape[0]))]
+
+
+def at_least_rows(features: dict[str, torch.Tensor], rows, min_rows: int, pads: dict[str, float]):
+    """``features`` with ``min_rows`` more rows below them, repeating theirs in turn (pad rows
+    when there are none): a model then multiplies as many rows whatever the request, and each of
+    the first ``rows`` answers as it would alone (see ``tensors.batch_invariance``)."""
+    repeat = torch.arange(min_rows) % torch.sym_max(rows, 1)
+    taller: dict[str, torch.Tensor] = {}
+    for name, tensor in features.items():
+        source = torch.cat(
+            [tensor, torch.full([1, *tensor.shape[1:]], pads.get(name, 0), dtype=tensor.dtype)]
+        )
+        taller[name] = torch.cat([tensor, source[repeat]])
+    return taller
+
+
+def fetched_count(seen_rows: torch.Tensor, rows, fewest: int, catalog) -> int:
+    """How many of each row's best items a top-k selection fetches: ``fewest`` plus the most items
+    one row has seen, at most the catalog (a size the package learns at run time)."""
+    counts = torch.cat([torch.bincount(seen_rows, minlength=rows), seen_rows.new_zeros(1)])
+    # a SymInt while exporting (int() would specialise it), typed as the int it stands for
+    fetched = cast(int, torch.clamp(counts.max() + fewest, max=catalog).item())
+    torch._check(fetched >= fewest)
+    torch._check(fetched <= catalog)
+    return fetched
