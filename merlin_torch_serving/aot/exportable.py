@@ -22,13 +22,25 @@ def refusal(column: str, expected: str, got: str) -> str:
     return f"input column '{column}': expected {expected}, got {got}"
 
 
+def shifted(values: torch.Tensor) -> torch.Tensor:
+    """``values`` moved one place on, a 0 first: element ``i`` is ``values[i - 1]``. A gather, not
+    ``values[:-1]`` (whose size a package compiled for any size may take as ``n - 1`` even where
+    ``n`` is 0) nor a slice of ``cat([0, values])`` (AOTInductor reused that buffer for a result
+    computed from it in place, and read it back overwritten: torch 2.13)."""
+    positions = torch.arange(values.shape[0])
+    previous = values.index_select(0, (positions - 1).clamp(min=0))
+    return torch.where(positions == 0, torch.zeros_like(previous), previous)
+
+
 def assert_offsets(name: str, values: torch.Tensor, offsets: torch.Tensor) -> None:
     """Offsets must be there, start at 0, never decrease and end at the number of values."""
     column = name + "__offsets"
+    count = offsets.shape[0]
+    padded = torch.cat([offsets.to(torch.int64), offsets.new_full([1], -1, dtype=torch.int64)])
     valid = (
-        (offsets[:1] == 0).any()
-        & (offsets[-1:] == values.shape[0]).any()
-        & (offsets[1:] >= offsets[:-1]).all()
+        (padded[0] == 0)
+        & (padded[torch.sym_max(count - 1, 0)] == values.shape[0])
+        & (offsets >= shifted(offsets)).all()
     )
     torch._assert_async(
         valid,
@@ -88,9 +100,54 @@ def at_least_rows(features: dict[str, torch.Tensor], rows, min_rows: int, pads: 
 def fetched_count(seen_rows: torch.Tensor, rows, fewest: int, catalog) -> int:
     """How many of each row's best items a top-k selection fetches: ``fewest`` plus the most items
     one row has seen, at most the catalog (a size the package learns at run time)."""
-    counts = torch.cat([torch.bincount(seen_rows, minlength=rows), seen_rows.new_zeros(1)])
+    # index_add rather than bincount, which AOTInductor has no C shim for
+    counts = torch.zeros(rows + 1, dtype=torch.int64).index_add_(
+        0, seen_rows, torch.ones_like(seen_rows)
+    )
     # a SymInt while exporting (int() would specialise it), typed as the int it stands for
     fetched = cast(int, torch.clamp(counts.max() + fewest, max=catalog).item())
     torch._check(fetched >= fewest)
     torch._check(fetched <= catalog)
     return fetched
+
+
+def size_of(count: torch.Tensor):
+    """A one-element count tensor as the size it is: a SymInt the package reads at run time."""
+    size = count.item()
+    torch._check(size >= 0)
+    return size
+
+
+def take_safely(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``values.index_select(0, positions)`` with positions outside ``values`` reading its last row
+    (or zeros when it has none) rather than outside it: for lookups whose misses are masked."""
+    padded = torch.cat([values, values.new_zeros([1, *values.shape[1:]])])
+    last = torch.sym_max(values.shape[0] - 1, 0)
+    return padded.index_select(0, positions.clamp(0, last))
+
+
+def column_extreme(values: torch.Tensor, smallest: bool) -> torch.Tensor:
+    """A column's smallest or largest value, NaN skipped, NaN when it holds none (pandas')."""
+    bound = float("inf") if smallest else float("-inf")
+    if values.is_floating_point():
+        present = ~torch.isnan(values)
+        filled = torch.where(present, values, torch.full_like(values, bound))
+        extreme = torch.cat([filled, filled.new_full([1], bound)])
+        found = extreme.amin() if smallest else extreme.amax()
+        return torch.where(present.any(), found, torch.full_like(found, float("nan")))
+    info = torch.iinfo(values.dtype)
+    edge = torch.full([1], info.max if smallest else info.min, dtype=values.dtype)
+    padded = torch.cat([values, edge])
+    return padded.amin() if smallest else padded.amax()
+
+
+def fixed_rows(name: str, values: torch.Tensor, lengths: torch.Tensor, rows, width: int):
+    """A list column declared ``width`` values per row, as ``[rows, width]``: every row must hold
+    that many (an assertion), and its values are read within ``values`` whatever they hold."""
+    torch._assert_async(
+        (lengths == width).all(),
+        f"output column '{name}' is a list of {width} values per row in the output schema, but a"
+        " row holds another number; pad the list (ListSlice(pad=True)) or declare it ragged",
+    )
+    positions = torch.arange(rows * width, dtype=torch.int64)
+    return take_safely(values, positions).reshape([rows, width])

@@ -17,21 +17,24 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from merlin.table import TensorTable
 
 from merlin_torch_serving.aot import tolerance
 from merlin_torch_serving.aot.compiling import compiled_package, export_program, reason
 from merlin_torch_serving.aot.instruction_sets import NATIVE, instruction_set
 from merlin_torch_serving.aot.package import CompiledPackage
-from merlin_torch_serving.data import wire
+from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
 from merlin_torch_serving.exceptions import PackageError
 from merlin_torch_serving.export.partition import TritonStep
 
 logger = logging.getLogger("merlin_torch_serving")
 #: (rows, items per list) of the inputs a package is checked on against its eager modules
-PROBES = ((0, 1), (1, 1), (4, 3), (9, 1_000))
+PROBES = ((0, 1), (1, 1), (4, 3), (9, 1_000), (33, 1_000))
 #: the input a step is exported on: no dimension of size 0 or 1, which export would specialise
 EXAMPLE = (3, 2)
+#: how many times over the first operator's warm-up requests make the largest probe
+MANY = 12
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def _decided(
     note = (
         f"an AOTInductor package for {package.metadata.get('instruction_set', 'this CPU')} and"
         f" {threads or torch.get_num_threads()} thread(s), within {tolerance.SCORE_TOLERANCE:g}"
-        f" of the eager operators on {len(PROBES)} probe inputs"
+        f" of the eager operators on {len(probes(step))} probe inputs"
     )
     logger.info("%s runs as %s", label, note)
     return StepForm(package, note, module=module)
@@ -133,17 +136,41 @@ def _compiled(
     package = CompiledPackage(path, label)
     names = [spec.name for spec in wire.schema_specs(step.output_schema)]
     with _threads(threads):
-        for rows, length in PROBES:
-            probe = tensors(
-                wire.to_wire(sample_table(step.input_schema, rows, length)), module.request_dim
+        for probe in probes(step):
+            problem = _probe_difference(
+                module, package, tensors(wire.to_wire(probe), module.request_dim), names
             )
-            problem = _probe_difference(module, package, probe, names)
             if problem is not None:
+                rows = next(iter(wire.to_wire(probe).values()), np.zeros(0)).shape[0]
                 raise PackageError(
-                    f"{label}: the package answers otherwise than its eager operators on a probe of"
-                    f" {rows} row(s): {problem}"
+                    f"{label}: the package answers otherwise than its eager operators on a probe"
+                    f" ({rows} values in its first tensor): {problem}"
                 )
     return package
+
+
+def probes(step: TritonStep) -> list[TensorTable]:
+    """What a package is checked on: sample tables of the step's inputs (none, one, a few and
+    several rows; lists of one item, a few, the longest), and, where the step takes what its first
+    operator takes, that operator's warm-up requests alone and all of them many times over in one
+    request (rows that group into sessions of every length, enough for every vectorised loop)."""
+    found = [sample_table(step.input_schema, rows, length) for rows, length in PROBES]
+    first = step.calls[0]
+    if set(first.inputs.values()) == set(step.inputs.values()):
+        own = {
+            name: step_name
+            for step_name, ref in step.inputs.items()
+            for name, r in first.inputs.items()
+            if r == ref
+        }
+        requests = [
+            TensorTable({own[name]: column for name, column in request.items()}, _unsafe=True)
+            for request in first.op.warmup_requests()
+            if set(request.columns) == set(own)
+        ]
+        if requests:
+            found += requests + [tables.concat(requests * MANY)]
+    return found
 
 
 def _probe_difference(module, package: CompiledPackage, probe, names: list[str]) -> str | None:

@@ -232,6 +232,8 @@ class WireModel(torch.nn.Module):
                 values = inputs[name + wire.VALUES_SUFFIX]
                 offsets = inputs[name + wire.OFFSETS_SUFFIX]
                 exportable.assert_offsets(name, values, offsets)
+                # the first one's rows (a row of none past its own), never fewer than one offset
+                offsets = exportable.rows_like(offsets, expected_rows + 1, values.shape[0])
                 dense = pad_ragged(
                     values, offsets, self.max_lengths[i], self.pad_value, self.pad_left
                 )
