@@ -13,12 +13,14 @@ because the example's happen to be (``use_duck_shape`` off).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -51,7 +53,7 @@ def export_program(
     example = dict(example)
     dynamic = ({name: {dynamic_dim: torch.export.Dim.DYNAMIC} for name in example},)
     try:
-        with _any_size(), torch.no_grad():
+        with _any_size(), torch.no_grad(), _torch_notices_ignored():
             return torch.export.export(
                 module.eval(), (example,), dynamic_shapes=dynamic, strict=False
             )
@@ -96,7 +98,7 @@ def compiled_package(
     try:
         # compiled as exported: sizes may be 0 or 1 (Inductor otherwise assumes 2 or more of every
         # dynamic size, and a request of one click would fail a check it adds)
-        with _any_size(), torch.no_grad():
+        with _any_size(), torch.no_grad(), _torch_notices_ignored():
             built = torch._inductor.aoti_compile_and_package(
                 program, package_path=str(staging / "model.pt2"), inductor_configs=configs
             )
@@ -132,10 +134,21 @@ def package_key(
         digest.update(name.encode())
         if isinstance(value, torch.Tensor):
             digest.update(f"{value.dtype}{list(value.shape)}".encode())
-            digest.update(value.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+            raw = value.detach().contiguous().cpu().reshape(-1).view(torch.uint8)
+            digest.update(raw.numpy().tobytes())
         else:  # a script object: its repr is all there is to compare
             digest.update(repr(value).encode())
     return digest.hexdigest()[:32]
+
+
+@contextlib.contextmanager
+def _torch_notices_ignored():
+    """torch's own deprecation notices about its internals (its pytree specs, while it packages),
+    which say nothing to a user of this library, left out."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
 
 
 def _any_size():

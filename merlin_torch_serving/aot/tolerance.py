@@ -64,7 +64,7 @@ def _close(want: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
     both_nan = want.isnan() & got.isnan()
     same_infinite = want.isinf() & (want == got)
     bound = SCORE_TOLERANCE * torch.clamp(want.abs(), min=1.0)
-    return both_nan | same_infinite | ((want - got).abs() <= bound)
+    return both_nan | same_infinite | (torch.isfinite(want) & ((want - got).abs() <= bound))
 
 
 def _near_tie(scores: torch.Tensor) -> torch.Tensor:

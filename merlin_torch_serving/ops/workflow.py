@@ -20,6 +20,7 @@ from merlin.dag import postorder_iter_nodes
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
+from merlin_torch_serving.aot.choice import compiled_choice
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import SchemaError, WorkflowNotFittedError
 from merlin_torch_serving.graph import metrics
@@ -69,7 +70,7 @@ class TransformWorkflow(ServingOperator):
         With ``backend="pytorch"``: what the libtorch step is, as ``PredictPytorch``'s
         ``compiled`` says (``"auto"``: an AOTInductor package of the workflow and what is compiled
         into its step where torch.export takes them, else TorchScript; ``"package"``;
-        ``"torchscript"``).
+        ``"torchscript"``; ``None``: ``$MTS_COMPILED``, "auto" when unset).
     filtered_sessions
         What the placeholder row of a session the filters drop holds: ``"empty"`` (empty lists
         and zeros; every result computed from it is blanked anyway) or ``"unfiltered"`` (its
@@ -86,17 +87,14 @@ class TransformWorkflow(ServingOperator):
         return_session_id: bool = True,
         backend: Literal["python", "pytorch"] = "python",
         filtered_sessions: str = "empty",
-        compiled: Literal["auto", "package", "torchscript"] = "auto",
+        compiled: Literal["auto", "package", "torchscript"] | None = None,
     ):
         super().__init__()
         if backend not in ("python", "pytorch"):
             raise ValueError(f"backend must be 'python' or 'pytorch', got {backend!r}")
-        if compiled not in ("auto", "package", "torchscript"):
-            raise ValueError(
-                f"compiled must be 'auto', 'package' or 'torchscript', got {compiled!r}"
-            )
-        self.compiled = compiled
-        self.requires_package = backend == "pytorch" and compiled == "package"
+        chosen = compiled_choice(compiled)
+        self.compiled = chosen
+        self.requires_package = backend == "pytorch" and chosen == "package"
         _check_fitted(workflow)
         if filtered_sessions not in FILTERED_SESSIONS:
             raise ValueError(
@@ -205,9 +203,14 @@ class TransformWorkflow(ServingOperator):
         return self._scripted_answer if self.backend_choice == "pytorch" else None
 
     def exportable(self, input_schema: Schema) -> torch.nn.Module | None:
-        """The same modules eager, for an AOTInductor package (a whole workflow in libtorch, unless
-        ``compiled="torchscript"``)."""
-        if self.backend_choice != "pytorch" or self.compiled == "torchscript" or self._parts:
+        """The same modules eager, for an AOTInductor package (a whole workflow in libtorch; a
+        workflow split in two runs as its parts)."""
+        return None if self._parts else self.answer_for_export()
+
+    def answer_for_export(self) -> torch.nn.Module | None:
+        """The eager form of what ``torchscript`` gives (the tail's after a python head), unless
+        ``compiled="torchscript"``."""
+        if self.backend_choice != "pytorch" or self.compiled == "torchscript":
             return None
         return self._exportable
 

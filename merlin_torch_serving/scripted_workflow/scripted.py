@@ -86,9 +86,9 @@ class ScriptedWorkflow:
         return torch.jit.script(LinedUpSessions(self.module, key, filtered_column))
 
     def exportable(self, key: str, filtered_column: str) -> torch.nn.Module | None:
-        """The eager module ``answer_module`` scripts, for torch.export (None without a complete
-        TorchScript form: the same modules are what a package is compiled from)."""
-        if not self.complete or self.module is None:
+        """The eager module ``answer_module`` scripts (the whole workflow's, or the tail's after a
+        head), for torch.export: the same modules are what a package is compiled from."""
+        if self.module is None:
             return None
         if not key:
             return self.module
