@@ -52,13 +52,16 @@ RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
 CONCURRENCIES = (1, 8, 32, 64)
 PROTOCOLS = ("grpc", "http")
 CLIENT_PROCESSES = 2  # one per core: more only adds interpreters that compete with the server
-EXPORTS = {  # name -> (model backend, workflow backend, batching)
-    "python-off": ("python", "python", False),
-    "python-on": ("python", "python", True),
-    "mixed-off": ("pytorch", "python", False),
-    "mixed-on": ("pytorch", "python", True),
-    "libtorch-off": ("pytorch", "pytorch", False),
-    "libtorch-on": ("pytorch", "pytorch", True),
+EXPORTS = {  # name -> (model backend, workflow backend, batching, what the libtorch step is)
+    "python-off": ("python", "python", False, "torchscript"),
+    "python-on": ("python", "python", True, "torchscript"),
+    "mixed-off": ("pytorch", "python", False, "torchscript"),
+    "mixed-on": ("pytorch", "python", True, "torchscript"),
+    "libtorch-off": ("pytorch", "pytorch", False, "torchscript"),
+    "libtorch-on": ("pytorch", "pytorch", True, "torchscript"),
+    # the all-libtorch export compiled ahead of time (a batched one answers request by request)
+    "package-off": ("pytorch", "pytorch", False, "package"),
+    "package-on": ("pytorch", "pytorch", True, "package"),
 }
 #: one-session requests of different sessions: each client sends its own (64 clients, 4 each), as
 #: many users would; clients that sent the same session at once could not share a merged run
@@ -135,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         schema = workload.workflow.input_schema
         repository = work / "repository"
-        for export, (backend, workflow_backend, batching) in EXPORTS.items():
-            project_ensemble(workload, backend, workflow_backend).export(
+        for export, (backend, workflow_backend, batching, compiled) in EXPORTS.items():
+            project_ensemble(workload, backend, workflow_backend, compiled).export(
                 repository / export, export, options=ModelOptions(batching=batching)
             )
         plain = [
@@ -148,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         cold = [
             _cold_start(repository / export, export, forms[batching], workflow == "pytorch")
-            for export, (_, workflow, batching) in EXPORTS.items()
+            for export, (_, workflow, batching, _) in EXPORTS.items()
         ]
         points, alternating = _sweep(repository, forms, protocols, warmup_s, window_s)
     record = {
@@ -201,7 +204,7 @@ def _sweep(
                 windows = {export: [] for export in EXPORTS}
                 batches = {export: [] for export in EXPORTS}
                 for _ in range(ROUNDS):
-                    for export, (_, _, batching) in EXPORTS.items():
+                    for export, (_, _, batching, _) in EXPORTS.items():
                         before = _step_statistics(server.http_url, export)
                         windows[export].append(
                             _closed_loop(
@@ -228,7 +231,7 @@ def _sweep(
             job = AlternatingJob(
                 url,
                 protocol,
-                [(export, forms[batching]) for export, (_, _, batching) in EXPORTS.items()],
+                [(export, forms[batching]) for export, (_, _, batching, _) in EXPORTS.items()],
                 OUTPUTS,
                 ALTERNATING_ROUNDS,
                 warmup_rounds=20,
@@ -496,6 +499,7 @@ def _targets(
                     f"{on} vs {off} ms, x{on / off:.2f}: {'met' if on / off <= 1.10 else 'NOT met'}"
                 )
     lines += _libtorch_targets(found, cold)
+    lines += _package_targets(found)
     for start in cold:
         ratio = start.first_request_ms / start.steady_p50_ms
         in_server = start.server_first_ms / start.server_steady_mean_ms
@@ -539,6 +543,29 @@ def _libtorch_targets(found: dict, cold: list[ColdStart]) -> list[str]:
                 f" {theirs.start_to_ready_s} s, x{ratio:.2f} (target <= 0.5):"
                 f" {'met' if ratio <= 0.5 else 'NOT met'}"
             )
+    return lines
+
+
+def _package_targets(found: dict) -> list[str]:
+    """The all-libtorch export compiled ahead of time against its TorchScript, unbatched and
+    batched, at every client count: sessions/s (target >= 1.2 at 32 clients) and p50."""
+    lines = []
+    for state in ("off", "on"):
+        for protocol in sorted({protocol for _, protocol, _ in found}):
+            for clients in CONCURRENCIES:
+                ours = found.get((f"package-{state}", protocol, clients))
+                theirs = found.get((f"libtorch-{state}", protocol, clients))
+                if not (ours and theirs):
+                    continue
+                ratio = ours.sessions_per_s / theirs.sessions_per_s
+                verdict = ""
+                if clients == 32:
+                    verdict = f" (target >= 1.2): {'met' if ratio >= 1.2 else 'NOT met'}"
+                lines.append(
+                    f"package-{state} vs libtorch-{state} {protocol}, {clients} clients:"
+                    f" sessions/s {ours.sessions_per_s} vs {theirs.sessions_per_s},"
+                    f" x{ratio:.2f}{verdict}; p50 {ours.p50_ms} vs {theirs.p50_ms} ms"
+                )
     return lines
 
 

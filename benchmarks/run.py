@@ -1,8 +1,9 @@
 """``./run bench``: build the session-based example once, then measure side by side the in-process
 limit, the Triton floor, this project's all-python and mixed exports (alone, then sharing one
-server), its all-libtorch export (on a server with the pytorch backend alone) and Merlin Systems
-23.08, and write benchmarks/results/latest.{json,md,png} (``--quick``:
-a smoke run, written as quick.*).
+server), its all-libtorch export as TorchScript and compiled ahead of time (each on a server with
+the pytorch backend alone) and Merlin Systems 23.08, then the model's step compiled ahead of time
+against its TorchScript in-process, and write benchmarks/results/latest.{json,md,png}
+(``--quick``: a smoke run, written as quick.*).
 """
 
 from __future__ import annotations
@@ -145,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measurement_count() -> int:
-    # in-process once; floor, this project's three exports (Client and prebuilt each) and Merlin
+    # in-process once; floor, this project's four exports (Client and prebuilt each) and Merlin
     # per protocol; then two exports sharing a server, one client each, per request size
-    per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 2 + 2 + 1)
+    per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 2 + 2 + 2 + 1)
     return len(SESSION_COUNTS) * len(CONCURRENCIES) * per_setting + 2 * len(SESSION_COUNTS)
 
 

@@ -144,10 +144,18 @@ def package_key(
 @contextlib.contextmanager
 def _torch_notices_ignored():
     """torch's own deprecation notices about its internals (its pytree specs, while it packages),
-    which say nothing to a user of this library, left out."""
+    which say nothing to a user of this library, left out; and its notice that a module assigned
+    tensor attributes while it was exported: Transformers4Rec's modules keep the tensors of the
+    current call in attributes (its masking's targets), set and read within that call, which the
+    exported graph computes as it should."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings(
+            "ignore",
+            message="The tensor attributes .* were assigned during export",
+            category=UserWarning,
+        )
         yield
 
 

@@ -150,8 +150,21 @@ class WireModel(torch.nn.Module):
         self.id_limits = dict(id_limits or {})
 
     def forward(self, inputs: dict[str, torch.Tensor]):
-        features, _ = self.features(inputs)
+        features, rows = self.features(inputs)
+        if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
+            if torch.compiler.is_exporting():
+                return self.exported_forward(features, rows)
         return self.model(features)
+
+    def exported_forward(self, features: dict[str, torch.Tensor], rows):
+        """The model on at least ``MIN_ROWS`` more rows than the request's, each of its outputs cut
+        back to the request's rows: a package then never multiplies a batch whose size it can only
+        bound by 0 (AOTInductor's matrix products cannot be compiled for such a batch)."""
+        pads = dict.fromkeys(self.ragged_inputs, self.pad_value)
+        outputs = self.model(exportable.at_least_rows(features, rows, MIN_ROWS, pads))
+        if isinstance(outputs, (tuple, list)):
+            return tuple(output[:rows] for output in outputs)
+        return outputs[:rows]
 
     def features(self, inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         """The model's inputs, checked and padded, and their row count."""
@@ -272,9 +285,7 @@ class OneOutputWireModel(torch.nn.Module):
         features, rows = self.wire.features(inputs)
         if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
             if torch.compiler.is_exporting():  # a package cannot branch on the row count
-                pads = dict.fromkeys(self.wire.ragged_inputs, self.wire.pad_value)
-                taller = exportable.at_least_rows(features, rows, self.min_rows, pads)
-                return self.wire.model(taller)[:rows]
+                return self.wire.exported_forward(features, rows)
         if 0 < rows < self.min_rows:
             repeat = repeated_rows(rows, self.min_rows)
             taller = {name: tensor[repeat] for name, tensor in features.items()}

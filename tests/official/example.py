@@ -63,9 +63,7 @@ class Example:
     def ensemble(
         self, backend: str = "python", workflow_backend: str = "python", compiled=None
     ) -> Ensemble:
-        return Ensemble(
-            self.graph(backend, workflow_backend, compiled), self.workflow.input_schema
-        )
+        return Ensemble(self.graph(backend, workflow_backend, compiled), self.workflow.input_schema)
 
 
 def prepare(module: ModuleType, categories_path: str) -> Example:
