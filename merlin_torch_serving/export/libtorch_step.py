@@ -74,6 +74,19 @@ def fallback_notes(forms: dict[str, StepForm]) -> list[str]:
     ]
 
 
+def unmerged_reasons(packaged: set[str]) -> dict[str, str]:
+    """Why each package step of a batched export answers one request at a time."""
+    return dict.fromkeys(packaged, "AOTInductor packages do not merge a batch's requests yet")
+
+
+def compiled_record(step: TritonStep, forms: dict[str, StepForm]) -> dict:
+    """A libtorch step's record of what it is: a package or TorchScript, and why."""
+    form = forms.get(step.name)
+    if step.backend != "pytorch" or form is None:
+        return {}
+    return {"compiled": "package" if form.package else "torchscript", "compiled_note": form.note}
+
+
 def write_libtorch_step(
     model_dir: Path,
     step: TritonStep,

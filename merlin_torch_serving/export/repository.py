@@ -49,8 +49,10 @@ from merlin_torch_serving.export.libtorch_feeder import (
     write_feeder,
 )
 from merlin_torch_serving.export.libtorch_step import (
+    compiled_record,
     fallback_notes,
     libtorch_forms,
+    unmerged_reasons,
     write_libtorch_step,
 )
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
@@ -252,7 +254,9 @@ def export_ensemble(
         warnings=([warmup.problem] if warmup.problem else [])
         + placement_notes(plan)
         + fallback_notes(forms)
-        + (unmerged_steps(steps, rows_from) if options.batching else []),
+        + (
+            unmerged_steps(steps, rows_from, unmerged_reasons(packaged)) if options.batching else []
+        ),
     )
 
 
@@ -356,7 +360,7 @@ def _write_manifest(
                     }
                     for call in step.calls
                 ],
-                **_compiled_record(step, forms or {}),
+                **compiled_record(step, forms or {}),
                 "inputs": [spec.name for spec in wire.schema_specs(step.input_schema)],
                 "outputs": [spec.name for spec in wire.schema_specs(step.output_schema)],
                 "artifacts": manifest.file_digests(staged / step.name / str(version)),
@@ -379,14 +383,6 @@ def _write_manifest(
         for feeder in feeders
     ]
     _write_text(path, json.dumps(record, indent=1))
-
-
-def _compiled_record(step: TritonStep, forms: dict[str, StepForm]) -> dict:
-    """A libtorch step's record of what it is: a package or TorchScript, and why."""
-    form = forms.get(step.name)
-    if step.backend != "pytorch" or form is None:
-        return {}
-    return {"compiled": "package" if form.package else "torchscript", "compiled_note": form.note}
 
 
 # ---- files ---------------------------------------------------------------------------------------

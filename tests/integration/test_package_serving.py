@@ -3,19 +3,36 @@ aot_models.py's tiny one) from a server whose backend folder holds the pytorch b
 inputs found by name whatever order the config and the request list them in, two instances, Triton's
 dynamic batching, a request the package refuses answered with its message while the server goes
 on, and loads refused where the config and the package disagree or the package needs CPU features
-this CPU lacks. Every answer equals what the same package answers in this process, bit for bit."""
+this CPU lacks. Every answer equals what the same package answers in this process, bit for bit.
+Then the toy session graph with its model compiled into a package: a batched export answering its
+package step request by request, and an export compiled for x86-64-v3, whose code uses no AVX-512
+register, answering as this process answers with packages compiled alike."""
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 import threading
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from merlin_torch_serving import (
+    Client,
+    Ensemble,
+    LocalExecutor,
+    ModelOptions,
+    PredictPytorch,
+    TopK,
+    TransformWorkflow,
+)
 from merlin_torch_serving.aot.package import CompiledPackage
 from merlin_torch_serving.exceptions import ModelLoadError
+from tests import toy_session
 from tests.aot_models import (
     MISSING_FLAG,
     TINY_REFUSAL,
@@ -23,7 +40,7 @@ from tests.aot_models import (
     tiny_example,
     write_package_model,
 )
-from tests.served import batches_formed
+from tests.served import assert_frames_equal, batches_formed, concurrent_answers, frames_equal
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +170,86 @@ def test_a_package_for_cpu_features_this_cpu_lacks_fails_the_load_naming_them_an
     assert 'ModelOptions(instruction_set=\\"x86-64-v3\\")' in message or (
         'ModelOptions(instruction_set="x86-64-v3")' in message
     )
+
+
+def _toy_ensemble(toy_workflow, toy_model) -> Ensemble:
+    """The toy session graph with its eager model compiled into a package with its top k."""
+    _, model_inputs, model_outputs = toy_model
+    features = toy_workflow.input_schema.column_names >> TransformWorkflow(toy_workflow)
+    top = (
+        features
+        >> PredictPytorch(
+            toy_session.eager_model(toy_workflow),
+            model_inputs,
+            model_outputs,
+            backend="pytorch",
+            compiled="package",
+        )
+        >> TopK(3, seen_items=features["item_id-list"], exclude_ids=[0, 1, 2])
+    )
+    return Ensemble(features["session_id"] + top, toy_workflow.input_schema)
+
+
+def _requests() -> list:
+    return [toy_session.interactions(n, seed=n, first_session=10_000 * n) for n in (1, 2, 5, 9)]
+
+
+def test_a_batched_export_serves_its_package_step_request_by_request_as_in_process(
+    triton_server, toy_workflow, toy_model
+):
+    ensemble = _toy_ensemble(toy_workflow, toy_model)
+    name = "package-batched"
+    result = ensemble.export(triton_server.repository, name, options=ModelOptions(batching=True))
+    triton_server.load(name)
+    requests = _requests()
+    expected = [ensemble.transform(rows) for rows in requests]
+
+    answers = concurrent_answers(triton_server.grpc_url, "grpc", name, requests, 2, threads=6)
+
+    wrong = [index for index, answer in answers if not frames_equal(answer, expected[index])]
+    assert not wrong, f"{len(wrong)} of {len(answers)} answers differ"
+    assert any(
+        "AOTInductor packages do not merge a batch's requests yet" in warning
+        for warning in result.warnings
+    )
+
+
+def test_an_export_for_x86_64_v3_needs_no_avx512_and_answers_as_in_process_compiled_alike(
+    triton_server, toy_workflow, toy_model
+):
+    ensemble = _toy_ensemble(toy_workflow, toy_model)
+    name = "package-x86-64-v3"
+    options = ModelOptions(instruction_set="x86-64-v3")
+    ensemble.export(triton_server.repository, name, options=options)
+    triton_server.load(name)
+    [path] = Path(triton_server.repository).glob(f"{name}-*/1/model.pt2")
+
+    package = CompiledPackage(path, name)
+    required = package.metadata["required_cpu_flags"].split()
+    assert {"avx2", "fma"} <= set(required)
+    assert not [flag for flag in required if flag.startswith("avx512")]
+    assert package.metadata["instruction_set"] == "x86-64-v3"
+    assert not _instructions_on_zmm_registers(path), "AVX-512 code in an x86-64-v3 package"
+    executor = LocalExecutor(instruction_set="x86-64-v3")
+    with Client(triton_server.grpc_url) as client:
+        for rows in _requests():
+            assert_frames_equal(client.infer(name, rows), ensemble.transform(rows, executor))
+
+
+def _instructions_on_zmm_registers(package: Path) -> list[str]:
+    """The lines of the package's compiled code (objdump) that use AVX-512's zmm registers."""
+    with tempfile.TemporaryDirectory() as folder, zipfile.ZipFile(package) as archive:
+        libraries = [name for name in archive.namelist() if name.endswith(".so")]
+        found = []
+        for name in libraries:
+            library = archive.extract(name, folder)
+            listing = subprocess.run(
+                ["objdump", "-d", "--no-show-raw-insn", library],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=300,
+            ).stdout
+            found += [line for line in listing.splitlines() if "%zmm" in line]
+    assert libraries, "no compiled library in the package"
+    return found
