@@ -78,6 +78,7 @@ def compiled_package(
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)
+    # a warning, so that the pause it announces is explained where no logging is configured
     logger.warning(
         "%s: compiling ahead of time with AOTInductor for %s, %d thread(s) (about a minute on"
         " 2 cores; the package is cached)",
@@ -107,7 +108,7 @@ def compiled_package(
         raise PackageError(f"{label}: AOTInductor could not compile it: {reason(error)}") from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    logger.warning("%s: compiled in %.0f s into %s", label, time.monotonic() - started, target)
+    logger.info("%s: compiled in %.0f s into %s", label, time.monotonic() - started, target)
     return target
 
 

@@ -33,19 +33,20 @@ def shifted(values: torch.Tensor) -> torch.Tensor:
 
 
 def assert_offsets(name: str, values: torch.Tensor, offsets: torch.Tensor) -> None:
-    """Offsets must be there, start at 0, never decrease and end at the number of values."""
-    column = name + "__offsets"
+    """Offsets must be there, start at 0, never decrease and end at the number of values; checked
+    element by element, with no index computed from their count (see ``at_least_rows``)."""
     count = offsets.shape[0]
-    padded = torch.cat([offsets.to(torch.int64), offsets.new_full([1], -1, dtype=torch.int64)])
+    positions = torch.arange(count)
     valid = (
-        (padded[0] == 0)
-        & (padded[torch.sym_max(count - 1, 0)] == values.shape[0])
+        (torch.full([], count) > 0)
+        & ((offsets == 0) | (positions != 0)).all()
+        & ((offsets == values.shape[0]) | (positions != count - 1)).all()
         & (offsets >= shifted(offsets)).all()
     )
     torch._assert_async(
         valid,
         refusal(
-            column,
+            name + "__offsets",
             f"offsets from 0 up to len('{name}__values'), never decreasing",
             "offsets that are not",
         ),
@@ -83,19 +84,17 @@ def gather_padded(values: torch.Tensor, index: torch.Tensor, fill: float) -> tor
     return padded[torch.where(inside, index, torch.full_like(index, values.shape[0]))]
 
 
-def at_least_rows(features: dict[str, torch.Tensor], rows, min_rows: int, pads: dict[str, float]):
-    """``features`` with ``min_rows`` more rows below them, repeating theirs in turn (pad rows
-    when there are none): a model then multiplies as many rows whatever the request, and each of
-    the first ``rows`` answers as it would alone (see ``tensors.batch_invariance``)."""
-    repeat = torch.arange(min_rows) % torch.sym_max(rows, 1)
+def at_least_rows(features: dict[str, torch.Tensor], min_rows: int, pads: dict[str, float]):
+    """``features`` with ``min_rows`` more rows below them: their own first rows, pad rows past
+    the last. A model then multiplies at least that many rows whatever the request, and each of
+    the first rows answers as it would alone (see ``tensors.batch_invariance``). Written without
+    arithmetic on the row count: a package compiled for any size may still take a size for 1 or
+    more where it is 0, and an index computed from it would then read outside a tensor."""
     taller: dict[str, torch.Tensor] = {}
     for name, tensor in features.items():
-        source = torch.cat(
-            [tensor, torch.full([1, *tensor.shape[1:]], pads.get(name, 0), dtype=tensor.dtype)]
-        )
-        taller[name] = torch.cat([tensor, source[repeat]])
+        pad = torch.full([min_rows, *tensor.shape[1:]], pads.get(name, 0), dtype=tensor.dtype)
+        taller[name] = torch.cat([tensor, torch.cat([tensor, pad])[:min_rows]])
     return taller
-
 
 def fetched_count(seen_rows: torch.Tensor, rows, fewest: int, catalog) -> int:
     """How many of each row's best items a top-k selection fetches: ``fewest`` plus the most items
@@ -119,11 +118,10 @@ def size_of(count: torch.Tensor):
 
 
 def take_safely(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """``values.index_select(0, positions)`` with positions outside ``values`` reading its last row
-    (or zeros when it has none) rather than outside it: for lookups whose misses are masked."""
+    """``values.index_select(0, positions)`` with positions outside ``values`` reading a row of
+    zeros past it rather than outside it: for lookups whose misses are masked."""
     padded = torch.cat([values, values.new_zeros([1, *values.shape[1:]])])
-    last = torch.sym_max(values.shape[0] - 1, 0)
-    return padded.index_select(0, positions.clamp(0, last))
+    return padded.index_select(0, positions.clamp(0, values.shape[0]))
 
 
 def column_extreme(values: torch.Tensor, smallest: bool) -> torch.Tensor:

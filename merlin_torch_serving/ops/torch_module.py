@@ -161,7 +161,7 @@ class WireModel(torch.nn.Module):
         back to the request's rows: a package then never multiplies a batch whose size it can only
         bound by 0 (AOTInductor's matrix products cannot be compiled for such a batch)."""
         pads = dict.fromkeys(self.ragged_inputs, self.pad_value)
-        outputs = self.model(exportable.at_least_rows(features, rows, MIN_ROWS, pads))
+        outputs = self.model(exportable.at_least_rows(features, MIN_ROWS, pads))
         if isinstance(outputs, (tuple, list)):
             return tuple(output[:rows] for output in outputs)
         return outputs[:rows]
