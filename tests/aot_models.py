@@ -110,3 +110,20 @@ def write_package_model(
     )
     (folder / "config.pbtxt").write_text(text)
     return folder
+
+
+class DividesByRows(torch.nn.Module):
+    """Integer division by the row count: compiled code divides by zero on a request of no rows,
+    which kills the process that runs it (eager PyTorch raises instead)."""
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        a = inputs["a"]
+        return torch.arange(4) % a.shape[0] + a.sum().to(torch.int64)
+
+
+def dividing_package() -> Path:
+    example = {"a": torch.ones(3, dtype=torch.float32)}
+    program = export_program(DividesByRows(), example, "DividesByRows")
+    return compiled_package(
+        program, example, label="DividesByRows", instruction_set=instruction_set(), threads=1
+    )
