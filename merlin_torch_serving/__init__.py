@@ -51,6 +51,7 @@ warnings.filterwarnings(
 
 _LAZY = {
     "AllItemsUnknown": "merlin_torch_serving.routing",
+    "AsyncClient": "merlin_torch_serving.client.async_client",
     "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
     "Client": "merlin_torch_serving.client.schema_client",
     "DecodeItemIds": "merlin_torch_serving.ops",
@@ -94,6 +95,7 @@ __all__ = [
     "AddressError",
     "AllItemsUnknown",
     "ArtifactError",
+    "AsyncClient",
     "BackendBuildError",
     "BackendNotAvailableError",
     "BundleError",
@@ -168,6 +170,7 @@ def __getattr__(name: str):
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from merlin_torch_serving.client.async_client import AsyncClient
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary

@@ -145,21 +145,29 @@ def schema_specs(schema: Schema) -> list[TensorSpec]:
 
 def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
     """Flatten a table to named numpy arrays in the wire format (offsets as int32)."""
-    arrays: dict[str, np.ndarray] = {}
-    for name, column in table.items():
-        values = np.asarray(column.values)
-        if column.offsets is not None:
-            arrays[name + VALUES_SUFFIX] = values
-            arrays[name + OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(
-                OFFSETS_DTYPE, copy=False
-            )
-        else:
-            arrays[name] = values
-    return arrays
+    return columns_to_wire(
+        {
+            name: (column.values, column.offsets) if column.offsets is not None else column.values
+            for name, column in table.items()
+        }
+    )
 
 
 #: a TensorTable column as this package builds one: values, or a ragged list's (values, offsets)
 TableColumn = np.ndarray | tuple[np.ndarray, np.ndarray]
+
+
+def columns_to_wire(columns: Mapping[str, TableColumn]) -> dict[str, np.ndarray]:
+    """Table columns (arrays, or a ragged list's ``(values, offsets)``) as named numpy arrays in
+    the wire format (offsets as int32)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, column in columns.items():
+        if isinstance(column, tuple):
+            arrays[name + VALUES_SUFFIX] = np.asarray(column[0])
+            arrays[name + OFFSETS_SUFFIX] = np.asarray(column[1]).astype(OFFSETS_DTYPE, copy=False)
+        else:
+            arrays[name] = np.asarray(column)
+    return arrays
 
 
 def from_wire(arrays: Mapping[str, np.ndarray], schema: Schema | None = None) -> TensorTable:

@@ -198,10 +198,10 @@ def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(protocol, monkeypatch):
-    from merlin_torch_serving.client import transport
+    from merlin_torch_serving.client import conversation
 
     waits = []
-    monkeypatch.setattr(transport.time, "sleep", waits.append)
+    monkeypatch.setattr(conversation.time, "sleep", waits.append)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
