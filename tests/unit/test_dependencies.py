@@ -44,9 +44,7 @@ def test_an_install_without_extras_pulls_neither_cuda_python_nor_the_bundled_ser
 
 
 def test_the_web_extra_brings_fastapi_and_uvicorn():
-    assert {"fastapi", "uvicorn"} <= requirement_closure(
-        "merlin-torch-serving", frozenset({"web"})
-    )
+    assert {"fastapi", "uvicorn"} <= requirement_closure("merlin-torch-serving", frozenset({"web"}))
 
 
 def test_the_server_extra_brings_the_bundled_tritonserver():
