@@ -269,8 +269,10 @@ class Client:
         self, model: str, request: TensorTable, *, progress: Progress | None = None
     ) -> TensorTable:
         """Send a request table (columns of the input schema) and get the output table; a table
-        bigger than the row limit goes in several requests of whole sessions."""
+        bigger than the row limit goes in several requests of whole sessions. A missing or an
+        extra column is an ``InputError`` naming it, before anything is sent."""
         schemas = self.schemas(model)
+        frames.check_columns(list(request.columns), schemas.input_schema)
         limits = [
             limit
             for limit in (self.max_rows_per_request, schemas.max_request_rows)

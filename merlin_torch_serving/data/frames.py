@@ -58,19 +58,7 @@ def frame_to_table(
                 ragged_from_lists(values) if is_list_column(values) else np.asarray(values)
             )
         return TensorTable(converted, _unsafe=True)
-    missing = [c.name for c in schema if c.name not in columns]
-    if missing:
-        raise MissingColumnsError(
-            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in columns]
-        )
-    extra = [name for name in columns if name not in schema.column_names]
-    if extra:
-        raise InputError(
-            str(extra[0]),
-            f"no such column (the inputs are {', '.join(map(repr, schema.column_names))})",
-            "a column of that name",
-            "drop it, or select the inputs with data[input_schema.column_names]",
-        )
+    check_columns(list(columns), schema)
     typed = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
     row_counts = {
         name: len(value[1]) - 1 if isinstance(value, tuple) else len(value)
@@ -86,6 +74,25 @@ def frame_to_table(
                 "every column needs one entry per row",
             )
     return TensorTable(typed, _unsafe=True)
+
+
+def check_columns(names: list, schema: Schema) -> None:
+    """A ``MissingColumnsError`` naming every input column missing from ``names``, or an
+    ``InputError`` naming the first of ``names`` that is no input (a server refuses a request with
+    an input it does not declare before any step sees it, without naming it)."""
+    missing = [c.name for c in schema if c.name not in names]
+    if missing:
+        raise MissingColumnsError(
+            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in names]
+        )
+    extra = [name for name in names if name not in schema.column_names]
+    if extra:
+        raise InputError(
+            str(extra[0]),
+            f"no such column (the inputs are {', '.join(map(repr, schema.column_names))})",
+            "a column of that name",
+            "drop it, or select the inputs with data[input_schema.column_names]",
+        )
 
 
 def is_list_column(values) -> bool:

@@ -268,6 +268,17 @@ CASES = [
         wire=True,
     ),
     Case(
+        "offsets tensor missing",
+        "sessions",
+        {
+            name: array
+            for name, array in sessions([5, 6, 7], [0, 1, 3]).items()
+            if name != "item_id-list__offsets"
+        },
+        ("item_id-list", "item_id-list__offsets"),
+        wire=True,
+    ),
+    Case(
         "ids outside the catalog",
         "sessions",
         {"item_id-list": [[5, 10**6]], "category-list": [[1, 1]]},
