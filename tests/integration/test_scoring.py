@@ -9,14 +9,10 @@ changed files and another run's answers are refused.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -416,19 +412,32 @@ def test_an_ensemble_is_exported_into_the_output_and_resumed_from_there(toy, das
     assert (again.scored, again.skipped) == (0, first.partitions)
 
 
-def test_without_a_client_a_local_cluster_scores_and_the_environment_is_left_as_it_was(
+def test_without_a_client_a_local_cluster_scores_listening_on_loopback_only(
     toy, toy_output, tmp_path
 ):
+    # what `score --workers 2` runs: the scheduler in this process, each worker a child of it
+    import psutil
+
+    this = psutil.Process()
     before = dict(os.environ)
+    children_before = {child.pid for child in this.children(recursive=True)}
+    listening_before = _listening({this.pid})[this.pid]
+    seen: dict[int, set] = {}
+
+    def look(progress) -> None:  # before the first partition, with the cluster up, and after each
+        cluster = {child.pid for child in this.children(recursive=True)} - children_before
+        for pid, addresses in _listening({this.pid} | cluster).items():
+            new = addresses - listening_before if pid == this.pid else addresses
+            seen.setdefault(pid, set()).update(new)
 
     result = score_dataset(
         toy.repository,
         toy.clicks,
         tmp_path / "answers",
         name=toy.name,
-        workers=1,
+        workers=2,
         partition_rows=PARTITION_ROWS,
-        progress=False,
+        progress=look,
     )
 
     assert dict(os.environ) == before  # the nannies set OMP_NUM_THREADS=1, ... in this process
@@ -436,6 +445,24 @@ def test_without_a_client_a_local_cluster_scores_and_the_environment_is_left_as_
     scoring_data.assert_same_answers(
         scoring_data.read_answers(tmp_path / "answers"), scoring_data.read_answers(toy_output)
     )
+    # the scheduler and both workers were seen listening, and nothing of them beyond loopback
+    assert len([pid for pid, addresses in seen.items() if addresses]) == 3, seen
+    beyond = {
+        pid: sorted(a for a in addresses if not ipaddress.ip_address(a.ip).is_loopback)
+        for pid, addresses in seen.items()
+    }
+    assert {pid: addresses for pid, addresses in beyond.items() if addresses} == {}
+
+
+def _listening(pids: set) -> dict[int, set]:
+    """pid -> the TCP addresses it listens on, for each of ``pids``."""
+    import psutil
+
+    found: dict[int, set] = {pid: set() for pid in pids}
+    for socket in psutil.net_connections(kind="tcp"):
+        if socket.pid in pids and socket.status == psutil.CONN_LISTEN:
+            found[socket.pid].add(socket.laddr)
+    return found
 
 
 def test_the_score_command_shows_progress_and_what_it_wrote(
@@ -492,40 +519,6 @@ def test_the_score_command_refuses_an_output_with_other_files_and_names_a_corrup
     err = capsys.readouterr().err
     assert f"{str(clicks / 'clicks-1.parquet')!r} cannot be scored: its 14 bytes are not" in err
     assert not (tmp_path / "answers").exists()
-
-
-def test_the_local_cluster_of_score_listens_on_loopback_only(toy, toy_output, tmp_path):
-    import psutil
-
-    clicks = scoring_data.write_split(toy.clicks, tmp_path / "clicks", files=2)
-    command = [sys.executable, "-m", "merlin_torch_serving", "score", str(toy.repository)]
-    command += [str(clicks), str(tmp_path / "answers"), "--name", toy.name, "--workers", "2"]
-    listening: dict[int, set] = {}  # pid -> the addresses it listened on
-    log = tmp_path / "score.log"
-    with log.open("wb") as sink, subprocess.Popen(command, stdout=sink, stderr=sink) as run:
-        deadline = time.monotonic() + 300
-        root = psutil.Process(run.pid)
-        while run.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(psutil.Error):
-                tree = {root.pid} | {child.pid for child in root.children(recursive=True)}
-                for socket in psutil.net_connections(kind="tcp"):
-                    if socket.pid in tree and socket.status == psutil.CONN_LISTEN:
-                        listening.setdefault(socket.pid, set()).add(socket.laddr)
-            time.sleep(0.2)
-        if run.poll() is None:
-            run.kill()
-        run.wait(60)
-    assert run.returncode == 0, log.read_text()[-3000:]
-    # the scheduler (in the command's process) and both workers were seen listening
-    assert len(listening) >= 3, listening
-    beyond = {
-        pid: sorted(a for a in found if not ipaddress.ip_address(a.ip).is_loopback)
-        for pid, found in listening.items()
-    }
-    assert {pid: found for pid, found in beyond.items() if found} == {}
-    scoring_data.assert_same_answers(
-        scoring_data.read_answers(tmp_path / "answers"), scoring_data.read_answers(toy_output)
-    )
 
 
 def toy_models(served: Served) -> list[str]:
