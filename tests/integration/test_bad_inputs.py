@@ -291,11 +291,12 @@ CASES = [
         ("item_id-list",),
     ),
 ]
-# the session cases again, on an ensemble whose only step is a libtorch model
+# the session cases again, on an ensemble whose only step is a libtorch model (but a missing
+# tensor, which Triton refuses before any step runs, whatever its backend)
 CASES += [
     dataclasses.replace(case, name=f"{case.name} on libtorch", ensemble="sessions_libtorch")
     for case in CASES
-    if case.ensemble == "sessions"
+    if case.ensemble == "sessions" and case.name != "offsets tensor missing"
 ]
 
 
