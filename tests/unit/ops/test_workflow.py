@@ -87,7 +87,7 @@ def workflow_paths(toy_workflow, tied_clicks):
     return paths
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(data=st.data())
 @pytest.mark.parametrize("fast_path", [True, False], ids=["fast_path", "nvtabular"])
 def test_a_sessions_features_depend_only_on_its_own_clicks_whatever_shares_the_request(
