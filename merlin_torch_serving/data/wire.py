@@ -174,26 +174,30 @@ def from_wire(arrays: Mapping[str, np.ndarray], schema: Schema | None = None) ->
         return TensorTable(dict(arrays), _unsafe=True)
     columns: dict[str, TableColumn] = {}
     for column in schema:
-        names = [spec.name for spec in column_specs(column)]
-        missing = [name for name in names if name not in arrays]
-        if missing:
-            raise _missing_tensors(column, names, missing, arrays)
-        if is_ragged(column):
-            columns[column.name] = (arrays[names[0]], arrays[names[1]])
-        else:
-            columns[column.name] = arrays[column.name]
+        try:
+            if is_ragged(column):
+                columns[column.name] = (
+                    arrays[column.name + VALUES_SUFFIX],
+                    arrays[column.name + OFFSETS_SUFFIX],
+                )
+            else:
+                columns[column.name] = arrays[column.name]
+        except KeyError:
+            raise _missing_tensors(column, arrays) from None
     return TensorTable(columns, _unsafe=True)
 
 
-def _missing_tensors(
-    column: ColumnSchema, names: list[str], missing: list[str], arrays: Mapping[str, np.ndarray]
-) -> InputError:
-    expected = (
-        f"tensors {names[0]!r} (its values) and {names[1]!r} (int32, rows + 1 offsets): a ragged"
-        " list column travels as both"
-        if len(names) == 2
-        else f"a tensor {names[0]!r}"
-    )
+def _missing_tensors(column: ColumnSchema, arrays: Mapping[str, np.ndarray]) -> InputError:
+    if is_ragged(column):
+        names = [column.name + VALUES_SUFFIX, column.name + OFFSETS_SUFFIX]
+        expected = (
+            f"tensors {names[0]!r} (its values) and {names[1]!r} (int32, rows + 1 offsets): a"
+            " ragged list column travels as both"
+        )
+    else:
+        names = [column.name]
+        expected = f"a tensor {column.name!r}"
+    missing = [name for name in names if name not in arrays]
     came = ", ".join(map(repr, sorted(arrays))) or "none"
     return InputError(
         column.name,
