@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from merlin_torch_serving import Client, TritonServer, Trending
+from merlin_torch_serving import Client, Trending, TritonServer
 from merlin_torch_serving.data.vocabulary import CategoryVocabulary
 from merlin_torch_serving.stores import open_store
 from tests.live_graphs import (
