@@ -1,11 +1,15 @@
 """Live sessions served by a real tritonserver, on the embedded store and on Redis: requests of new
 clicks only, answered as the whole history is (1, 7 and 64 sessions a request, gRPC and HTTP);
 requests sent again stored once; eight threads losing no click; a block list changed under load
-obeyed within a second with no failed request; two servers sharing one Redis answering as one;
-and the trending counts the served graphs kept equal to the batch recount of every click sent."""
+obeyed within a second with no failed request; a store gone mid-session (Redis stopped, the
+embedded store's write lock held elsewhere) answered from the request alone, health degraded,
+history back with the store; two servers sharing one Redis answering as one; and the trending
+counts the served graphs kept equal to the batch recount of every click they stored."""
 
 from __future__ import annotations
 
+import re
+import sqlite3
 import threading
 import time
 import zlib
@@ -17,6 +21,7 @@ import pytest
 from merlin_torch_serving import Client, Trending, TritonServer
 from merlin_torch_serving.data.vocabulary import CategoryVocabulary
 from merlin_torch_serving.stores import open_store
+from tests.integration.test_metrics import scrape
 from tests.live_graphs import (
     ANSWER_COLUMNS,
     clicks_of,
@@ -25,12 +30,17 @@ from tests.live_graphs import (
     replay,
     store_settings,
 )
-from tests.served import assert_frames_equal
+from tests.redis_fixtures import fresh_redis_server
+from tests.served import assert_frames_equal, frames_equal
 
 pytestmark = pytest.mark.integration
 
 KINDS = ("embedded", "redis")
 TRENDING = Trending(bucket=1000, window=50, name="served")
+#: a store call waits at most this long (ample on a loaded machine: tests compare exactly), and
+#: after a failure the store is skipped this long
+TIMEOUT_S = 1.0
+RETRY_AFTER_S = 0.3
 
 
 class Served:
@@ -51,17 +61,33 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(triton_server, redis_server, toy_workflow, toy_model, tmp_path_factory):
+def own_redis(tmp_path_factory):
+    """A redis-server of this module's own, which a test stops."""
+    with fresh_redis_server(tmp_path_factory.mktemp("live_redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def served(triton_server, own_redis, toy_workflow, toy_model, tmp_path_factory):
     """Both live graphs, exported into the shared server's repository and loaded."""
     graphs = {}
     for kind in KINDS:
         store = store_settings(
-            kind, tmp_path_factory.mktemp("live_store"), redis_server, timeout_s=2.0
+            kind,
+            tmp_path_factory.mktemp("live_store"),
+            own_redis,
+            timeout_s=TIMEOUT_S,
+            **({"connect_timeout_s": TIMEOUT_S} if kind == "redis" else {}),
         )
         graph = Served(kind, store)
-        live_ensemble(toy_workflow, toy_model, store, trending=TRENDING, block_list=True).export(
-            triton_server.repository, graph.model
-        )
+        live_ensemble(
+            toy_workflow,
+            toy_model,
+            store,
+            trending=TRENDING,
+            block_list=True,
+            retry_after_s=RETRY_AFTER_S,
+        ).export(triton_server.repository, graph.model)
         triton_server.load(graph.model)
         graphs[kind] = graph
     return graphs
@@ -216,9 +242,91 @@ def test_two_servers_sharing_one_redis_answer_a_session_as_one_server_does(
         second.stop()
 
 
+class Outage:
+    """Takes a store away and brings it back: Redis stopped (it saves its data as it stops), or
+    the embedded file's write lock held by another connection (writers wait out their timeout,
+    then fail; readers go on)."""
+
+    def __init__(self, graph: Served, redis):
+        self.graph, self.redis = graph, redis
+        self._holder: sqlite3.Connection | None = None
+
+    def __enter__(self):
+        if self.graph.kind == "redis":
+            self.redis.stop()
+        else:
+            self._holder = sqlite3.connect(self.graph.store.path, isolation_level=None)
+            self._holder.execute("BEGIN EXCLUSIVE")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.graph.kind == "redis":
+            self.redis.start()
+        elif self._holder is not None:
+            self._holder.execute("ROLLBACK")
+            self._holder.close()
+
+
+def unstored_clicks(metrics_text: str, model: str) -> float:
+    """The clicks the steps of ``model`` answered from the request alone, as scraped."""
+    found = re.findall(
+        rf'^mts_unstored_clicks_total{{[^}}]*model="{re.escape(model)}-[^"]*"[^}}]*}} (\S+)$',
+        metrics_text,
+        flags=re.MULTILINE,
+    )
+    return sum(float(count) for count in found)
+
+
+def store_steps(reports, model) -> list:
+    """The health of the model's steps that call the store (the history's, the block list's)."""
+    found = [r for r in reports if r.name.startswith(f"{model}-") and r.services]
+    assert found, [r.name for r in reports]
+    return found
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_store_gone_mid_session_leaves_every_click_answered_and_history_comes_back(
+    triton_server, served, plain, own_redis, kind
+):
+    graph = served[kind]
+    drawn = clicks_of(12, first_session(kind, "outage"), seed=9)
+    long = drawn[drawn.groupby("session_id")["session_id"].transform("size") >= 5]
+    clicks = long[long["session_id"].isin(long["session_id"].unique()[:3])]
+    rounds = list(replay(clicks.groupby("session_id").head(5), 3))  # 3 sessions, 5 clicks each
+    grpc, http = client_for(triton_server, "grpc"), client_for(triton_server, "http")
+    for new, history in rounds[:3]:
+        assert_frames_equal(graph.send(grpc, new), plain.transform(history))
+    assert not any(step.degraded for step in store_steps(triton_server.health(), graph.model))
+
+    with Outage(graph, own_redis):
+        lost, _ = rounds[3]  # sent while the store is away: answered, never stored
+        for client in (grpc, http):
+            alone = client.infer(graph.model, lost)[ANSWER_COLUMNS]
+            assert_frames_equal(alone, plain.transform(lost))
+        for reports in (triton_server.health(), grpc.health()):
+            for step in store_steps(reports, graph.model):
+                assert step.healthy
+                assert step.degraded
+                assert not any(service.reachable for service in step.services)
+
+    new, everything = rounds[4]
+    kept = plain.transform(everything[everything.groupby("session_id").cumcount() != 3])
+    deadline = time.monotonic() + 60
+    while not frames_equal(answer := graph.send(grpc, new), kept):  # the same click again
+        assert time.monotonic() < deadline, answer
+        time.sleep(RETRY_AFTER_S)
+    assert not any(step.degraded for step in store_steps(triton_server.health(), graph.model))
+    deadline = time.monotonic() + 30  # the step publishes its counts once a second
+    while unstored_clicks(scrape(triton_server.metrics_url), graph.model) < 2 * len(lost):
+        assert time.monotonic() < deadline, "the clicks not stored were not counted"
+        time.sleep(0.3)
+    grpc.close()
+    http.close()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_trending_counts_the_served_graph_kept_equal_the_batch_recount(served, kind):
-    """Last in the module: every click the tests above sent, each counted once."""
+    """Last in the module: every click the tests above stored, each counted once."""
     graph = served[kind]
     sent = pd.concat(graph.sent, ignore_index=True).drop_duplicates(ignore_index=True)
     with open_store(graph.store) as store:
