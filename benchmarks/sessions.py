@@ -2,7 +2,7 @@
 answering one new click with the session's history kept in a store, against the same graph
 answering a request of the session's whole history, side by side in one run.
 
-    ./run bench --only sessions [--rounds 400] [--seconds 10]
+    ./run bench --only sessions [--rounds 400] [--seconds 12] [--instances 1]
 
 One tritonserver holds three exports: the stateless graph, and the graph headed by
 ``SessionHistory`` on the embedded store (SQLite in a folder) and on Redis (a local redis-server
@@ -41,6 +41,7 @@ from merlin_torch_serving import (
     DecodeItemIds,
     EmbeddedSettings,
     Ensemble,
+    ModelOptions,
     PredictPytorch,
     RedisSettings,
     SessionHistory,
@@ -90,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--seconds", type=float, default=SECONDS, help="of each 32-client run")
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="instances of every step of the three exports (ModelOptions.instance_count)",
+    )
     arguments = parser.parse_args(argv)
     if built_for_running_torch() is None:
         print(
@@ -119,12 +126,13 @@ def main(argv: list[str] | None = None) -> int:
                 "redis": RedisSettings(redis.url),
             }
             repository = scratch_dir / "repository"
-            graph(workload, None).export(repository, STATELESS)
+            options = ModelOptions(instance_count=arguments.instances)
+            graph(workload, None).export(repository, STATELESS, options=options)
             for kind, store in stores.items():
                 history = SessionHistory(
                     store, workload.workflow.input_schema, max_clicks=MAX_SEQUENCE_LENGTH
                 )
-                graph(workload, history).export(repository, kind)
+                graph(workload, history).export(repository, kind, options=options)
             with TritonServer(repository, start_timeout_s=300.0) as server:
                 say("served; one-click requests against whole-history requests")
                 latency = _latency(server.grpc_url, pairs, arguments.rounds)
@@ -137,15 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "rounds": arguments.rounds,
         "clients": CLIENTS,
+        "instances": arguments.instances,
         "seconds_per_throughput_run": arguments.seconds,
         "seconds": round(time.perf_counter() - began, 1),
         "p50_ms": latency,
         "sessions_per_s": throughput,
     }
     arguments.output_dir.mkdir(parents=True, exist_ok=True)
-    (arguments.output_dir / "sessions.json").write_text(json.dumps(record, indent=1))
+    stem = "sessions" if arguments.instances == 1 else f"sessions-{arguments.instances}instances"
+    (arguments.output_dir / f"{stem}.json").write_text(json.dumps(record, indent=1))
     report = _markdown(record)
-    (arguments.output_dir / "sessions.md").write_text(report)
+    (arguments.output_dir / f"{stem}.md").write_text(report)
     print(report, flush=True)
     return 0
 
@@ -236,7 +246,7 @@ def _markdown(record: dict) -> str:
         f"Load average before/after: {record['load_average_before']} /"
         f" {record['load_average_after']} (2 cores); {record['rounds']} rounds, each click of the"
         f" held-out sessions in turn; {record['seconds']} s. gRPC through `Client`; the model on"
-        " libtorch, the rest python.",
+        f" libtorch, the rest python; {record['instances']} instance(s) of every step.",
         "",
         "| graph | request | p50 ms | added | target | met | sessions/s, 32 clients |",
         "| --- | --- | ---: | ---: | ---: | --- | ---: |",
