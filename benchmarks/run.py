@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import scoring
 
         return scoring.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "sessions":
+        from benchmarks import sessions
+
+        return sessions.main(rest + ["--output-dir", str(arguments.output_dir)])
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
@@ -158,14 +162,15 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "idle", "merging", "multistage", "routing", "scoring"],
+        choices=["catalog", "idle", "merging", "multistage", "routing", "scoring", "sessions"],
         help=(
             "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
             " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
             " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
             " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py), what a"
-            " route costs one session (benchmarks/routing.py) or batch scoring on Dask against a"
-            " loop and a served client (benchmarks/scoring.py)"
+            " route costs one session (benchmarks/routing.py), batch scoring on Dask against a"
+            " loop and a served client (benchmarks/scoring.py) or live sessions against whole"
+            " histories (benchmarks/sessions.py)"
         ),
     )
     parser.add_argument(
