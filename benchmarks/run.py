@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import scoring
 
         return scoring.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "sessions":
+        from benchmarks import sessions
+
+        return sessions.main(rest + ["--output-dir", str(arguments.output_dir)])
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
@@ -171,7 +175,8 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "client", "idle", "merging", "multistage", "routing", "scoring"],
+        choices=["catalog", "client", "idle", "merging", "multistage", "routing", "scoring"]
+        + ["sessions"],
         help=(
             "run only what Client and AsyncClient cost on the mixed and all-libtorch exports"
             " (the client rows of the full run; writes client.*), the catalog sweep"
@@ -179,8 +184,9 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
             " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
             " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
             " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py), what a"
-            " route costs one session (benchmarks/routing.py) or batch scoring on Dask against a"
-            " loop and a served client (benchmarks/scoring.py)"
+            " route costs one session (benchmarks/routing.py), batch scoring on Dask against a"
+            " loop and a served client (benchmarks/scoring.py) or live sessions against whole"
+            " histories (benchmarks/sessions.py)"
         ),
     )
     parser.add_argument(

@@ -34,6 +34,7 @@ from merlin_torch_serving.client.health import (
     with_services,
 )
 from merlin_torch_serving.client.model_schemas import ModelSchemas, schemas_from_config
+from merlin_torch_serving.data import frames
 from merlin_torch_serving.exceptions import (
     AddressError,
     InferenceError,
@@ -281,6 +282,7 @@ class Conversation:
         self, model: str, request: TensorTable, progress: Progress | None
     ) -> Steps[TensorTable]:
         codec = self._codecs.get(model) or (yield from self.codec(model))
+        frames.check_columns(list(request.columns), codec.schemas.input_schema)
         answer = yield from self._send(model, codec, chunks.table_columns(request), progress)
         return TensorTable(answer, _unsafe=True)
 

@@ -178,7 +178,8 @@ class Client:
         self, model: str, request: TensorTable, *, progress: Progress | None = None
     ) -> TensorTable:
         """Send a request table (columns of the input schema) and get the output table; a table
-        bigger than the row limit goes in several requests of whole sessions."""
+        bigger than the row limit goes in several requests of whole sessions. A missing or an
+        extra column is an ``InputError`` naming it, before anything is sent."""
         return self._run(self._conversation.infer_table(model, request, progress))
 
     def _run(self, steps: Steps[T]) -> T:

@@ -142,20 +142,8 @@ def checked_columns(
     converted to its dtypes and shapes, in schema order (see ``frame_to_table``). ``ready`` holds
     columns a caller already found to be 1-D arrays of the schema's dtype for a scalar column:
     they are taken as they are."""
-    missing = [c.name for c in schema if c.name not in columns]
-    if missing:
-        raise MissingColumnsError(
-            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in columns]
-        )
-    if len(columns) > len(schema):  # every input is there: the others are extra
-        names = schema.column_names
-        extra = [name for name in columns if name not in names]
-        raise InputError(
-            str(extra[0]),
-            f"no such column (the inputs are {', '.join(map(repr, names))})",
-            "a column of that name",
-            "drop it, or select the inputs with data[input_schema.column_names]",
-        )
+    if len(columns) != len(schema) or any(c.name not in columns for c in schema):
+        check_columns(list(columns), schema)  # names what is missing or extra
     ready = ready or {}
     typed = {
         c.name: ready[c.name] if c.name in ready else _column_for_schema(columns[c.name], c)
@@ -175,6 +163,25 @@ def checked_columns(
                 "every column needs one entry per row",
             )
     return typed
+
+
+def check_columns(names: list, schema: Schema) -> None:
+    """A ``MissingColumnsError`` naming every input column missing from ``names``, or an
+    ``InputError`` naming the first of ``names`` that is no input (a server refuses a request with
+    an input it does not declare before any step sees it, without naming it)."""
+    missing = [c.name for c in schema if c.name not in names]
+    if missing:
+        raise MissingColumnsError(
+            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in names]
+        )
+    extra = [name for name in names if name not in schema.column_names]
+    if extra:
+        raise InputError(
+            str(extra[0]),
+            f"no such column (the inputs are {', '.join(map(repr, schema.column_names))})",
+            "a column of that name",
+            "drop it, or select the inputs with data[input_schema.column_names]",
+        )
 
 
 def is_list_column(values) -> bool:

@@ -94,6 +94,15 @@ def test_client_names_a_missing_column(served, client):
         client.infer("toy-client", rows)
 
 
+def test_client_names_an_extra_column_of_a_request_table_before_sending(served, client):
+    # a server refuses an input it does not declare in its own words, without naming it
+    rows = toy_session.interactions(2, seed=24).assign(price=1.5)
+    with pytest.raises(
+        InputError, match=r"input column 'price': expected no such column \(the inputs are"
+    ):
+        client.infer_table("toy-client", frames.frame_to_table(rows))
+
+
 def test_client_maps_the_callers_column_names_to_the_inputs_and_back(served, client):
     rows = toy_session.interactions(3, seed=26)
     answer = client.infer(
