@@ -86,12 +86,17 @@ def write_markdown(
         "",
         "## Latency and throughput",
         "",
-        (
-            "![p50 latency and sessions per second, this project against Merlin Systems 23.08,"
-            " with the in-process limit and the Triton floor as reference"
-            f" lines]({path.with_suffix('.png').name})"
-        ),
-        "",
+    ]
+    if not run["settings"].get("client_only"):  # the chart compares with Merlin Systems
+        lines += [
+            (
+                "![p50 latency and sessions per second, this project against Merlin Systems"
+                " 23.08, with the in-process limit and the Triton floor as reference"
+                f" lines]({path.with_suffix('.png').name})"
+            ),
+            "",
+        ]
+    lines += [
         (
             "Each server first answers its cold-start requests (below) and then every request of"
             f" every setting {run['settings']['steady_state_passes']} times, so rows measure a"
