@@ -17,6 +17,7 @@ from merlin.table import TensorTable
 from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
 from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref, run_calls
+from merlin_torch_serving.graph.rehearsal import rehearsing
 
 logger = logging.getLogger("merlin_torch_serving")
 
@@ -96,7 +97,8 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
 
 def _run(plan: Plan, request: TensorTable) -> dict:
     env = {Ref(REQUEST, name): column for name, column in request.items()}
-    run_calls(plan.calls, env, plan.outputs)
+    with rehearsing():  # a warm-up request is no click: it stores nothing
+        run_calls(plan.calls, env, plan.outputs)
     return env
 
 
