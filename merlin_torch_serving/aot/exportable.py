@@ -96,6 +96,7 @@ def at_least_rows(features: dict[str, torch.Tensor], min_rows: int, pads: dict[s
         taller[name] = torch.cat([tensor, torch.cat([tensor, pad])[:min_rows]])
     return taller
 
+
 def fetched_count(seen_rows: torch.Tensor, rows, fewest: int, catalog) -> int:
     """How many of each row's best items a top-k selection fetches: ``fewest`` plus the most items
     one row has seen, at most the catalog (a size the package learns at run time)."""
