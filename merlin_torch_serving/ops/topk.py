@@ -250,7 +250,7 @@ class TopK(ServingOperator):
             self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged
         )
 
-    def exportable(self, input_schema: Schema) -> TopKSelection:
+    def exportable(self, input_schema: Schema) -> TopKSelection | None:
         return self.torchscript(input_schema)
 
     # ---- helpers --------------------------------------------------------------------------------
