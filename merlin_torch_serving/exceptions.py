@@ -391,10 +391,7 @@ class BackendNotAvailableError(ModelLoadError):
 
 
 class BackendBuildError(MerlinTorchServingError):
-    """Building Triton's pytorch backend failed.
-
-    The cause is a missing tool, bad sources, or the compiler's error.
-    """
+    """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler."""
 
 
 class PackageError(MerlinTorchServingError):
@@ -402,10 +399,8 @@ class PackageError(MerlinTorchServingError):
 
 
 class BundleError(MerlinTorchServingError):
-    """A repository could not be bundled with its Python environment.
-
-    The message says what is missing and how to get it.
-    """
+    """A repository could not be bundled with its Python environment (the message says what is
+    missing and how to get it)."""
 
 
 class ScoringError(MerlinTorchServingError):

@@ -197,12 +197,15 @@ def _requests() -> list:
 def test_a_batched_export_serves_its_package_step_request_by_request_as_in_process(
     triton_server, toy_workflow, toy_model
 ):
+    # for x86-64-v3, as the next test's export: the in-process runs of both share one package
     ensemble = _toy_ensemble(toy_workflow, toy_model)
     name = "package-batched"
-    result = ensemble.export(triton_server.repository, name, options=ModelOptions(batching=True))
+    options = ModelOptions(batching=True, instruction_set="x86-64-v3")
+    result = ensemble.export(triton_server.repository, name, options=options)
     triton_server.load(name)
     requests = _requests()
-    expected = [ensemble.transform(rows) for rows in requests]
+    executor = LocalExecutor(instruction_set="x86-64-v3")
+    expected = [ensemble.transform(rows, executor) for rows in requests]
 
     answers = concurrent_answers(triton_server.grpc_url, "grpc", name, requests, 2, threads=6)
 
