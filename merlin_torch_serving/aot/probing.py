@@ -44,7 +44,13 @@ def package_answers(
         ]
         try:
             finished = subprocess.run(
-                command, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
+                command,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+                # the package's loader unpacks it under $TMPDIR, which a killed child leaves behind
+                env={**os.environ, "TMPDIR": scratch},
             )
         except subprocess.TimeoutExpired as error:
             raise PackageError(
