@@ -10,6 +10,7 @@ import tritonclient.http as httpclient
 from merlin_torch_serving import Ensemble, ModelOptions, TritonServer
 from merlin_torch_serving.data import frames, wire
 from tests import toy_session
+from tests.fan_out import REQUEST_SCHEMA, fan_out_graph, transforms_counted
 from tests.served import raw_infer as infer
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
@@ -93,3 +94,30 @@ def test_tritonserver_runs_the_warm_up_of_every_step_model(toy_workflow, toy_mod
     (step,) = [model for model in result.models if model != "warm"]
     assert "Skipping batch 0 warmup sample" not in log
     assert log.count(f"model '{step}' instance {step}_0_0 is running warmup sample 'sample'") == 2
+
+
+def test_a_node_read_by_three_branches_runs_once_per_served_request(
+    triton_server, pytorch_backend, tmp_path
+):
+    """Its readers are in three steps (python, libtorch, python): the ensemble passes its one
+    result to all of them."""
+    counter = tmp_path / "transforms"
+    ensemble = Ensemble(fan_out_graph(counter), REQUEST_SCHEMA)
+    result = ensemble.export(triton_server.repository, "fan-out")
+    assert result.fused == {
+        "fan-out-0-counttransforms_times": ["CountTransforms", "Times(3)"],
+        "fan-out-1-times": ["Times(2)"],
+        "fan-out-2-plus": ["Plus"],
+    }
+    triton_server.load("fan-out")
+    request = {"x": np.array([1.0, 2.0, 3.0], dtype=np.float32)}
+    for protocol, module, url in (
+        ("grpc", grpcclient, triton_server.grpc_url),
+        ("http", httpclient, triton_server.http_url),
+    ):
+        for _ in range(2):
+            before = transforms_counted(counter)  # the export and Triton's warm-up ran it too
+            served = infer(module, url, "fan-out", request, ["tripled", "summed"])
+            assert transforms_counted(counter) == before + 1, protocol
+            np.testing.assert_array_equal(served["tripled"], [3.0, 6.0, 9.0])
+            np.testing.assert_array_equal(served["summed"], [3.0, 6.0, 9.0])
