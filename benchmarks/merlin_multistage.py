@@ -61,6 +61,10 @@ class TableFeatures(BaseOperator):
         self.key_column = key_column
         self.features = features
 
+    @property
+    def label(self) -> str:
+        return f"TableFeatures({', '.join(self.features)})"
+
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None):
         return Schema(
             [ColumnSchema(name, dtype=values.dtype) for name, values in self.features.items()]
