@@ -81,6 +81,20 @@ def batches_formed(url: str, model: str, admin_key: str | None) -> dict[int, int
     }
 
 
+def requests_answered(url: str, admin_key: str | None) -> dict[str, int]:
+    """Model -> the requests it has answered (Triton's statistics, over HTTP)."""
+    import tritonclient.http
+
+    from merlin_torch_serving.launcher import access
+
+    client = tritonclient.http.InferenceServerClient(url)
+    try:
+        stats = client.get_inference_statistics(headers=access.headers(admin_key))["model_stats"]
+    finally:
+        client.close()
+    return {entry["name"]: int(entry["inference_stats"]["success"]["count"]) for entry in stats}
+
+
 def raw_infer(module, url: str, model: str, arrays: dict, output_names) -> dict:
     """A raw tritonclient request, one tensor per array exactly as given (no checks, no casts)."""
     client = module.InferenceServerClient(url)

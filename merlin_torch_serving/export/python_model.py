@@ -33,7 +33,7 @@ from merlin_torch_serving.export.config import (
     WARMUP_PARAMETER,
 )
 from merlin_torch_serving.export.manifest import library_version, verify_step
-from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
+from merlin_torch_serving.export.step_metrics import StepMetrics, is_warmup_request, warmup_runs
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.graph.executors import torch_threads
@@ -255,9 +255,12 @@ class TritonPythonModel:
                 items.append(error)
         good = [i for i, item in enumerate(items) if not isinstance(item, Exception)]
         batch = [item for item in items if not isinstance(item, Exception)]
-        for i, answer in zip(good, self._run(batch), strict=True):
+        # the launcher's warm-up through the whole ensemble is left out of the counts, as
+        # Triton's own warm-up is (see step_metrics)
+        traffic = not all(is_warmup_request(request) for request in requests)
+        for i, answer in zip(good, self._run(batch, traffic), strict=True):
             items[i] = answer
-        if self.metrics is not None:
+        if self.metrics is not None and traffic:
             for _ in range(sum(isinstance(item, Exception) for item in items)):
                 self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
         responses = [
@@ -272,8 +275,9 @@ class TritonPythonModel:
         if step_metrics is not None:
             step_metrics.close()
 
-    def _run(self, batch: list[dict]) -> list:
-        """Per request, its answer or its error: merged when Triton batches the step."""
+    def _run(self, batch: list[dict], counted: bool = True) -> list:
+        """Per request, its answer or its error: merged when Triton batches the step; what they
+        counted is published when ``counted``."""
         counting = metrics.collecting() if self.metrics is not None else contextlib.nullcontext()
         with torch_threads(self.torch_threads), counting as collected:
             answers = (
@@ -282,7 +286,7 @@ class TritonPythonModel:
                 else [merging.answer_or_error(self.step.run, arrays) for arrays in batch]
             )
         answered = sum(not isinstance(answer, Exception) for answer in answers)
-        if self.metrics is not None and collected is not None and answered:
+        if self.metrics is not None and collected is not None and answered and counted:
             self.metrics.publish(collected, answered)
         return answers
 
