@@ -18,7 +18,12 @@ from pathlib import Path
 
 from benchmarks import server_stats
 from benchmarks.load import LoadResult, LoadSettings, run_load
-from benchmarks.merlin_executor import KEEP_RESULTS_PARAMETER, TIMERS_FILE_PARAMETER
+from benchmarks.merlin_executor import (
+    KEEP_RESULTS_PARAMETER,
+    TIMERS_FILE_PARAMETER,
+    KeptResultsExecutor,
+    TimedExecutor,
+)
 from merlin_torch_serving.export.step_metrics import FLUSH_INTERVAL_S
 
 EXECUTOR_MODEL_FILE = Path(__file__).with_name("merlin_executor.py")
@@ -87,6 +92,58 @@ def measure(
         before["statistics"], server_stats.snapshot(http_url), model, result.requests
     )
     return result, breakdown
+
+
+def workflow_in_process(workflow, frames, rounds: int = 3) -> dict[str, dict]:
+    """The NVTabular workflow on each request frame in this process, as Merlin's workflow model
+    runs it (merlin-core's LocalExecutor) and with each node's result kept: per executor, each
+    operator's calls and ms per workflow call, and the whole call's ms."""
+    found = {}
+    for name, executor in (
+        ("merlin-core's LocalExecutor", TimedExecutor()),
+        ("results kept", KeptResultsExecutor()),
+    ):
+        executor.transform(frames[0], workflow.graph)  # NVTabular's first call loads vocabularies
+        executor.seconds.clear()
+        executor.calls.clear()
+        executor.transform_seconds = 0.0
+        calls = rounds * len(frames)
+        for _ in range(rounds):
+            for frame in frames:
+                executor.transform(frame, workflow.graph)
+        found[name] = {
+            "whole_ms": round(executor.transform_seconds * 1000.0 / calls, 3),
+            "operators": {
+                op: {"ms": round(seconds * 1000.0 / calls, 3), "calls": executor.calls[op] / calls}
+                for op, seconds in executor.seconds.items()
+            },
+        }
+    return found
+
+
+def workflow_markdown(found: dict[str, dict]) -> list[str]:
+    names = list(found)
+    operators = list(next(iter(found.values()))["operators"])
+    return [
+        "The NVTabular workflow alone, in this process, as Merlin's workflow model runs it"
+        " (merlin-core's LocalExecutor) and with each node's result kept: ms a workflow call"
+        " (calls a workflow call):",
+        "",
+        "| operator | " + " | ".join(names) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " |",
+        *(
+            f"| {op} | "
+            + " | ".join(
+                f"{found[n]['operators'][op]['ms']:.2f} ({found[n]['operators'][op]['calls']:g})"
+                for n in names
+            )
+            + " |"
+            for op in operators
+        ),
+        "| whole workflow call | "
+        + " | ".join(f"{found[n]['whole_ms']:.2f}" for n in names)
+        + " |",
+    ]
 
 
 def read_timers(path: Path) -> dict:

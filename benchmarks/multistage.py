@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         rows, breakdowns = {}, {}
         _say("in-process, one session")
         rows["in-process"] = _in_process(ensemble, one, settings)
+        _say("the NVTabular workflow alone, as Merlin runs it and with results kept")
+        workflow_calls = breakdown.workflow_in_process(workflow, one)
         for key, repository in (
             ("floor", work / "floor"),
             ("project", work / "project"),
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup_requests": settings.warmup_requests,
         "rows": rows,
         "breakdowns": breakdowns,
+        "workflow_in_process": workflow_calls,
         "merlin_core": _version("merlin-core"),
     }
     record["targets"] = _targets(rows)
@@ -362,6 +365,7 @@ def _markdown(record: dict) -> str:
     lines += ["", "## Where the time goes", "", *merlin_cause(record), ""]
     for name, split in record["breakdowns"].items():
         lines += [*breakdown.markdown(name, split), ""]
+    lines += [*breakdown.workflow_markdown(record["workflow_in_process"]), ""]
     lines += [MERLIN_NOTE, "", record["substitution"], ""]
     return "\n".join(lines)
 

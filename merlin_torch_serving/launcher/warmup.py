@@ -51,8 +51,7 @@ def warm_up_ensembles(
         began = time.monotonic()
         try:
             for protocol, url, times in (("grpc", grpc_url, count), ("http", http_url, 1)):
-                for _ in range(times):
-                    _infer(protocol, url, model, arrays)
+                _send(protocol, url, model, arrays, times)
         except Exception as error:  # a warm-up never stops the server from serving
             logger.warning("ensemble %r: its end-to-end warm-up failed: %s", model, error)
             continue
@@ -66,7 +65,8 @@ def warm_up_ensembles(
     return warmed
 
 
-def _infer(protocol: str, url: str, model: str, arrays: dict) -> None:
+def _send(protocol: str, url: str, model: str, arrays: dict, times: int) -> None:
+    """Send ``arrays`` to ``model`` ``times`` times over ``protocol``, one at a time."""
     if protocol == "grpc":
         import tritonclient.grpc as module
 
@@ -85,6 +85,7 @@ def _infer(protocol: str, url: str, model: str, arrays: dict) -> None:
             tensor = module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
-        client.infer(model, inputs, parameters={WARMUP_REQUEST_PARAMETER: True}, **timeout)
+        for _ in range(times):
+            client.infer(model, inputs, parameters={WARMUP_REQUEST_PARAMETER: True}, **timeout)
     finally:
         client.close()

@@ -55,10 +55,9 @@ def test_the_project_steps_counters_are_divided_by_their_own_requests_in_plan_or
 
 def test_tritons_statistics_count_the_calls_of_each_model_a_request():
     def stats(count: int, ns: int) -> dict:
-        return {
-            phase: (count, ns)
-            for phase in ("success", "queue", "compute_input", "compute_infer", "compute_output")
-        }
+        return dict.fromkeys(
+            ("success", "queue", "compute_input", "compute_infer", "compute_output"), (count, ns)
+        )
 
     before = {"executor_model": stats(1, 10**6), "workflow": stats(7, 7 * 10**6)}
     # the entry model's own count may trail its answers: it counts as one call a request
