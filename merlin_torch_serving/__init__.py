@@ -36,6 +36,7 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
     ServerUnavailableError,
+    StoreError,
     UnknownModelError,
     WorkflowNotFittedError,
     WrongProtocolError,
@@ -51,9 +52,12 @@ warnings.filterwarnings(
 
 _LAZY = {
     "AllItemsUnknown": "merlin_torch_serving.routing",
+    "AsyncClient": "merlin_torch_serving.client.async_client",
+    "BlockList": "merlin_torch_serving.live.rules",
     "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
     "Client": "merlin_torch_serving.client.schema_client",
     "DecodeItemIds": "merlin_torch_serving.ops",
+    "EmbeddedSettings": "merlin_torch_serving.stores.settings",
     "Ensemble": "merlin_torch_serving.graph.ensemble",
     "Executor": "merlin_torch_serving.graph.executors",
     "ExactIndex": "merlin_torch_serving.retrieval",
@@ -75,18 +79,24 @@ _LAZY = {
     "MostPopular": "merlin_torch_serving.routing",
     "Predicate": "merlin_torch_serving.routing",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "RedisSettings": "merlin_torch_serving.stores.settings",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "Route": "merlin_torch_serving.routing",
     "ScoringProgress": "merlin_torch_serving.scoring.dataset",
     "ScoringResult": "merlin_torch_serving.scoring.dataset",
     "ServingOperator": "merlin_torch_serving.ops",
+    "SessionHistory": "merlin_torch_serving.live.history",
     "SoftmaxSampling": "merlin_torch_serving.multistage",
+    "Store": "merlin_torch_serving.stores.base",
     "TopK": "merlin_torch_serving.ops",
     "TopKCandidates": "merlin_torch_serving.multistage",
     "TransformWorkflow": "merlin_torch_serving.ops",
+    "Trending": "merlin_torch_serving.live.trending",
+    "TrendingItems": "merlin_torch_serving.live.trending_items",
     "TritonExecutor": "merlin_torch_serving.graph.executors",
     "TritonServer": "merlin_torch_serving.launcher.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
+    "open_store": "merlin_torch_serving.stores.opening",
     "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
 
@@ -94,12 +104,15 @@ __all__ = [
     "AddressError",
     "AllItemsUnknown",
     "ArtifactError",
+    "AsyncClient",
     "BackendBuildError",
     "BackendNotAvailableError",
+    "BlockList",
     "BundleError",
     "CategoryVocabulary",
     "Client",
     "DecodeItemIds",
+    "EmbeddedSettings",
     "Ensemble",
     "ExactIndex",
     "Executor",
@@ -131,6 +144,7 @@ __all__ = [
     "PortInUseError",
     "Predicate",
     "PredictPytorch",
+    "RedisSettings",
     "RepositoryExistsError",
     "RequestTimeoutError",
     "RetrieveTopK",
@@ -145,16 +159,22 @@ __all__ = [
     "ServerStartTimeoutError",
     "ServerUnavailableError",
     "ServingOperator",
+    "SessionHistory",
     "SoftmaxSampling",
+    "Store",
+    "StoreError",
     "TopK",
     "TopKCandidates",
     "TransformWorkflow",
+    "Trending",
+    "TrendingItems",
     "TritonExecutor",
     "TritonServer",
     "UnknownModelError",
     "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "open_store",
     "score_dataset",
 ]
 
@@ -168,6 +188,7 @@ def __getattr__(name: str):
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from merlin_torch_serving.client.async_client import AsyncClient
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary
@@ -177,6 +198,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.graph.executors import Executor, LocalExecutor, TritonExecutor
     from merlin_torch_serving.graph.merging_executor import MergingExecutor
     from merlin_torch_serving.launcher.server import TritonServer
+    from merlin_torch_serving.live.history import SessionHistory
+    from merlin_torch_serving.live.rules import BlockList
+    from merlin_torch_serving.live.trending import Trending
+    from merlin_torch_serving.live.trending_items import TrendingItems
     from merlin_torch_serving.multistage import (
         FeastFeatures,
         FilterCandidates,
@@ -205,3 +230,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         Route,
     )
     from merlin_torch_serving.scoring.dataset import ScoringProgress, ScoringResult, score_dataset
+    from merlin_torch_serving.stores.base import Store
+    from merlin_torch_serving.stores.opening import open_store
+    from merlin_torch_serving.stores.settings import EmbeddedSettings, RedisSettings

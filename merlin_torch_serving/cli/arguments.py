@@ -15,6 +15,7 @@ from merlin_torch_serving.cli.commands import (
     serve,
     version_report,
 )
+from merlin_torch_serving.cli.store_commands import add_store_commands
 from merlin_torch_serving.client import column_names
 from merlin_torch_serving.launcher.access import (
     ADMIN_KEY_ENV_VAR,
@@ -294,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         metavar="N",
-        help="worker processes of the local cluster (default: one per core)",
+        help="worker processes of the local cluster, which listens on loopback only (default: one"
+        " per core)",
     )
     score_parser.add_argument(
         "--columns",
@@ -394,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
+    add_store_commands(commands, common)
     return parser
 
 

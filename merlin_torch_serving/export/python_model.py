@@ -38,6 +38,7 @@ from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_fil
 from merlin_torch_serving.graph import metrics
 from merlin_torch_serving.graph.executors import torch_threads
 from merlin_torch_serving.graph.plan import OpCall, Ref, run_calls
+from merlin_torch_serving.graph.rehearsal import rehearsing
 from merlin_torch_serving.graph.validation import EntryCheck
 from merlin_torch_serving.ops.base import ServingOperator, operator_class
 
@@ -239,6 +240,8 @@ class TritonPythonModel:
         self.metrics = (
             StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
         )
+        # Triton's model_warmup requests come first, one per execute: they rehearse (store nothing)
+        self.warmup_left = warmup_runs(config)
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
@@ -255,10 +258,13 @@ class TritonPythonModel:
                 items.append(error)
         good = [i for i, item in enumerate(items) if not isinstance(item, Exception)]
         batch = [item for item in items if not isinstance(item, Exception)]
-        # the launcher's warm-up through the whole ensemble is left out of the counts, as
-        # Triton's own warm-up is (see step_metrics)
+        # the launcher's warm-up through the whole ensemble (launcher.warmup) rehearses and is
+        # left out of the counts, as Triton's own warm-up is (see step_metrics)
         traffic = not all(is_warmup_request(request) for request in requests)
-        for i, answer in zip(good, self._run(batch, traffic), strict=True):
+        warming_up, self.warmup_left = self.warmup_left > 0, max(self.warmup_left - len(items), 0)
+        with rehearsing(warming_up or not traffic):
+            answers = self._run(batch, traffic)
+        for i, answer in zip(good, answers, strict=True):
             items[i] = answer
         if self.metrics is not None and traffic:
             for _ in range(sum(isinstance(item, Exception) for item in items)):
@@ -351,7 +357,7 @@ class TritonPythonModel:
             *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8)),
         ]
         # collecting, as served requests are, so that the operators' counting paths warm up too
-        with torch_threads(self.torch_threads), metrics.collecting():
+        with torch_threads(self.torch_threads), metrics.collecting(), rehearsing():
             for _ in range(int(warmup["count"])):
                 for batch in batches:
                     self.step.run_batch(batch)

@@ -19,6 +19,7 @@ from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
 from merlin_torch_serving.export.warmup_files import write_request_sample
 from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref, run_calls
+from merlin_torch_serving.graph.rehearsal import rehearsing
 
 logger = logging.getLogger("merlin_torch_serving")
 
@@ -119,7 +120,8 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
 
 def _run(plan: Plan, request: TensorTable) -> dict:
     env = {Ref(REQUEST, name): column for name, column in request.items()}
-    run_calls(plan.calls, env, plan.outputs)
+    with rehearsing():  # a warm-up request is no click: it stores nothing
+        run_calls(plan.calls, env, plan.outputs)
     return env
 
 

@@ -13,8 +13,9 @@ The launcher therefore sends every ensemble the request its export saved beside 
 (``export.warmup_files.read_request_sample``; ``ModelOptions.warmup_count`` times over gRPC, then
 once over HTTP) when the server starts and after ``TritonServer.load``. Each carries the request
 parameter ``step_metrics.WARMUP_REQUEST_PARAMETER``, which Triton forwards to every step: the
-steps' own metrics leave those requests out, as they leave out Triton's warm-up (Triton's
-statistics count both, and so do the steps of a route's branches, which its step calls by BLS).
+steps rehearse them (``graph.rehearsal``: a live session stores nothing) and their own metrics leave
+them out, as for Triton's warm-up (Triton's statistics count both; the steps of a route's branches,
+which its step calls by BLS, neither rehearse nor leave them out).
 An ensemble read from object storage, or exported without a sample (``warmup_count=0``, or a
 graph that failed on every warm-up candidate), is not warmed this way; a warm-up that fails is
 logged and the server serves on.
