@@ -375,8 +375,10 @@ MERLIN_NOTE = (
     " whose executor times each operator (benchmarks/merlin_executor.py, made for this benchmark:"
     " the same executor, timed), and `merlin, results kept` a copy whose executor also keeps each"
     " step's result for the request, so that a node read by several branches runs once: a change"
-    " to merlin-core's LocalExecutor made here, not Merlin's (Merlin has no setting for it). All"
-    " three call the same workflow and ranker models in one server. Triton model rows: how many"
+    " to merlin-core's LocalExecutor made here, not Merlin's (Merlin has no setting for it), in the"
+    " executor model only: NVTabular's own executor inside the workflow model is left as it is (the"
+    " last table shows what it repeats). All three call the same workflow and ranker models in one"
+    " server. Triton model rows: how many"
     " times a request ran the model and for how long (Triton's statistics)."
 )
 
