@@ -237,9 +237,8 @@ class Benchmark:
             top_k=TOP_K,
             max_sequence_length=MAX_SEQUENCE_LENGTH,
         )
-        self.merlin_timers = self.work_dir / f"{MERLIN_TIMED}.json"
-        breakdown.add_executor_variant(
-            merlin_repository, MERLIN_TIMED, keep_results=False, timers_file=self.merlin_timers
+        self.merlin_timers = breakdown.add_executor_variant(
+            merlin_repository, MERLIN_TIMED, keep_results=False, timers_dir=self.work_dir
         )
         self.merlin_outputs = merlin_outputs
         self.notes.append(
@@ -407,7 +406,7 @@ class Benchmark:
                     self.load,
                     http_url=server.http_url,
                     model=MERLIN_TIMED,
-                    timers_file=self.merlin_timers,
+                    timers=self.merlin_timers,
                 )
             self.merlin_breakdown[str(sessions)] = {
                 "p50_ms": round(result.percentile_ms(50), 3),

@@ -20,7 +20,9 @@ from benchmarks import server_stats
 from benchmarks.load import LoadResult, LoadSettings, run_load
 from benchmarks.merlin_executor import (
     KEEP_RESULTS_PARAMETER,
+    MODEL_PARAMETER,
     TIMERS_FILE_PARAMETER,
+    WORKFLOW_MODELS_PARAMETER,
     KeptResultsExecutor,
     TimedExecutor,
 )
@@ -36,12 +38,50 @@ def add_executor_variant(
     name: str,
     *,
     keep_results: bool,
-    timers_file: Path,
+    timers_dir: Path,
     source: str = "executor_model",
-) -> str:
-    """Copy Merlin's executor model ``source`` in ``repository`` as ``name``, running
-    benchmarks/merlin_executor.py (timers; each node's result kept when ``keep_results``), which
-    writes its timers to ``timers_file``. The copy calls the same workflow and libtorch models."""
+) -> dict[str, Path]:
+    """Copy Merlin's executor model ``source`` in ``repository`` as ``name``, and each of its
+    NVTabular workflow models as ``<workflow>-<name>`` for the copy to call, all running
+    benchmarks/merlin_executor.py (timers; each node's result kept when ``keep_results``). The
+    timers files they write (in ``timers_dir``): "executor", then "workflow <model>" for each."""
+    workflows = sorted(
+        folder.name
+        for folder in repository.iterdir()
+        if any(folder.glob("*/workflow")) and MODEL_PARAMETER not in _config_text(folder)
+    )
+    timers = {"executor": timers_dir / f"{name}.json"}
+    copies = {}
+    for workflow in workflows:
+        copies[workflow] = f"{workflow}-{name}"
+        timers[f"workflow {workflow}"] = timers_dir / f"{copies[workflow]}.json"
+        _copy_model(
+            repository,
+            workflow,
+            copies[workflow],
+            {
+                MODEL_PARAMETER: "workflow",
+                TIMERS_FILE_PARAMETER: str(timers[f"workflow {workflow}"]),
+            },
+            keep_results,
+        )
+    _copy_model(
+        repository,
+        source,
+        name,
+        {
+            MODEL_PARAMETER: "executor",
+            TIMERS_FILE_PARAMETER: str(timers["executor"]),
+            WORKFLOW_MODELS_PARAMETER: json.dumps(copies),
+        },
+        keep_results,
+    )
+    return timers
+
+
+def _copy_model(
+    repository: Path, source: str, name: str, parameters: dict[str, str], keep_results: bool
+) -> None:
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
@@ -49,13 +89,19 @@ def add_executor_variant(
     shutil.copytree(repository / source, folder)
     for model_file in folder.glob("*/model.py"):
         shutil.copyfile(EXECUTOR_MODEL_FILE, model_file)
-    path = folder / "config.pbtxt"
-    config = text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+    config = text_format.Parse(_config_text(folder), model_config_pb2.ModelConfig())
     config.name = name
-    config.parameters[KEEP_RESULTS_PARAMETER].string_value = "true" if keep_results else "false"
-    config.parameters[TIMERS_FILE_PARAMETER].string_value = str(timers_file)
-    path.write_text(text_format.MessageToString(config))
-    return name
+    for key, value in {
+        **parameters,
+        KEEP_RESULTS_PARAMETER: "true" if keep_results else "false",
+    }.items():
+        config.parameters[key].string_value = value
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
+
+
+def _config_text(folder: Path) -> str:
+    path = folder / "config.pbtxt"
+    return path.read_text() if path.exists() else ""
 
 
 def measure(
@@ -65,25 +111,34 @@ def measure(
     *,
     http_url: str,
     model: str,
-    timers_file: Path | None = None,
+    timers: dict[str, Path] | None = None,
     metrics_url: str | None = None,
 ) -> tuple[LoadResult, dict]:
-    """Run the load and return it with its breakdown: Merlin's executor timers (``timers_file``)
-    or this project's step counters (``metrics_url``), and Triton's statistics of every model,
-    per request of ``model`` (the one the clients call)."""
+    """Run the load and return it with its breakdown: Merlin's timers (``timers``, as
+    ``add_executor_variant`` returns them) or this project's step counters (``metrics_url``), and
+    Triton's statistics of every model, per request of ``model`` (the one the clients call)."""
     before: dict = {}
+    timers = timers or {}
 
     def snapshot() -> None:
         before["statistics"] = server_stats.snapshot(http_url)
-        if timers_file is not None:
-            before["timers"] = read_timers(timers_file)
+        before["timers"] = {label: read_timers(path) for label, path in timers.items()}
         if metrics_url is not None:
             before["metrics"] = scrape(metrics_url)
 
     result = run_load(make_sender, concurrency, settings, on_timing_start=snapshot)
     breakdown: dict = {}
-    if timers_file is not None:
-        breakdown["executor"] = executor_steps(before["timers"], read_timers(timers_file))
+    if timers:
+        after = {label: read_timers(path) for label, path in timers.items()}
+        breakdown["executor"] = executor_steps(before["timers"]["executor"], after["executor"])
+        requests = breakdown["executor"]["requests"]
+        breakdown["workflows"] = {
+            label.removeprefix("workflow "): executor_steps(
+                before["timers"][label], after[label], requests
+            )
+            for label in timers
+            if label != "executor"
+        }
     if metrics_url is not None:
         # the steps publish their counts once a second, off the request path
         time.sleep(FLUSH_INTERVAL_S + 0.5)
@@ -152,10 +207,12 @@ def read_timers(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def executor_steps(before: dict, after: dict) -> dict:
-    """Per operator of Merlin's executor: ms and calls per request, then the executor's own work
-    between operators and Merlin's conversions of the request and the response."""
-    requests = after["requests"] - before["requests"]
+def executor_steps(before: dict, after: dict, requests: int | None = None) -> dict:
+    """Per operator a Merlin model's executor ran: ms and calls per request, then the executor's
+    own work between operators and the model's conversions of the request and the response.
+    ``requests``: what to divide by (by default the model's own requests; a workflow model's
+    figures are per request of the executor model that called it)."""
+    requests = requests or after["requests"] - before["requests"]
     if requests <= 0:
         raise RuntimeError("Merlin's executor model answered no request while it was timed")
     rows = []
@@ -176,7 +233,12 @@ def executor_steps(before: dict, after: dict) -> dict:
     rows.append(
         {"step": "request and response conversions", "ms": round(execute_ms - transform_ms, 3)}
     )
-    return {"requests": requests, "whole_ms": round(execute_ms, 3), "steps": rows}
+    return {
+        "requests": requests,
+        "calls": after["requests"] - before["requests"],
+        "whole_ms": round(execute_ms, 3),
+        "steps": rows,
+    }
 
 
 def scrape(metrics_url: str) -> dict[tuple[str, str, str], float]:
@@ -242,6 +304,16 @@ def markdown(title: str, breakdown: dict) -> list[str]:
             )
         lines.append(
             f"| whole request in the executor model | {breakdown['executor']['whole_ms']:.2f} | 1 |"
+        )
+    for workflow, split in breakdown.get("workflows", {}).items():
+        for row in split["steps"]:
+            calls = f"{row['calls']:g}" if "calls" in row else ""
+            lines.append(
+                f"| NVTabular in `{workflow}`: {row['step']} | {row['ms']:.2f} | {calls} |"
+            )
+        calls = split["calls"] / split["requests"]
+        lines.append(
+            f"| whole workflow model (`{workflow}`) | {split['whole_ms']:.2f} | {calls:g} |"
         )
     for row in breakdown.get("steps", {}).get("steps", []):
         lines.append(f"| {row['step']} (in `{_short(row['model'])}`) | {row['ms']:.2f} | 1 |")

@@ -1,19 +1,21 @@
-"""NOT PART OF MERLIN SYSTEMS. Merlin Systems 23.08's served executor model with per-operator
-timers and, when asked, each node's result kept for the request: a change made for this benchmark
-only, to show where Merlin's time goes. It is never shipped in the library.
+"""NOT PART OF MERLIN SYSTEMS. Merlin Systems 23.08's served models (its executor model, and the
+model that runs an NVTabular workflow for it) with per-operator timers and, when asked, each node's
+result kept for the request: a change made for this benchmark only, to show where Merlin's time
+goes. It is never shipped in the library.
 
-merlin-core 23.08's ``LocalExecutor`` keeps no node's result within a request: ``_execute_node``
-runs every parent of a node anew, so a node that several branches read (a workflow's output read
-by the encoder, the candidate filter and the session's feature lookup) runs, with everything above
-it, once per branch that reads it. ``KeptResultsExecutor`` is that executor with one change: a
-node's result is computed once per ``transform`` call and handed to every node that reads it.
-Merlin has no setting for this.
+merlin-core 23.08's ``LocalExecutor``, which runs both Merlin's served graph and NVTabular's
+workflows, keeps no node's result within a call: ``_execute_node`` runs every parent of a node
+anew, so a node that several branches read (a workflow's output read by the encoder, the candidate
+filter and the session's feature lookup; Categorify's output read by a workflow's Groupby and its
+other branches) runs, with everything above it, once per branch that reads it.
+``KeptResultsExecutor`` is that executor with one change: a node's result is computed once per
+``transform`` call and handed to every node that reads it. Merlin has no setting for this.
 
-The benchmarks copy this file as the ``model.py`` of a copy of Merlin's ``executor_model``
-(``merlin_breakdown.add_executor_variant``); the copy runs Merlin's own model and its ``execute``,
-with the runtime's executor swapped for one of the two below, and after every call writes what
-the timers hold to the file its config names. Only this file is needed in the stub: it imports
-nothing of the benchmarks.
+The benchmarks copy this file as the ``model.py`` of copies of Merlin's ``executor_model`` and of
+its workflow models (``breakdown.add_executor_variant``): a copy runs Merlin's own model, with
+``LocalExecutor`` swapped for one of the two below in that stub only, and after every call writes
+what the timers hold to the file its config names. Only this file is needed in the stub: it
+imports nothing of the benchmarks.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ import time
 
 from merlin.dag.executors import LocalExecutor
 
-#: config parameters of the executor model copy (see merlin_breakdown.add_executor_variant)
+#: config parameters of a model copy (see breakdown.add_executor_variant): keep results or not,
+#: where to write the timers, which of Merlin's models it runs ("executor" or "workflow"), and for
+#: an executor, the workflow model copies to call instead of Merlin's (JSON: name -> copy)
 KEEP_RESULTS_PARAMETER = "benchmark_keep_results"
 TIMERS_FILE_PARAMETER = "benchmark_timers_file"
+MODEL_PARAMETER = "benchmark_model"
+WORKFLOW_MODELS_PARAMETER = "benchmark_workflow_models"
 
 
 #: what the timers call the nodes that only route columns (selections, ``node[...]``, ``+``)
@@ -96,16 +102,31 @@ class KeptResultsExecutor(TimedExecutor):
 
 
 class TritonPythonModel:
-    """Merlin's ``executor_model`` run with one of the executors above (its config's
-    ``KEEP_RESULTS_PARAMETER`` says which), its timers written after every call."""
+    """One of Merlin's served models (its config's ``MODEL_PARAMETER``) run with one of the
+    executors above (``KEEP_RESULTS_PARAMETER``), its timers written after every call."""
 
     def initialize(self, args):
+        parameters = {
+            key: value.get("string_value")
+            for key, value in json.loads(args["model_config"]).get("parameters", {}).items()
+        }
+        self.timers_file = parameters[TIMERS_FILE_PARAMETER]
+        keep = parameters.get(KEEP_RESULTS_PARAMETER) == "true"
+        self.executor = KeptResultsExecutor() if keep else TimedExecutor()
+        if parameters.get(MODEL_PARAMETER) == "workflow":
+            self.merlin = self._workflow_model(args)
+        else:
+            self.merlin = self._executor_model(
+                args, json.loads(parameters.get(WORKFLOW_MODELS_PARAMETER) or "{}")
+            )
+        self.requests = 0
+        self.execute_seconds = 0.0
+
+    def _executor_model(self, args, workflow_models: dict):
+        """Merlin's executor model, calling ``workflow_models`` in place of its workflow models."""
+        from merlin.dag import postorder_iter_nodes
         from merlin.systems.triton.models import executor_model
 
-        parameters = json.loads(args["model_config"]).get("parameters", {})
-        keep = parameters.get(KEEP_RESULTS_PARAMETER, {}).get("string_value") == "true"
-        self.timers_file = parameters[TIMERS_FILE_PARAMETER]["string_value"]
-        self.executor = KeptResultsExecutor() if keep else TimedExecutor()
         executor = self.executor
 
         class Runtime(executor_model.TritonExecutorRuntime):
@@ -115,10 +136,25 @@ class TritonPythonModel:
 
         # Merlin's execute makes a TritonExecutorRuntime per request: in this stub, make it ours
         executor_model.TritonExecutorRuntime = Runtime
-        self.merlin = executor_model.TritonPythonModel()
-        self.merlin.initialize(args)
-        self.requests = 0
-        self.execute_seconds = 0.0
+        model = executor_model.TritonPythonModel()
+        model.initialize(args)
+        for node in postorder_iter_nodes(model.ensemble.graph.output_node, flatten_subgraphs=True):
+            name = getattr(node.op, "nvt_model_name", None)
+            if name in workflow_models:
+                node.op.set_nvt_model_name(workflow_models[name])
+        return model
+
+    def _workflow_model(self, args):
+        """Merlin's NVTabular workflow model, its workflow run by our executor."""
+        from merlin.systems.triton.models import workflow_model
+        from merlin.systems.workflow import base
+
+        executor = self.executor
+        # its WorkflowRunner makes a LocalExecutor per call: in this stub, hand it ours
+        base.LocalExecutor = lambda *args, **kwargs: executor
+        model = workflow_model.TritonPythonModel()
+        model.initialize(args)
+        return model
 
     def execute(self, requests):
         started = time.perf_counter()

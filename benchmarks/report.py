@@ -358,6 +358,12 @@ def _merlin_split(run: dict) -> list[str]:
         cells.setdefault("whole request in the executor model", {})[size] = (
             f"{measured['executor']['whole_ms']:.2f}"
         )
+        for workflow, inner in measured.get("workflows", {}).items():
+            for row in inner["steps"]:
+                calls = f" ({row['calls']:g})" if "calls" in row else ""
+                cells.setdefault(f"NVTabular in `{workflow}`: {row['step']}", {})[size] = (
+                    f"{row['ms']:.2f}{calls}"
+                )
         for model, row in measured["models"].items():
             cells.setdefault(f"Triton model `{model}`", {})[size] = (
                 f"{row['calls'] * row['ms_per_call']:.2f} ({row['calls']:g})"
@@ -372,7 +378,10 @@ def _merlin_split(run: dict) -> list[str]:
             "Where (d)'s time goes: the same requests sent to a copy of Merlin's executor model"
             " whose executor times each operator (benchmarks/merlin_executor.py, made for this"
             " benchmark: Merlin's own executor model and LocalExecutor, timed), one client over"
-            " gRPC; ms a request, calls a request in brackets. Triton model rows are Triton's"
+            " gRPC, its workflow model copied the same way (NVTabular rows: its workflow's"
+            " operators, as merlin-core's executor runs them); ms a request, calls a request in"
+            " brackets."
+            " Triton model rows are Triton's"
             " statistics of each model a request ran (the workflow runs in a model of its own,"
             " called from the executor model)."
         ),

@@ -35,6 +35,22 @@ def test_merlins_executor_timers_become_time_and_calls_a_request():
     assert steps["request and response conversions"]["ms"] == 10.0
 
 
+def test_a_workflow_models_timers_count_per_request_of_the_executor_that_called_it():
+    before = {"requests": 0, "execute_s": 0.0, "transform_s": 0.0, "operators": {}}
+    after = {
+        "requests": 14,  # seven calls of the workflow model for each of 2 executor requests
+        "execute_s": 0.28,
+        "transform_s": 0.28,
+        "operators": {"Groupby": {"seconds": 0.084, "calls": 42}},
+    }
+    split = breakdown.executor_steps(before, after, requests=2)
+    assert (split["requests"], split["calls"]) == (2, 14)
+    assert split["steps"][0] == {"step": "Groupby", "ms": 42.0, "calls": 21.0}
+    table = "\n".join(breakdown.markdown("merlin", {"workflows": {"wf": split}, "models": {}}))
+    assert "| NVTabular in `wf`: Groupby | 42.00 | 21 |" in table
+    assert "| whole workflow model (`wf`) | 140.00 | 7 |" in table
+
+
 def test_the_project_steps_counters_are_divided_by_their_own_requests_in_plan_order():
     model = "pipe-0-transformworkflow_topk"
     before = {
