@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
     AddressError,
+    AnswerLogError,
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
@@ -67,14 +68,17 @@ _LAZY = {
     "IVFIndex": "merlin_torch_serving.retrieval",
     "ItemPopularity": "merlin_torch_serving.routing",
     "LocalExecutor": "merlin_torch_serving.graph.executors",
+    "LogAnswers": "merlin_torch_serving.answer_log",
     "LookupFeatures": "merlin_torch_serving.multistage",
     "MergingExecutor": "merlin_torch_serving.graph.merging_executor",
     "ModelHealth": "merlin_torch_serving.client.health",
     "ModelOptions": "merlin_torch_serving.export.config",
     "ModelStatus": "merlin_torch_serving.client.health",
     "MostPopular": "merlin_torch_serving.routing",
+    "ParquetFolder": "merlin_torch_serving.answer_log",
     "Predicate": "merlin_torch_serving.routing",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "RedisStream": "merlin_torch_serving.answer_log",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "Route": "merlin_torch_serving.routing",
     "ScoringProgress": "merlin_torch_serving.scoring.dataset",
@@ -87,12 +91,14 @@ _LAZY = {
     "TritonExecutor": "merlin_torch_serving.graph.executors",
     "TritonServer": "merlin_torch_serving.launcher.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
+    "read_answers": "merlin_torch_serving.answer_log",
     "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
 
 __all__ = [
     "AddressError",
     "AllItemsUnknown",
+    "AnswerLogError",
     "ArtifactError",
     "BackendBuildError",
     "BackendNotAvailableError",
@@ -116,6 +122,7 @@ __all__ = [
     "InputError",
     "ItemPopularity",
     "LocalExecutor",
+    "LogAnswers",
     "LookupFeatures",
     "MergingExecutor",
     "MerlinTorchServingError",
@@ -128,9 +135,11 @@ __all__ = [
     "ModelPreparationError",
     "ModelStatus",
     "MostPopular",
+    "ParquetFolder",
     "PortInUseError",
     "Predicate",
     "PredictPytorch",
+    "RedisStream",
     "RepositoryExistsError",
     "RequestTimeoutError",
     "RetrieveTopK",
@@ -155,6 +164,7 @@ __all__ = [
     "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "read_answers",
     "score_dataset",
 ]
 
@@ -168,6 +178,7 @@ def __getattr__(name: str):
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from merlin_torch_serving.answer_log import LogAnswers, ParquetFolder, RedisStream, read_answers
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary

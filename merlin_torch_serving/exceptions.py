@@ -25,6 +25,7 @@
     ├── BackendBuildError           the pytorch backend could not be built
     ├── BundleError                 a repository could not be made self-sufficient (bundle)
     ├── ScoringError                scoring a dataset could not start or finish
+    ├── AnswerLogError              an answer log, or clicks to read it out with, cannot be read
     └── InferenceError              the server answered a request with an error
         ├── UnknownModelError       the server has no model of that name
         └── RequestTimeoutError     no answer came within the client's timeout
@@ -405,6 +406,16 @@ class BundleError(MerlinTorchServingError):
 class ScoringError(MerlinTorchServingError):
     """Scoring a dataset could not start or finish: its input, its output folder or a partition
     that failed."""
+
+
+class AnswerLogError(MerlinTorchServingError):
+    """An answer log (or the clicks its read-out joins) cannot be read as asked: what is wrong, then
+    how to fix it."""
+
+    def __init__(self, problem: str, fix: str = ""):
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}; {fix}" if fix else problem)
 
 
 class InferenceError(MerlinTorchServingError):

@@ -229,6 +229,10 @@ class ServingOperator(BaseOperator):
         """What in this operator drops (part of) ``request``, for messages; None if nothing does."""
         return None
 
+    def close(self) -> None:
+        """Release what the operator holds while it serves (a thread, open files), once its step
+        stops: Triton's ``finalize``. What it wrote must be complete when this returns."""
+
     # ---- export ----------------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
