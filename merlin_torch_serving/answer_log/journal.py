@@ -10,6 +10,7 @@ so the file always ends with a whole frame.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -43,10 +44,9 @@ class Journal:
                 written += os.pwrite(self._fd, frame[written:], self.size + written)
             os.fsync(self._fd)
         except OSError:
-            try:
+            # cut the torn frame off; if even that fails, readers stop at it all the same
+            with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self.size)
-            except OSError:
-                pass  # the next reader stops at the torn frame all the same
             raise
         self.size += len(frame)
         self.frames += 1

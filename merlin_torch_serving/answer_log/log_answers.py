@@ -106,7 +106,9 @@ class LogAnswers(ServingOperator):
             "variant": variant,
         }
         if not (math.isfinite(flush_interval_s) and flush_interval_s > 0):
-            raise ValueError(f"flush_interval_s must be a positive number, got {flush_interval_s!r}")
+            raise ValueError(
+                f"flush_interval_s must be a positive number, got {flush_interval_s!r}"
+            )
         if not (0 < sample_rate <= 1):
             raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
         if int(max_pending) < 1:
@@ -156,12 +158,16 @@ class LogAnswers(ServingOperator):
     ):
         session = self._column(input_schema, self.session_column, "the session id column")
         if session.is_list:
-            raise SchemaError(self.label, session.name, "a scalar session id", describe_column(session))
+            raise SchemaError(
+                self.label, session.name, "a scalar session id", describe_column(session)
+            )
         for name, what in ((self.items, "item ids"), (self.scores, "scores")):
             column = self._column(input_schema, name, f"a list of the {what} shown")
             if not column.is_list:
                 raise SchemaError(self.label, name, f"a list of {what}", describe_column(column))
-        count = self.item_count or ("item_count" if "item_count" in input_schema.column_names else None)
+        count = self.item_count or (
+            "item_count" if "item_count" in input_schema.column_names else None
+        )
         received = input_schema.column_names
         self._recorded = {
             "count": count,
@@ -193,8 +199,9 @@ class LogAnswers(ServingOperator):
         whom = answering.current()
         if whom is None or whom.seen_by_someone:
             self._log(whom, transformable)
-        elif whom.kind == answering.WARMUP:
-            self._writer_here()  # a served step starts writing (and publishes what a killed one left)
+        elif whom.kind == answering.WARMUP and whom.model:
+            # a served step warming up: start writing (and publish what a killed server left)
+            self._writer_here()
         return transformable
 
     def _log(self, whom: answering.Answering | None, table: TensorTable) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from merlin_torch_serving.answer_log import journal
+from merlin_torch_serving.answer_log import journal, records
 from merlin_torch_serving.answer_log.destinations import Destination, ParquetFolder
 from merlin_torch_serving.answer_log.parquet_sink import (
     JOURNAL_PREFIX,
@@ -21,10 +21,13 @@ from merlin_torch_serving.answer_log.parquet_sink import (
 from merlin_torch_serving.exceptions import AnswerLogError
 
 
-def read_answers(source: Destination | str | os.PathLike, *, open_files: bool = True) -> pd.DataFrame:
+def read_answers(
+    source: Destination | str | os.PathLike, *, open_files: bool = True
+) -> pd.DataFrame:
     """Every record of the log at ``source`` (a folder, or a ``ParquetFolder``/``RedisStream``)
-    as a DataFrame, oldest answer first; ``open_files``: with the flushes that the open journals
-    of running servers hold (not yet published as parquet files)."""
+    as a DataFrame, oldest answer first (no rows before the first flush); ``open_files``: with the
+    flushes that the open journals of running servers hold (not yet published as parquet
+    files)."""
     return read_answer_table(source, open_files=open_files).to_pandas()
 
 
@@ -35,9 +38,7 @@ def read_answer_table(
     if isinstance(source, str | os.PathLike):
         source = ParquetFolder(os.fspath(source))
     if not isinstance(source, ParquetFolder):
-        from merlin_torch_serving.answer_log.redis_sink import read_stream
-
-        return read_stream(source)
+        raise AnswerLogError(f"reading the {source.describe()} is not supported yet")
     folder = Path(source.path)
     if not folder.is_dir():
         raise AnswerLogError(
@@ -61,9 +62,6 @@ def read_answer_table(
             tables.extend(frames)
     tables = [table for table in tables if table.num_rows]
     if not tables:
-        raise AnswerLogError(
-            f"the answer log at {str(folder)!r} holds no answers yet",
-            "serve some requests through the graph first",
-        )
+        return records.EMPTY.empty_table()
     table = pa.concat_tables(tables, promote_options="default")
     return table.sort_by([("answered_at", "ascending")])

@@ -26,21 +26,24 @@ import pyarrow as pa
 
 from merlin_torch_serving.graph.answering import Answering
 
-COLUMNS = (
-    "request_id",
-    "session_id",
-    "answered_at",
-    "ensemble",
-    "ensemble_version",
-    "model",
-    "model_version",
-    "branch",
-    "variant",
-    "item_ids",
-    "scores",
-)
 #: the digest size of a hashed session id, in bytes (32 hex characters)
 HASH_BYTES = 16
+#: the record's columns for a log of integer session and item ids (as a log with no answer reads)
+EMPTY = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("session_id", pa.int64()),
+        ("answered_at", pa.timestamp("us", tz="UTC")),
+        ("ensemble", pa.string()),
+        ("ensemble_version", pa.int64()),
+        ("model", pa.string()),
+        ("model_version", pa.int64()),
+        ("branch", pa.string()),
+        ("variant", pa.string()),
+        ("item_ids", pa.list_(pa.int64())),
+        ("scores", pa.list_(pa.float32())),
+    ]
+)
 
 
 @dataclass(frozen=True)

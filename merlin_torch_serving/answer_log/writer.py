@@ -15,6 +15,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
 
 from merlin_torch_serving.answer_log import records
 from merlin_torch_serving.answer_log.destinations import Destination, ParquetFolder
@@ -24,6 +27,19 @@ logger = logging.getLogger(__name__)
 #: the default flush interval, and how long ``close`` may take writing what is left
 FLUSH_INTERVAL_S = 1.0
 CLOSE_TIMEOUT_S = 30.0
+
+
+class Sink(Protocol):
+    """What writes a destination from one process (``parquet_sink``, ``redis_sink``)."""
+
+    def write(self, table: pa.Table) -> None:
+        """Write ``table``'s records durably, or raise (nothing, or all of them, written)."""
+
+    def tick(self) -> None:
+        """Called every flush: publish what is due."""
+
+    def close(self) -> None:
+        """Publish what is open."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,7 @@ class AnswerWriter:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._closed = False
-        self._sink = None
+        self._sink: Sink | None = None
         self._totals = {"written": 0, "dropped": 0, "failed_flushes": 0}
         self._taken = dict(self._totals)
         self._error = ""
@@ -154,19 +170,23 @@ class AnswerWriter:
         """Write what is queued and let the sink publish what is due; False when it failed."""
         if self._sink is None and not self._attempt(self._open):
             return False
+        sink = self._sink
+        assert sink is not None  # opened above
         with self._lock:
             batches = list(self._pending)
         if batches:
             try:
                 table = records.to_table(batches, self.session_id_key)
             except Exception:  # answers no table can hold: drop them rather than retry forever
-                logger.exception("the answer log could not make records of %d answers", len(batches))
+                logger.exception(
+                    "the answer log could not make records of %d answers", len(batches)
+                )
                 self._forget(batches, written=False)
                 return False
-            if not self._attempt(lambda: self._sink.write(table)):  # type: ignore[union-attr]
+            if not self._attempt(lambda: sink.write(table)):
                 return False
             self._forget(batches, written=True)
-        return self._attempt(self._sink.tick)  # type: ignore[union-attr]
+        return self._attempt(sink.tick)
 
     def _forget(self, batches: list[records.Answers], *, written: bool) -> None:
         rows = sum(batch.rows for batch in batches)
@@ -201,7 +221,7 @@ class AnswerWriter:
         return self.destination.describe()
 
 
-def open_sink(destination: Destination):
+def open_sink(destination: Destination) -> Sink:
     """The object that writes to ``destination`` from this process."""
     if isinstance(destination, ParquetFolder):
         from merlin_torch_serving.answer_log.parquet_sink import FolderSink

@@ -140,7 +140,7 @@ def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
 
 
 #: a folder a model writes to (an answer log's) with less free space than this is full
-MIN_FREE_BYTES = 1024 * 1024
+MIN_FREE_BYTES = 64 * 1024
 
 
 def folder_error(path: str) -> str | None:

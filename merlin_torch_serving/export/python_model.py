@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -327,8 +328,7 @@ class TritonPythonModel:
                 if self.batched
                 else [
                     merging.answer_or_error(
-                        lambda arrays, i=i: self.step.run(arrays, whom.for_requests([i], [])),
-                        arrays,
+                        functools.partial(self.step.run, whom=whom.for_requests([i], [])), arrays
                     )
                     for i, arrays in enumerate(batch)
                 ]
@@ -403,7 +403,8 @@ class TritonPythonModel:
             for _ in range(int(warmup["count"])):
                 for batch in batches:
                     ids = tuple("" for _ in batch)
-                    self.step.run_batch(batch, answering.Answering(answering.WARMUP, ids))
+                    whom = dataclasses.replace(self._served, kind=answering.WARMUP, request_ids=ids)
+                    self.step.run_batch(batch, whom)
 
 
 def renamed_copy(

@@ -16,6 +16,7 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
+from merlin_torch_serving.graph import answering
 from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref, run_calls
 
 logger = logging.getLogger("merlin_torch_serving")
@@ -96,7 +97,9 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
 
 def _run(plan: Plan, request: TensorTable) -> dict:
     env = {Ref(REQUEST, name): column for name, column in request.items()}
-    run_calls(plan.calls, env, plan.outputs)
+    # a made-up request: nobody sees its answer, an answer log in the graph records none of it
+    with answering.answering(answering.Answering(answering.WARMUP)):
+        run_calls(plan.calls, env, plan.outputs)
     return env
 
 

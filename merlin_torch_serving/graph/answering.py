@@ -58,7 +58,7 @@ _answering: contextvars.ContextVar[Answering | None] = contextvars.ContextVar(
 
 
 def current() -> Answering | None:
-    """What the run in progress answers; None for a call in this process (``Ensemble.transform``)."""
+    """What the run in progress answers; None for a call in this process (``transform``)."""
     return _answering.get()
 
 
