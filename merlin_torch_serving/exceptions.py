@@ -25,6 +25,7 @@
     ├── BackendBuildError           the pytorch backend could not be built
     ├── BundleError                 a repository could not be made self-sufficient (bundle)
     ├── ScoringError                scoring a dataset could not start or finish
+    ├── StoreError                  a store (sessions, rules, trending) failed or is unreachable
     ├── AnswerLogError              an answer log, or clicks to read it out with, cannot be read
     └── InferenceError              the server answered a request with an error
         ├── UnknownModelError       the server has no model of that name
@@ -406,6 +407,15 @@ class BundleError(MerlinTorchServingError):
 class ScoringError(MerlinTorchServingError):
     """Scoring a dataset could not start or finish: its input, its output folder or a partition
     that failed."""
+
+
+class StoreError(MerlinTorchServingError):
+    """A store (sessions, rules, trending counts) failed a call; ``where`` names it. Operators
+    answer without their store instead; the API and the command line raise this."""
+
+    def __init__(self, where: str, problem: str, hint: str = ""):
+        self.where, self.problem = where, problem
+        super().__init__(f"the store at {where} failed: {problem}" + (f"; {hint}" if hint else ""))
 
 
 class AnswerLogError(MerlinTorchServingError):

@@ -21,6 +21,8 @@ Triton's own ``nv_inference_count`` counts them too.
     mts_branch_calls_total{model,branch}          calls of a route's branch (one per request)
     mts_branch_seconds_total{model,branch}        time inside them (mean: seconds / calls)
     mts_branch_errors_total{model,branch}         sessions whose branch failed
+    mts_store_errors_total{model,store}           calls to a store that failed or were skipped
+    mts_unstored_clicks_total{model}              clicks answered from the request alone
 
 A step that hosts a route counts its sessions per branch that answered them (and per variant,
 with an experiment): ``mts_sessions_total{model,branch[,variant]}``.
@@ -67,6 +69,8 @@ DESCRIPTIONS = {
     metrics.BRANCH_CALLS: "Calls of a route's branch (one per request that sent it sessions)",
     metrics.BRANCH_SECONDS: "Seconds spent inside the calls of a route's branch",
     metrics.BRANCH_ERRORS: "Sessions whose route branch failed (answered by a fallback, or blank)",
+    metrics.STORE_ERRORS: "Calls to a store (sessions, rules, trending) that failed, or skipped",
+    metrics.UNSTORED_CLICKS: "Clicks answered from the request alone: the store did not take them",
 }
 
 

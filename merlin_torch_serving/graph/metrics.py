@@ -31,6 +31,10 @@ FEATURE_SERVER_ERRORS = "feature_server_errors"
 BRANCH_CALLS = "branch_calls"
 BRANCH_SECONDS = "branch_seconds"
 BRANCH_ERRORS = "branch_errors"
+#: stores of state kept between requests (``stores``, ``live``): calls that failed or were
+#: skipped, and clicks answered from the request alone because the store did not take them
+STORE_ERRORS = "store_errors"
+UNSTORED_CLICKS = "unstored_clicks"
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
