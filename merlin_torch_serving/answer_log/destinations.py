@@ -9,9 +9,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from merlin_torch_serving.stores.settings import RedisSettings, settings_from_config
+
 #: the defaults of a folder's rotation: a file is published at this size or this age
 ROTATE_BYTES = 64 * 1024 * 1024
 ROTATE_AFTER_S = 60.0
+#: the timeouts of a Redis stream given by its URL
+LOG_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -46,24 +50,50 @@ class ParquetFolder:
 
 @dataclass(frozen=True)
 class RedisStream:
-    """Answers as entries of the Redis stream ``stream``, one per answered session, for servers that
-    share one log. ``url``: ``redis://`` or ``rediss://`` (TLS); ``max_length``: the stream is
-    trimmed to about that many entries (Redis's ``MAXLEN ~``), None to keep every entry."""
+    """Answers as entries of a Redis stream, one per answered session, for servers that share one
+    log (and for consumers of their own: the fields are text).
 
-    url: str
-    stream: str = "mts:answers"
+    Parameters
+    ----------
+    redis
+        The server: a ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL, or ``RedisSettings``
+        for a password (named by its environment variable), TLS files and timeouts; a URL gets
+        ``LOG_TIMEOUT_S`` timeouts (the log writes from a thread of its own, no request waits).
+    stream
+        The stream's key, after the settings' ``key_prefix``: ``<prefix>:<stream>``.
+    max_length
+        Trim the stream to about that many entries (Redis's ``MAXLEN ~``); None keeps them all.
+    """
+
+    redis: RedisSettings
+    stream: str = "answers"
     max_length: int | None = None
 
     kind = "redis"
 
     def __post_init__(self):
+        if isinstance(self.redis, str):
+            settings = RedisSettings(
+                self.redis, timeout_s=LOG_TIMEOUT_S, connect_timeout_s=LOG_TIMEOUT_S
+            )
+            object.__setattr__(self, "redis", settings)
+        elif isinstance(self.redis, dict):
+            object.__setattr__(self, "redis", settings_from_config(self.redis))
         if not self.stream:
             raise ValueError("a RedisStream needs a stream name")
         if self.max_length is not None and int(self.max_length) < 1:
             raise ValueError(f"max_length must be at least 1 or None, got {self.max_length!r}")
 
+    @property
+    def key(self) -> str:
+        return f"{self.redis.key_prefix}:{self.stream}"
+
+    @property
+    def url(self) -> str:
+        return self.redis.describe()
+
     def describe(self) -> str:
-        return f"Redis stream {self.stream!r}"
+        return f"Redis stream {self.key!r} at {self.redis.describe()}"
 
 
 Destination = ParquetFolder | RedisStream
@@ -71,6 +101,13 @@ KINDS: dict[str, type] = {"parquet": ParquetFolder, "redis": RedisStream}
 
 
 def destination_config(destination: Destination) -> dict[str, Any]:
+    if isinstance(destination, RedisStream):
+        return {
+            "kind": destination.kind,
+            "redis": destination.redis.config(),
+            "stream": destination.stream,
+            "max_length": destination.max_length,
+        }
     return {"kind": destination.kind, **asdict(destination)}
 
 

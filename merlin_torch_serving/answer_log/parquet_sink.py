@@ -49,19 +49,21 @@ class FolderSink:
         self._opened_at = 0.0
         self.recover()
 
-    def write(self, table: pa.Table) -> None:
-        """Append ``table`` to the journal (synced when this returns), publishing it when due."""
+    def write(self, table: pa.Table, number: int = 0) -> None:
+        """Append ``table`` to the journal (synced when this returns); a failed append leaves the
+        journal as it was, so a retry writes the records once."""
         if self._journal is None:
             self._open()
         assert self._journal is not None
         self._journal.append(table)
-        if self._journal.size >= self.destination.rotate_bytes:
-            self.publish()
 
     def tick(self) -> None:
-        """Publish the journal once it is old enough (called every flush, with records or not)."""
-        due = time.monotonic() - self._opened_at >= self.destination.rotate_after_s
-        if self._journal is not None and due:
+        """Publish the journal once it is big or old enough (called after every flush, with
+        records or not); a failure leaves it open, to be published at a later flush."""
+        if self._journal is None:
+            return
+        big = self._journal.size >= self.destination.rotate_bytes
+        if big or time.monotonic() - self._opened_at >= self.destination.rotate_after_s:
             self.publish()
 
     def publish(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -32,14 +33,24 @@ CLOSE_TIMEOUT_S = 30.0
 class Sink(Protocol):
     """What writes a destination from one process (``parquet_sink``, ``redis_sink``)."""
 
-    def write(self, table: pa.Table) -> None:
-        """Write ``table``'s records durably, or raise (nothing, or all of them, written)."""
+    def write(self, table: pa.Table, number: int) -> None:
+        """Write ``table``'s records durably, or raise; ``number`` counts this process's flushes
+        (a flush that failed comes again with the same number and records: written once)."""
 
     def tick(self) -> None:
         """Called every flush: publish what is due."""
 
     def close(self) -> None:
         """Publish what is open."""
+
+
+@dataclass(frozen=True)
+class _Flush:
+    """One flush: the ``batches`` first queued answers as ``table``."""
+
+    number: int
+    batches: int
+    table: pa.Table
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,8 @@ class AnswerWriter:
         self._closing = threading.Event()
         self._closed = False
         self._sink: Sink | None = None
+        self._flushes = 0
+        self._inflight: _Flush | None = None
         self._totals = {"written": 0, "dropped": 0, "failed_flushes": 0}
         self._taken = dict(self._totals)
         self._error = ""
@@ -167,31 +180,38 @@ class AnswerWriter:
             self._attempt(self._sink.close)
 
     def _flush(self) -> bool:
-        """Write what is queued and let the sink publish what is due; False when it failed."""
+        """Write what is queued and let the sink publish what is due; False when it failed. A
+        flush that failed is tried again as it was (same records, same number) before anything
+        queued after it, so a sink can tell a retry from a new flush."""
         if self._sink is None and not self._attempt(self._open):
             return False
         sink = self._sink
         assert sink is not None  # opened above
-        with self._lock:
-            batches = list(self._pending)
-        if batches:
-            try:
-                table = records.to_table(batches, self.session_id_key)
-            except Exception:  # answers no table can hold: drop them rather than retry forever
-                logger.exception(
-                    "the answer log could not make records of %d answers", len(batches)
-                )
-                self._forget(batches, written=False)
+        if self._inflight is None:
+            with self._lock:
+                batches = len(self._pending)
+                taken = list(itertools.islice(self._pending, batches))
+            if taken:
+                try:
+                    table = records.to_table(taken, self.session_id_key)
+                except Exception:  # answers no table can hold: drop them, never retry forever
+                    logger.exception("the answer log could not make records of %d answers", batches)
+                    self._forget(batches, sum(a.rows for a in taken), written=False)
+                    return False
+                self._flushes += 1
+                self._inflight = _Flush(self._flushes, batches, table)
+        flush = self._inflight
+        if flush is not None:
+            if not self._attempt(lambda: sink.write(flush.table, flush.number)):
                 return False
-            if not self._attempt(lambda: sink.write(table)):
-                return False
-            self._forget(batches, written=True)
+            self._inflight = None
+            self._forget(flush.batches, flush.table.num_rows, written=True)
         return self._attempt(sink.tick)
 
-    def _forget(self, batches: list[records.Answers], *, written: bool) -> None:
-        rows = sum(batch.rows for batch in batches)
+    def _forget(self, batches: int, rows: int, *, written: bool) -> None:
+        """Take the first ``batches`` queued answers (``rows`` records) off the queue."""
         with self._lock:
-            for _ in batches:
+            for _ in range(batches):
                 self._pending.popleft()
             self._pending_rows -= rows
             self._totals["written" if written else "dropped"] += rows
