@@ -53,9 +53,11 @@ warnings.filterwarnings(
 
 _LAZY = {
     "AllItemsUnknown": "merlin_torch_serving.routing",
+    "BlockList": "merlin_torch_serving.live.rules",
     "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
     "Client": "merlin_torch_serving.client.schema_client",
     "DecodeItemIds": "merlin_torch_serving.ops",
+    "EmbeddedSettings": "merlin_torch_serving.stores.settings",
     "Ensemble": "merlin_torch_serving.graph.ensemble",
     "Executor": "merlin_torch_serving.graph.executors",
     "ExactIndex": "merlin_torch_serving.retrieval",
@@ -79,19 +81,25 @@ _LAZY = {
     "ParquetFolder": "merlin_torch_serving.answer_log",
     "Predicate": "merlin_torch_serving.routing",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "RedisSettings": "merlin_torch_serving.stores.settings",
     "RedisStream": "merlin_torch_serving.answer_log",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "Route": "merlin_torch_serving.routing",
     "ScoringProgress": "merlin_torch_serving.scoring.dataset",
     "ScoringResult": "merlin_torch_serving.scoring.dataset",
     "ServingOperator": "merlin_torch_serving.ops",
+    "SessionHistory": "merlin_torch_serving.live.history",
     "SoftmaxSampling": "merlin_torch_serving.multistage",
+    "Store": "merlin_torch_serving.stores.base",
     "TopK": "merlin_torch_serving.ops",
     "TopKCandidates": "merlin_torch_serving.multistage",
     "TransformWorkflow": "merlin_torch_serving.ops",
+    "Trending": "merlin_torch_serving.live.trending",
+    "TrendingItems": "merlin_torch_serving.live.trending_items",
     "TritonExecutor": "merlin_torch_serving.graph.executors",
     "TritonServer": "merlin_torch_serving.launcher.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
+    "open_store": "merlin_torch_serving.stores.opening",
     "read_answers": "merlin_torch_serving.answer_log",
     "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
@@ -103,10 +111,12 @@ __all__ = [
     "ArtifactError",
     "BackendBuildError",
     "BackendNotAvailableError",
+    "BlockList",
     "BundleError",
     "CategoryVocabulary",
     "Client",
     "DecodeItemIds",
+    "EmbeddedSettings",
     "Ensemble",
     "ExactIndex",
     "Executor",
@@ -140,6 +150,7 @@ __all__ = [
     "PortInUseError",
     "Predicate",
     "PredictPytorch",
+    "RedisSettings",
     "RedisStream",
     "RepositoryExistsError",
     "RequestTimeoutError",
@@ -155,17 +166,22 @@ __all__ = [
     "ServerStartTimeoutError",
     "ServerUnavailableError",
     "ServingOperator",
+    "SessionHistory",
     "SoftmaxSampling",
+    "Store",
     "StoreError",
     "TopK",
     "TopKCandidates",
     "TransformWorkflow",
+    "Trending",
+    "TrendingItems",
     "TritonExecutor",
     "TritonServer",
     "UnknownModelError",
     "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "open_store",
     "read_answers",
     "score_dataset",
 ]
@@ -190,6 +206,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.graph.executors import Executor, LocalExecutor, TritonExecutor
     from merlin_torch_serving.graph.merging_executor import MergingExecutor
     from merlin_torch_serving.launcher.server import TritonServer
+    from merlin_torch_serving.live.history import SessionHistory
+    from merlin_torch_serving.live.rules import BlockList
+    from merlin_torch_serving.live.trending import Trending
+    from merlin_torch_serving.live.trending_items import TrendingItems
     from merlin_torch_serving.multistage import (
         FeastFeatures,
         FilterCandidates,
@@ -218,3 +238,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         Route,
     )
     from merlin_torch_serving.scoring.dataset import ScoringProgress, ScoringResult, score_dataset
+    from merlin_torch_serving.stores.base import Store
+    from merlin_torch_serving.stores.opening import open_store
+    from merlin_torch_serving.stores.settings import EmbeddedSettings, RedisSettings

@@ -20,7 +20,6 @@ from merlin.table import TensorTable
 from merlin_torch_serving.answer_log import records
 from merlin_torch_serving.answer_log.destinations import (
     Destination,
-    ParquetFolder,
     destination_config,
     destination_from_config,
 )
@@ -33,6 +32,7 @@ from merlin_torch_serving.data import tables
 from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import InferenceError, SchemaError
 from merlin_torch_serving.graph import answering, metrics
+from merlin_torch_serving.graph.rehearsal import is_rehearsal
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.topk import single_column
 from merlin_torch_serving.routing.experiment import session_buckets
@@ -197,11 +197,12 @@ class LogAnswers(ServingOperator):
 
     def transform(self, col_selector, transformable: TensorTable) -> TensorTable:
         whom = answering.current()
-        if whom is None or whom.seen_by_someone:
+        if is_rehearsal():
+            if whom is not None and whom.model:
+                # a served step warming up: start writing (and publish what a killed server left)
+                self._writer_here()
+        elif whom is None or whom.seen_by_someone:
             self._log(whom, transformable)
-        elif whom.kind == answering.WARMUP and whom.model:
-            # a served step warming up: start writing (and publish what a killed server left)
-            self._writer_here()
         return transformable
 
     def _log(self, whom: answering.Answering | None, table: TensorTable) -> None:
@@ -272,6 +273,4 @@ class LogAnswers(ServingOperator):
         }
 
     def services(self) -> list[dict[str, str]]:
-        if isinstance(self.destination, ParquetFolder):
-            return [{"name": "answer log", "url": self.destination.url}]
-        return []
+        return [{"name": "answer log", "url": self.destination.url}]

@@ -38,7 +38,9 @@ def read_answer_table(
     if isinstance(source, str | os.PathLike):
         source = ParquetFolder(os.fspath(source))
     if not isinstance(source, ParquetFolder):
-        raise AnswerLogError(f"reading the {source.describe()} is not supported yet")
+        from merlin_torch_serving.answer_log.redis_sink import read_stream
+
+        return read_stream(source)
     folder = Path(source.path)
     if not folder.is_dir():
         raise AnswerLogError(

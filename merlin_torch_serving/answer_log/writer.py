@@ -247,4 +247,6 @@ def open_sink(destination: Destination) -> Sink:
         from merlin_torch_serving.answer_log.parquet_sink import FolderSink
 
         return FolderSink(destination)
-    raise ValueError(f"no sink writes to {destination.describe()} yet")
+    from merlin_torch_serving.answer_log.redis_sink import StreamSink
+
+    return StreamSink(destination)

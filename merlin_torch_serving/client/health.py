@@ -7,10 +7,11 @@ forever, and nothing is logged. The launcher sees the stubs themselves (``launch
 client of a server in another process sends a model a request of no rows instead
 (``probe_request``, ``stub_answered``). Both read the server's answers with the parsers here.
 
-A model can also depend on a service outside the server (a feature server): its step's config
-names them (``SERVICES_PARAMETER``), and both reports ask each whether it answers
-(``service_health``); a model whose service is down still answers (with defaults), so it is
-``degraded``, not unhealthy.
+A model can also depend on a service outside the server (a feature server, a store of sessions):
+its step's config names them (``SERVICES_PARAMETER``), and both reports ask each whether it
+answers (``service_health``; stores through ``stores.reachability``); a model whose service is
+down still answers (with defaults, or from the request alone), so it is ``degraded``, not
+unhealthy.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving.stores.reachability import store_error
 
 
 @dataclass(frozen=True)
@@ -117,18 +119,20 @@ def with_services(health: ModelHealth, config_of: Callable[[], Mapping] | None) 
 
 def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
     """Whether each outside service a model config names answers: an HTTP service its health
-    endpoint (``<url>/health``) within ``SERVICE_TIMEOUT_S``, a folder (``file://``) whether it can
-    be written to (``folder_error``)."""
+    endpoint (``<url>/health``) within ``SERVICE_TIMEOUT_S``, a store ``store_error``'s check, a
+    folder (``file://``) whether it can be written to (``folder_error``)."""
     listed = config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value")
     if not listed:
         return ()
     report = []
     for service in json.loads(listed):
         url = service["url"].rstrip("/")
-        if url.startswith("file://"):
+        if url.startswith("file://"):  # a folder a model writes (an answer log's)
             error = folder_error(urllib.parse.urlparse(url).path)
             if error is None:
                 continue  # not on this machine: it cannot be told from here
+        elif not url.startswith(("http://", "https://")):  # a store: Redis, or an embedded file
+            error = store_error(url, SERVICE_TIMEOUT_S)
         else:
             try:
                 with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:

@@ -40,6 +40,7 @@ from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_fil
 from merlin_torch_serving.graph import answering, metrics
 from merlin_torch_serving.graph.executors import torch_threads
 from merlin_torch_serving.graph.plan import OpCall, Ref, run_calls
+from merlin_torch_serving.graph.rehearsal import rehearsing
 from merlin_torch_serving.graph.validation import EntryCheck
 from merlin_torch_serving.ops.base import ServingOperator, operator_class
 
@@ -265,8 +266,8 @@ class TritonPythonModel:
         self.metrics = (
             StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
         )
-        # Triton's own warm-up requests come first, one a call: their answers are nobody's
-        self._warmup_left = warmup_runs(config)
+        # Triton's model_warmup requests come first, one per execute: they rehearse (store nothing)
+        self.warmup_left = warmup_runs(config)
         self._served = answering.Answering(
             answering.SERVED,
             ensemble=self.step.ensemble,
@@ -290,8 +291,11 @@ class TritonPythonModel:
                 items.append(error)
         good = [i for i, item in enumerate(items) if not isinstance(item, Exception)]
         batch = [item for item in items if not isinstance(item, Exception)]
+        warming_up, self.warmup_left = self.warmup_left > 0, max(self.warmup_left - len(items), 0)
         whom = self._whom([requests[i] for i in good])
-        for i, answer in zip(good, self._run(batch, whom), strict=True):
+        with rehearsing(warming_up):
+            answers = self._run(batch, whom)
+        for i, answer in zip(good, answers, strict=True):
             items[i] = answer
         if self.metrics is not None:
             for _ in range(sum(isinstance(item, Exception) for item in items)):
@@ -312,12 +316,9 @@ class TritonPythonModel:
             step_metrics.close()
 
     def _whom(self, requests: list) -> answering.Answering:
-        """What a batch of ``requests`` answers: served requests by their ids, or warm-up."""
-        served = self._served
-        kind = answering.WARMUP if self._warmup_left > 0 else served.kind
-        self._warmup_left = max(self._warmup_left - len(requests), 0)
+        """What a batch of ``requests`` answers: the requests of these ids, by this model."""
         ids = tuple(request.request_id() for request in requests)
-        return dataclasses.replace(served, kind=kind, request_ids=ids)
+        return dataclasses.replace(self._served, request_ids=ids)
 
     def _run(self, batch: list[dict], whom: answering.Answering) -> list:
         """Per request, its answer or its error: merged when Triton batches the step."""
@@ -399,12 +400,11 @@ class TritonPythonModel:
             *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8)),
         ]
         # collecting, as served requests are, so that the operators' counting paths warm up too
-        with torch_threads(self.torch_threads), metrics.collecting():
+        with torch_threads(self.torch_threads), metrics.collecting(), rehearsing():
             for _ in range(int(warmup["count"])):
                 for batch in batches:
                     ids = tuple("" for _ in batch)
-                    whom = dataclasses.replace(self._served, kind=answering.WARMUP, request_ids=ids)
-                    self.step.run_batch(batch, whom)
+                    self.step.run_batch(batch, dataclasses.replace(self._served, request_ids=ids))
 
 
 def renamed_copy(

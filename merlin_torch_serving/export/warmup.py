@@ -16,8 +16,8 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
-from merlin_torch_serving.graph import answering
 from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref, run_calls
+from merlin_torch_serving.graph.rehearsal import rehearsing
 
 logger = logging.getLogger("merlin_torch_serving")
 
@@ -97,8 +97,8 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
 
 def _run(plan: Plan, request: TensorTable) -> dict:
     env = {Ref(REQUEST, name): column for name, column in request.items()}
-    # a made-up request: nobody sees its answer, an answer log in the graph records none of it
-    with answering.answering(answering.Answering(answering.WARMUP)):
+    # a warm-up request is no click and nobody's answer: it stores and logs nothing
+    with rehearsing():
         run_calls(plan.calls, env, plan.outputs)
     return env
 

@@ -1,6 +1,6 @@
 """Whom a run of a plan answers: the served requests it computes (their ids and how many answer
-rows each has, with the exported model that answers them), a warm-up, batch scoring, or a call in
-this process (nothing set).
+rows each has, with the exported model that answers them), batch scoring, or a call in this
+process (nothing set). Warm-up runs are ``rehearsal``'s: whatever they answer is nobody's.
 
 The python-backend host sets it around each run; operators that record what was answered (the
 answer log) read it. Like ``metrics``, a context variable: free when nobody sets it.
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 #: what a run answers
 SERVED = "served"  # requests a client sent, answered by a served step
-WARMUP = "warmup"  # requests the server made up to warm a model: nobody sees the answers
 SCORING = "scoring"  # batch scoring of a dataset: answers go to files, not to anyone's screen
 
 

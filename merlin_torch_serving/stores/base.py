@@ -88,6 +88,10 @@ class Store(abc.ABC):
     def forget(self, session: str) -> bool:
         """Remove everything stored about the session; whether anything was."""
 
+    @abc.abstractmethod
+    def count_sessions(self) -> int:
+        """How many sessions hold clicks that have not expired (a scan: for tools, not serving)."""
+
     # ---- rules -------------------------------------------------------------------------------
 
     @abc.abstractmethod

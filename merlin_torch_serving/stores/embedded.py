@@ -115,6 +115,13 @@ class EmbeddedStore(Store):
             removed += db.execute("DELETE FROM sessions WHERE session = ?", (session,)).rowcount
         return removed > 0
 
+    def count_sessions(self) -> int:
+        with self._transaction(write=False) as db:
+            (count,) = db.execute(
+                "SELECT COUNT(*) FROM sessions WHERE expires >= ?", (time.time(),)
+            ).fetchone()
+        return int(count)
+
     # ---- rules -------------------------------------------------------------------------------
 
     def block(self, rule_list: str, items: Iterable[str]) -> int:

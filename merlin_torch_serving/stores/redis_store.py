@@ -140,6 +140,12 @@ class RedisStore(Store):
         )
         return int(removed) > 0
 
+    def count_sessions(self) -> int:
+        pattern = self._clicks.replace("{%s}", "*")
+        return int(
+            self._call(lambda client: sum(1 for _ in client.scan_iter(match=pattern, count=1000)))
+        )
+
     # ---- rules -------------------------------------------------------------------------------
 
     def block(self, rule_list: str, items: Iterable[str]) -> int:

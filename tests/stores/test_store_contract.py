@@ -68,7 +68,9 @@ def test_eight_threads_appending_to_the_same_sessions_lose_no_click(store):
 
 def test_forget_removes_a_session_and_only_it(store):
     store.append({"gone": [click(1)], "kept": [click(2)]}, keep=10, ttl_s=600)
+    assert store.count_sessions() == 2
     assert store.forget("gone") is True
+    assert store.count_sessions() == 1
     assert store.forget("gone") is False
     assert store.clicks("gone") == []
     assert store.clicks("kept") == [b"row2"]

@@ -20,6 +20,7 @@ from merlin_torch_serving import (
 from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
 from merlin_torch_serving.graph import answering
+from merlin_torch_serving.graph.rehearsal import rehearsing
 from tests import routed_graphs, toy_session
 from tests.answer_logs import answered_sessions, assert_logged_once, logged_routed
 
@@ -90,10 +91,15 @@ def test_hashed_session_ids_are_the_keyed_blake2b_of_the_ids(tmp_path, toy_workf
     assert set(logged["session_id"]) == expected
 
 
-@pytest.mark.parametrize("kind", [answering.WARMUP, answering.SCORING])
+@pytest.mark.parametrize("kind", ["warm-up", "batch scoring"])
 def test_answers_nobody_sees_are_not_logged(tmp_path, toy_workflow, toy_model, kind):
     ensemble, log = logged_routed(toy_workflow, toy_model, ParquetFolder(tmp_path / "log"))
-    with answering.answering(answering.Answering(kind)):
+    nobody = (
+        rehearsing()
+        if kind == "warm-up"
+        else answering.answering(answering.Answering(answering.SCORING))
+    )
+    with nobody:
         ensemble.transform(rows(3, seed=2))
     assert log.status() is None  # nothing was handed to a writer
     assert not (tmp_path / "log").exists()
