@@ -62,7 +62,8 @@ class StreamSink:
     def write(self, table: pa.Table, number: int) -> None:
         names, columns = _fields(table)
         for start in range(0, table.num_rows, CHUNK):
-            values = [value for row in zip(*(c[start : start + CHUNK] for c in columns)) for value in row]
+            chunk = [column[start : start + CHUNK] for column in columns]
+            values = [value for row in zip(*chunk, strict=True) for value in row]
             marker = f"{self.destination.key}:written:{self._writer_id}:{number}:{start}"
             self._append(
                 keys=[self.destination.key, marker],
@@ -97,7 +98,7 @@ def _fields(table: pa.Table) -> tuple[list[str], list[list[str]]]:
 def read_stream(destination: RedisStream) -> pa.Table:
     """Every entry of the stream as records, oldest first."""
     client = connect(destination.redis)
-    entries = []
+    entries: list[dict] = []
     try:
         start = "-"
         while True:
@@ -133,9 +134,7 @@ def _table(entries: list[dict[str, str]]) -> pa.Table:
             "branch": pa.array(column("branch"), pa.string()),
             "variant": pa.array(column("variant"), pa.string()),
             "item_ids": pa.array(items, pa.list_(_id_type([i for row in items for i in row]))),
-            "scores": pa.array(
-                [json.loads(v) for v in column("scores")], pa.list_(pa.float32())
-            ),
+            "scores": pa.array([json.loads(v) for v in column("scores")], pa.list_(pa.float32())),
         }
     )
 
