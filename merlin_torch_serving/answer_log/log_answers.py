@@ -37,10 +37,6 @@ from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.topk import single_column
 from merlin_torch_serving.routing.experiment import session_buckets
 
-#: the counters it adds to the step's metrics (``export.step_metrics``)
-WRITTEN = "answer_log_written"
-DROPPED = "answer_log_dropped"
-FAILED_FLUSHES = "answer_log_failed_flushes"
 #: the salt of the sample's hash: sessions sampled apart from any experiment's split
 SAMPLE_SALT = "merlin_torch_serving.answer_log.sample"
 
@@ -236,9 +232,9 @@ class LogAnswers(ServingOperator):
             writer.submit(answers)
         if metrics.is_collecting():
             counts = writer.take_counts()
-            metrics.count(WRITTEN, counts.written)
-            metrics.count(DROPPED, counts.dropped)
-            metrics.count(FAILED_FLUSHES, counts.failed_flushes)
+            metrics.count(metrics.ANSWER_LOG_WRITTEN, counts.written)
+            metrics.count(metrics.ANSWER_LOG_DROPPED, counts.dropped)
+            metrics.count(metrics.ANSWER_LOG_FAILED_FLUSHES, counts.failed_flushes)
 
     def _writer_here(self) -> AnswerWriter:
         writer = self._writer

@@ -171,8 +171,12 @@ class AnswerWriter:
     # ---- the writing thread -----------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._closing.wait(self.flush_interval_s):
+        # flushes start every interval, however long the last one took (a slow disk's fsync): what
+        # a kill loses is what came since the last flush began, not an interval plus its length
+        due = time.monotonic() + self.flush_interval_s
+        while not self._closing.wait(max(due - time.monotonic(), 0.0)):
             self._flush()
+            due = max(due + self.flush_interval_s, time.monotonic())
         # closing: write until nothing is left or a flush fails, then publish what is open
         while self._pending_rows and self._flush():
             pass
