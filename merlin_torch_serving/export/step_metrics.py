@@ -78,7 +78,7 @@ DESCRIPTIONS = {
     metrics.ANSWER_LOG_DROPPED: (
         "Answered sessions the answer log dropped: its queue was full while writes failed"
     ),
-    metrics.ANSWER_LOG_FAILED_FLUSHES: "Flushes of the answer log that failed (disk full, Redis down)",
+    metrics.ANSWER_LOG_FAILED_FLUSHES: "Answer log flushes that failed (disk full, Redis down)",
 }
 
 
