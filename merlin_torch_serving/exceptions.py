@@ -152,11 +152,8 @@ class WorkflowNotFittedError(MerlinTorchServingError):
 
     def __init__(self, operators: Sequence[str]):
         self.operators = list(operators)
-        unfitted = (
-            f" (operators without statistics: {', '.join(self.operators)})"
-            if self.operators
-            else ""
-        )
+        listed = ", ".join(self.operators)
+        unfitted = f" (operators without statistics: {listed})" if self.operators else ""
         super().__init__(
             "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with "
             f"nvtabular.Workflow.load(path); this one is not fitted{unfitted}"
@@ -178,10 +175,7 @@ class ModelPreparationError(MerlinTorchServingError):
     def __init__(self, model: str, problem: str, hint: str = ""):
         self.model = model
         self.problem = problem
-        message = f"model {model!r}: {problem}"
-        if hint:
-            message += f"; {hint}"
-        super().__init__(message)
+        super().__init__(f"model {model!r}: {problem}" + (f"; {hint}" if hint else ""))
 
 
 class WorkflowError(MerlinTorchServingError, ValueError):
@@ -419,13 +413,7 @@ class StoreError(MerlinTorchServingError):
 
 
 class AnswerLogError(MerlinTorchServingError):
-    """An answer log (or the clicks its read-out joins) cannot be read as asked: what is wrong, then
-    how to fix it."""
-
-    def __init__(self, problem: str, fix: str = ""):
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"{problem}; {fix}" if fix else problem)
+    """An answer log, or the clicks its read-out joins, cannot be read as asked (then how to)."""
 
 
 class InferenceError(MerlinTorchServingError):

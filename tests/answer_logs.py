@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from merlin_torch_serving import Ensemble, LogAnswers, TransformWorkflow
+from merlin_torch_serving.routing import Experiment
 from tests import routed_graphs
 
 SESSION = "session_id"
@@ -96,3 +97,47 @@ def assert_logged_once(log: pd.DataFrame, expected: pd.DataFrame) -> None:
 
 def folder_files(folder: Path) -> list[str]:
     return sorted(os.listdir(folder))
+
+
+# ---- logs and clicks made up for the read-out ----------------------------------------------------
+
+T0 = pd.Timestamp("2026-01-01", tz="UTC")
+
+
+def answer(session, seconds, items, variant=None, branch=None, request=None):
+    return {
+        "request_id": request or f"r{session}-{seconds}",
+        "session_id": session,
+        "answered_at": T0 + pd.Timedelta(seconds=seconds),
+        "branch": branch,
+        "variant": variant,
+        "item_ids": np.array(items, dtype=np.int64),
+        "scores": np.linspace(1, 0, len(items), dtype=np.float32),
+    }
+
+
+def clicks(*rows):
+    """(session, item, seconds after T0) per click."""
+    frame = pd.DataFrame(rows, columns=["session_id", "item_id", "timestamp"])
+    frame["timestamp"] = frame["timestamp"] + T0.timestamp()
+    return frame
+
+
+def synthetic_experiment(weights: dict, hit_chance: dict, sessions: int = 3000, seed: int = 0):
+    """A log and the clicks after it: each session gets 1 to 5 answers of 10 items from its
+    variant; its next click is the answer's item at a random position with the variant's chance,
+    else an item never shown."""
+    rng = np.random.default_rng(seed)
+    experiment = Experiment("synthetic", weights)
+    ids = np.arange(sessions) + 10_000
+    variants = np.array(experiment.variants)[experiment.assign(ids)]
+    rows, click_rows = [], []
+    for session, variant in zip(ids, variants, strict=True):
+        for turn in range(int(rng.integers(1, 6))):
+            at = turn * 60
+            items = rng.choice(500, 10, replace=False)
+            rows.append(answer(int(session), at, items, variant, variant))
+            hit = rng.random() < hit_chance[variant]
+            clicked = items[rng.integers(0, 10)] if hit else 1000 + int(rng.integers(0, 500))
+            click_rows.append((int(session), int(clicked), at + 30))
+    return pd.DataFrame(rows), clicks(*click_rows)

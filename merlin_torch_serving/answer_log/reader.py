@@ -44,8 +44,8 @@ def read_answer_table(
     folder = Path(source.path)
     if not folder.is_dir():
         raise AnswerLogError(
-            f"no answer log at {str(folder)!r}: no such folder",
-            "pass the folder LogAnswers(ParquetFolder(...)) writes to",
+            f"no answer log at {str(folder)!r}: no such folder; pass the folder"
+            " LogAnswers(ParquetFolder(...)) writes to"
         )
     # journals first: one published between the two listings is then found as its parquet file,
     # and its journal's flushes are left out below
