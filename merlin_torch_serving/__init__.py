@@ -55,6 +55,7 @@ _LAZY = {
     "AllItemsUnknown": "merlin_torch_serving.routing",
     "BlockList": "merlin_torch_serving.live.rules",
     "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
+    "ClickColumns": "merlin_torch_serving.evaluation",
     "Client": "merlin_torch_serving.client.schema_client",
     "DecodeItemIds": "merlin_torch_serving.ops",
     "EmbeddedSettings": "merlin_torch_serving.stores.settings",
@@ -81,6 +82,7 @@ _LAZY = {
     "ParquetFolder": "merlin_torch_serving.answer_log",
     "Predicate": "merlin_torch_serving.routing",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "Readout": "merlin_torch_serving.evaluation",
     "RedisSettings": "merlin_torch_serving.stores.settings",
     "RedisStream": "merlin_torch_serving.answer_log",
     "RetrieveTopK": "merlin_torch_serving.ops",
@@ -99,6 +101,7 @@ _LAZY = {
     "TritonExecutor": "merlin_torch_serving.graph.executors",
     "TritonServer": "merlin_torch_serving.launcher.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
+    "evaluate_answers": "merlin_torch_serving.evaluation",
     "open_store": "merlin_torch_serving.stores.opening",
     "read_answers": "merlin_torch_serving.answer_log",
     "score_dataset": "merlin_torch_serving.scoring.dataset",
@@ -114,6 +117,7 @@ __all__ = [
     "BlockList",
     "BundleError",
     "CategoryVocabulary",
+    "ClickColumns",
     "Client",
     "DecodeItemIds",
     "EmbeddedSettings",
@@ -150,6 +154,7 @@ __all__ = [
     "PortInUseError",
     "Predicate",
     "PredictPytorch",
+    "Readout",
     "RedisSettings",
     "RedisStream",
     "RepositoryExistsError",
@@ -181,6 +186,7 @@ __all__ = [
     "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "evaluate_answers",
     "open_store",
     "read_answers",
     "score_dataset",
@@ -197,6 +203,7 @@ def __getattr__(name: str):
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.answer_log import LogAnswers, ParquetFolder, RedisStream, read_answers
+    from merlin_torch_serving.evaluation import ClickColumns, Readout, evaluate_answers
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary
