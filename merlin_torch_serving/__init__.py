@@ -203,10 +203,10 @@ def __getattr__(name: str):
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.answer_log import LogAnswers, ParquetFolder, RedisStream, read_answers
-    from merlin_torch_serving.evaluation import ClickColumns, Readout, evaluate_answers
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary
+    from merlin_torch_serving.evaluation import ClickColumns, Readout, evaluate_answers
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.graph.ensemble import Ensemble

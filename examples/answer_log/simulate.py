@@ -5,8 +5,9 @@ with the time it is made, after the answer it follows.
 At step t every session of t clicks or more sends its first t clicks (one request for all of them,
 as many users clicking at once), right after its click t is written down with the time now; the
 graph logs the answers; the next step writes click t + 1 down, so each click comes after the answer
-it may have been drawn to (a session's last answer is followed by none). The clicks file has the data's columns and ``clicked_at``
-(seconds since the epoch, wall time): the read-out joins the log with it.
+it may have been drawn to (a session's last answer is followed by none). The clicks file has the
+data's columns and ``clicked_at`` (seconds since the epoch, wall time): the read-out joins the log
+with it.
 """
 
 from __future__ import annotations
