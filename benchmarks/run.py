@@ -101,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import idle
 
         return idle.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "log":
+        from benchmarks import answer_log
+
+        return answer_log.main(rest + ["--output-dir", str(arguments.output_dir)])
     if arguments.only == "routing":
         from benchmarks import routing
 
@@ -158,10 +162,11 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "idle", "merging", "multistage", "routing", "scoring"],
+        choices=["catalog", "idle", "log", "merging", "multistage", "routing", "scoring"],
         help=(
             "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
             " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
+            " what the answer log costs the requests it logs (benchmarks/answer_log.py),"
             " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
             " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py), what a"
             " route costs one session (benchmarks/routing.py) or batch scoring on Dask against a"

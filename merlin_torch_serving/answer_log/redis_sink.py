@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from merlin_torch_serving.answer_log import records
 from merlin_torch_serving.answer_log.destinations import RedisStream
+from merlin_torch_serving.exceptions import AnswerLogError
 from merlin_torch_serving.stores.redis_store import connect
 
 #: entries per script call, and how long a flush's marker lives (seconds)
@@ -107,6 +108,11 @@ def read_stream(destination: RedisStream) -> pa.Table:
             if len(page) < READ_PAGE:
                 break
             start = "(" + page[-1][0].decode()
+    except Exception as error:  # redis's own errors: unreachable, refused, timed out
+        raise AnswerLogError(
+            f"the {destination.describe()} cannot be read: {type(error).__name__}: {error}; check"
+            " that the server answers and the settings (password_env, ca_file) match it"
+        ) from error
     finally:
         client.close()
     if not entries:

@@ -18,12 +18,15 @@ import tritonclient.grpc
 import tritonclient.http
 
 from merlin_torch_serving import (
+    AnswerLogError,
     Client,
     DecodeItemIds,
     Ensemble,
     LogAnswers,
     ParquetFolder,
     PredictPytorch,
+    RedisSettings,
+    RedisStream,
     TopK,
     TransformWorkflow,
     TritonServer,
@@ -33,6 +36,7 @@ from merlin_torch_serving.data import frames, wire
 from tests import toy_session
 from tests.answer_logs import fill, logged_routed, small_filesystem
 from tests.integration.test_metrics import scrape, value
+from tests.redis_fixtures import fresh_redis_server
 from tests.served import raw_infer
 
 pytestmark = pytest.mark.integration
@@ -70,15 +74,18 @@ def served(triton_server, toy_workflow, toy_model, small_disk):
     triton_server.unload(NAME)
 
 
-def send(url: str, protocol: str, ensemble: Ensemble, rows, request_id: str) -> dict:
-    """The served answer to ``rows`` (a raw request under ``request_id``), by output column."""
+def send(
+    url: str, protocol: str, ensemble: Ensemble, rows, request_id: str, model: str = NAME
+) -> dict:
+    """The served answer of ``model`` to ``rows`` (a raw request under ``request_id``), by output
+    column."""
     schema = ensemble.input_schema
     arrays = wire.to_wire(frames.frame_to_table(rows, schema))
     names = {
         spec.name: wire.response_name(spec.name, schema.column_names)
         for spec in wire.schema_specs(ensemble.output_schema)
     }
-    answer = raw_infer(PROTOCOLS[protocol], url, NAME, arrays, list(names.values()), request_id)
+    answer = raw_infer(PROTOCOLS[protocol], url, model, arrays, list(names.values()), request_id)
     return {name: wire.bytes_to_text(answer[sent]) for name, sent in names.items()}
 
 
@@ -180,7 +187,7 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
         assert step.healthy
         # drops are counted as they happen, failed flushes with the next request (it fits)
         send(triton_server.grpc_url, "grpc", ensemble, requests[0][:1], "full-last")
-        after = published(triton_server, "mts_answer_log_failed_flushes_total", before)
+        after = published_for(triton_server, STEP, "mts_answer_log_failed_flushes_total", before)
         dropped = value(after, "mts_answer_log_dropped_total", model=STEP)
         dropped -= value(before, "mts_answer_log_dropped_total", model=STEP) or 0
         assert dropped == 64 * (len(requests) - queued)
@@ -193,13 +200,83 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
     assert len(full) == 64 * queued + 1
 
 
-def published(triton_server, name: str, before: str, timeout_s: float = 30.0) -> str:
-    """The metrics once the step published more of counter ``name`` than in ``before``."""
+REDIS_LOGGED = "logged_redis"
+REDIS_STEP = f"{REDIS_LOGGED}-0-transformworkflow_route_loganswers"
+
+
+def test_a_redis_stream_logs_every_answer_and_redis_stopped_fails_no_request(
+    triton_server, toy_workflow, toy_model, tmp_path
+):
+    """The served graph logging to a Redis stream of its own redis-server: answers read back
+    exactly; the server stopped: every request answered, the drops counted, health degraded;
+    started again: what was queued is written."""
+    with fresh_redis_server(tmp_path / "redis") as redis:
+        stream = RedisStream(RedisSettings(redis.url, timeout_s=0.5, connect_timeout_s=0.5))
+        ensemble, _ = logged_routed(
+            toy_workflow,
+            toy_model,
+            stream,
+            inline=("current", "candidate", "popular"),
+            flush_interval_s=FLUSH_S,
+            max_pending=100,
+        )
+        ensemble.export(triton_server.repository, REDIS_LOGGED)
+        triton_server.load(REDIS_LOGGED)
+        try:
+            rows = toy_session.interactions(7, seed=21, first_session=700_000)
+            answer = send(triton_server.grpc_url, "grpc", ensemble, rows, "r-1", REDIS_LOGGED)
+            logged = _stream_records(stream, 7).set_index("session_id")
+            for row, session in enumerate(answer["session_id"]):
+                record = logged.loc[session]
+                np.testing.assert_array_equal(record["item_ids"], answer["item_ids"][row])
+                np.testing.assert_array_equal(record["scores"], answer["item_scores"][row])
+            assert set(logged["request_id"]) == {"r-1"}
+
+            redis.stop()
+            before = scrape(triton_server.metrics_url)
+            for index in range(20):  # 140 sessions: 98 fit the queue (14 requests), 42 do not
+                sent = send(
+                    triton_server.grpc_url, "grpc", ensemble, rows, f"down-{index}", REDIS_LOGGED
+                )
+                assert len(sent["session_id"]) == 7
+            (step,) = [h for h in triton_server.health() if h.name == REDIS_STEP]
+            assert step.degraded
+            assert not step.services[0].reachable
+            name = "mts_answer_log_dropped_total"
+            after = published_for(triton_server, REDIS_STEP, name, before)
+            dropped = value(after, name, model=REDIS_STEP) - (
+                value(before, name, model=REDIS_STEP) or 0
+            )
+            assert dropped == 42
+
+            redis.start()
+            kept = _stream_records(stream, 7 + 98)
+            assert len(kept) == 7 + 98
+            assert set(kept["request_id"]) == {"r-1"} | {f"down-{i}" for i in range(14)}
+        finally:
+            triton_server.unload(REDIS_LOGGED)
+
+
+def _stream_records(stream, rows: int, timeout_s: float = 60.0):
+    """The stream's records once it holds ``rows`` (Redis may still be starting)."""
     deadline = time.monotonic() + timeout_s
-    wanted = value(before, name, model=STEP) or 0
+    while True:
+        try:
+            logged = read_answers(stream)
+        except AnswerLogError:
+            logged = None
+        if (logged is not None and len(logged) >= rows) or time.monotonic() > deadline:
+            return logged
+        time.sleep(0.1)
+
+
+def published_for(triton_server, model: str, name: str, before: str, timeout_s: float = 30.0):
+    """The metrics once ``model`` published more of counter ``name`` than in ``before``."""
+    deadline = time.monotonic() + timeout_s
+    wanted = value(before, name, model=model) or 0
     while True:
         text = scrape(triton_server.metrics_url)
-        if (value(text, name, model=STEP) or 0) > wanted or time.monotonic() > deadline:
+        if (value(text, name, model=model) or 0) > wanted or time.monotonic() > deadline:
             return text
         time.sleep(0.2)
 
