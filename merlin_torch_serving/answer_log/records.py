@@ -128,37 +128,54 @@ def session_hash(session_ids, key: str) -> np.ndarray:
 
 
 def to_table(batches: list[Answers], session_id_key: str | None = None) -> pa.Table:
-    """The records of ``batches``, in order."""
-    return pa.concat_tables([_table(batch, session_id_key) for batch in batches])
+    """The records of ``batches``, in order: each batch's columns made with numpy, then each
+    column made once for all of them (a flush holds many small batches, one per request)."""
+    parts = [_columns(batch) for batch in batches]
 
+    def joined(name):
+        return np.concatenate([part[name] for part in parts])
 
-def _table(batch: Answers, session_id_key: str | None) -> pa.Table:
-    rows = batch.rows
-    whom = batch.whom or Answering("")
-    sessions = (
-        session_hash(batch.session_ids, session_id_key)
-        if session_id_key
-        else batch.session_ids.reshape(-1)
-    )
-    items, scores = _shown(batch)
-    answered_at = pa.array(
-        np.full(rows, batch.answered_at_ns // 1000, dtype=np.int64), pa.timestamp("us", tz="UTC")
-    )
+    sessions = joined("session_id")
+    if session_id_key:
+        sessions = session_hash(sessions, session_id_key)
+    offsets = np.concatenate([[0], np.cumsum(joined("shown"))]).astype(np.int32)
+    text = pa.string()
     return pa.table(
         {
-            "request_id": pa.array(_request_ids(whom, batch.owners, rows), pa.string()),
+            "request_id": pa.array(joined("request_id"), text),
             "session_id": _session_array(sessions),
-            "answered_at": answered_at,
-            "ensemble": pa.array(np.full(rows, whom.ensemble, dtype=object), pa.string()),
-            "ensemble_version": pa.array(np.full(rows, whom.ensemble_version), pa.int64()),
-            "model": pa.array(np.full(rows, whom.model, dtype=object), pa.string()),
-            "model_version": pa.array(np.full(rows, whom.version), pa.int64()),
-            "branch": _labels(batch.branches, rows),
-            "variant": _labels(batch.variants, rows),
-            "item_ids": items,
-            "scores": scores,
+            "answered_at": pa.array(joined("answered_at"), pa.timestamp("us", tz="UTC")),
+            "ensemble": pa.array(joined("ensemble"), text),
+            "ensemble_version": pa.array(joined("ensemble_version"), pa.int64()),
+            "model": pa.array(joined("model"), text),
+            "model_version": pa.array(joined("model_version"), pa.int64()),
+            "branch": pa.array(joined("branch"), text),
+            "variant": pa.array(joined("variant"), text),
+            "item_ids": pa.ListArray.from_arrays(pa.array(offsets), _values(joined("item_ids"))),
+            "scores": pa.ListArray.from_arrays(pa.array(offsets), pa.array(joined("scores"))),
         }
     )
+
+
+def _columns(batch: Answers) -> dict[str, np.ndarray]:
+    """A batch's columns as numpy arrays, the lists flat with the number of items of each row."""
+    rows = batch.rows
+    whom = batch.whom or Answering("")
+    items, scores, shown = _shown(batch)
+    return {
+        "request_id": _request_ids(whom, batch.owners, rows),
+        "session_id": batch.session_ids.reshape(-1),
+        "answered_at": np.full(rows, batch.answered_at_ns // 1000, dtype=np.int64),
+        "ensemble": np.full(rows, whom.ensemble, dtype=object),
+        "ensemble_version": np.full(rows, whom.ensemble_version, dtype=np.int64),
+        "model": np.full(rows, whom.model, dtype=object),
+        "model_version": np.full(rows, whom.version, dtype=np.int64),
+        "branch": _labels(batch.branches, rows),
+        "variant": _labels(batch.variants, rows),
+        "item_ids": items,
+        "scores": scores,
+        "shown": shown,
+    }
 
 
 def _request_ids(whom: Answering, owners: np.ndarray | None, rows: int) -> np.ndarray:
@@ -169,27 +186,18 @@ def _request_ids(whom: Answering, owners: np.ndarray | None, rows: int) -> np.nd
     return np.array(ids, dtype=object)[owners]
 
 
-def _shown(batch: Answers) -> tuple[pa.Array, pa.Array]:
-    """The items shown to each session and their scores, as list arrays."""
+def _shown(batch: Answers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The items shown to each session and their scores, flat, and how many each row has."""
     ids, scores = batch.item_ids, batch.scores
     if batch.offsets is not None:
-        offsets = batch.offsets.astype(np.int32)
-        flat_ids, flat_scores = ids, scores
-    else:
-        width = ids.shape[1] if ids.ndim > 1 else 1
-        ids, scores = ids.reshape(batch.rows, width), scores.reshape(batch.rows, width)
-        counts = (
-            np.full(batch.rows, width)
-            if batch.counts is None
-            else np.clip(batch.counts.reshape(-1), 0, width)
-        )
-        kept = np.arange(width)[np.newaxis, :] < counts[:, np.newaxis]
-        flat_ids, flat_scores = ids[kept], scores[kept]
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    return (
-        pa.ListArray.from_arrays(pa.array(offsets), _values(flat_ids)),
-        pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat_scores)),
-    )
+        return ids, scores, np.diff(batch.offsets)
+    width = ids.shape[1] if ids.ndim > 1 else 1
+    ids, scores = ids.reshape(batch.rows, width), scores.reshape(batch.rows, width)
+    if batch.counts is None:
+        return ids.reshape(-1), scores.reshape(-1), np.full(batch.rows, width)
+    counts = np.clip(batch.counts.reshape(-1), 0, width)
+    kept = np.arange(width)[np.newaxis, :] < counts[:, np.newaxis]
+    return ids[kept], scores[kept], counts
 
 
 def _values(ids: np.ndarray) -> pa.Array:
@@ -204,7 +212,8 @@ def _session_array(sessions: np.ndarray) -> pa.Array:
     return pa.array(sessions.astype(np.int64, copy=False))
 
 
-def _labels(values: np.ndarray | None, rows: int) -> pa.Array:
+def _labels(values: np.ndarray | None, rows: int) -> np.ndarray:
+    """A route's labels, or nulls without a route."""
     if values is None:
-        return pa.nulls(rows, pa.string())
-    return pa.array(values.reshape(-1), pa.string())
+        return np.full(rows, None, dtype=object)
+    return values.reshape(-1).astype(object, copy=False)
