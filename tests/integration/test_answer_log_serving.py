@@ -141,6 +141,7 @@ def test_files_are_published_whole_and_the_log_reads_while_the_server_writes(tri
 
     thread = threading.Thread(target=traffic)
     thread.start()
+    logged_under(folder, [], 0)  # the folder is made with the first flush
     seen = []
     try:
         while thread.is_alive() and len(seen) < 100:
@@ -174,9 +175,7 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
         requests = [
             toy_session.interactions(64, seed=s, first_session=600_000 + 100 * s) for s in range(20)
         ]
-        # a request's answers are queued whole or dropped whole: 15 fit the queue, 5 do not
-        queued = MAX_PENDING // 64
-        for index, rows in enumerate(requests):
+        for index, rows in enumerate(requests):  # 1,280 sessions: the queue holds 1,000
             answer = send(triton_server.grpc_url, "grpc", ensemble, rows, f"full-{index}")
             assert len(answer["session_id"]) == 64
         (step,) = [h for h in Client(triton_server.grpc_url).health() if h.name == STEP]
@@ -185,19 +184,23 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
         assert "is full" in log.error
         assert step.degraded
         assert step.healthy
-        # drops are counted as they happen, failed flushes with the next request (it fits)
+        # drops are counted as they happen, failed flushes with the next request
         send(triton_server.grpc_url, "grpc", ensemble, requests[0][:1], "full-last")
         after = published_for(triton_server, STEP, "mts_answer_log_failed_flushes_total", before)
         dropped = value(after, "mts_answer_log_dropped_total", model=STEP)
         dropped -= value(before, "mts_answer_log_dropped_total", model=STEP) or 0
-        assert dropped == 64 * (len(requests) - queued)
+        # a request's answers are queued whole or dropped whole; a first flush may still fit in
+        # the last page of the open file, so some 5 or 4 requests of 64 are dropped
+        assert dropped in (64 * 4, 64 * 5)
     finally:
         filler.unlink()
-    ids = [f"full-{i}" for i in range(len(requests))] + ["full-last"]
-    full = logged_under(folder, ids, 64 * queued + 1)
-    # what was queued is written once the disk has room again
-    assert set(full["request_id"]) == {f"full-{i}" for i in range(queued)} | {"full-last"}
-    assert len(full) == 64 * queued + 1
+    sent = 64 * len(requests) + 1
+    full = logged_under(
+        folder, [f"full-{i}" for i in range(len(requests))] + ["full-last"], sent - dropped
+    )
+    # what was queued is written once the disk has room again: every answer logged or counted
+    assert len(full) + dropped == sent
+    assert full.groupby("request_id").size().isin([64, 1]).all()
 
 
 REDIS_LOGGED = "logged_redis"
