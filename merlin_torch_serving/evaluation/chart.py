@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from merlin_torch_serving.evaluation.readout import Readout, metric_names
+from merlin_torch_serving.evaluation.findings import Findings, metric_names
 from merlin_torch_serving.exceptions import AnswerLogError
 
 
-def chart(readout: Readout, path: Path) -> Path:
+def chart(readout: Findings, path: Path) -> Path:
     try:
         import matplotlib
 

@@ -19,7 +19,7 @@ fallback answered it: the comparison is by assignment); a branch is the one that
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,101 +27,37 @@ import numpy as np
 import pandas as pd
 
 from merlin_torch_serving.evaluation import intervals
-from merlin_torch_serving.evaluation.intervals import Estimate
+from merlin_torch_serving.evaluation.chart import chart
+from merlin_torch_serving.evaluation.findings import (
+    Comparison,
+    Findings,
+    GroupReadout,
+    metric_names,
+)
+from merlin_torch_serving.evaluation.impressions import impressions
 from merlin_torch_serving.evaluation.join import Joined
+from merlin_torch_serving.evaluation.report import table
 
 
 @dataclass(frozen=True)
-class GroupReadout:
-    """The metrics of one group of answers: ``kind`` "overall", "variant" or "branch"."""
+class Readout(Findings):
+    """What ``evaluate_answers`` found (``Findings``: ``groups``, ``comparisons``,
+    ``better_variant()``), with the join it was measured on: ``table()``, ``chart(path)``,
+    ``impressions()``."""
 
-    kind: str
-    name: str
-    answers: int
-    sessions: int
-    #: answers followed by a click within the window, those the metrics judge
-    judged: int
-    metrics: dict[str, Estimate]
-    coverage: dict[int, float]
-    #: per metric, its ratio over sessions (for differences)
-    ratios: dict[str, intervals.Ratio]
-
-    @property
-    def label(self) -> str:
-        return self.kind if self.kind == "overall" else f"{self.kind} {self.name}"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A variant's difference from the control on one metric, with its 95 % interval."""
-
-    variant: str
-    control: str
-    metric: str
-    difference: Estimate
-
-    @property
-    def verdict(self) -> str:
-        if not self.difference.excludes_zero():
-            return "no difference"
-        return "better" if self.difference.value > 0 else "worse"
-
-
-@dataclass(frozen=True)
-class Readout:
-    """What ``evaluate_answers`` found; ``table()``, ``chart(path)``, ``impressions()``."""
-
-    groups: list[GroupReadout]
-    comparisons: list[Comparison]
-    control: str | None
-    catalog_size: int
     joined: Joined
-
-    @property
-    def ks(self) -> tuple[int, ...]:
-        return self.joined.ks
-
-    @property
-    def primary_metric(self) -> str:
-        """What names the better variant: the hit rate at the largest k."""
-        return f"hit_rate@{max(self.ks)}"
-
-    def group(self, kind: str, name: str = "") -> GroupReadout:
-        return next(g for g in self.groups if g.kind == kind and g.name == name)
-
-    def better_variant(self, metric: str | None = None) -> str | None:
-        """The variant better than each other one on ``metric`` (the primary one by default):
-        every difference's 95 % interval above zero. None when no variant is."""
-        metric = metric or self.primary_metric
-        variants = [g for g in self.groups if g.kind == "variant"]
-        for best in variants:
-            others = [g for g in variants if g is not best]
-            if others and all(
-                intervals.difference(best.ratios[metric], other.ratios[metric]).low > 0
-                for other in others
-            ):
-                return best.name
-        return None
 
     def impressions(self) -> pd.DataFrame:
         """Every item shown, with whether the session clicked it within the window after."""
-        from merlin_torch_serving.evaluation.impressions import impressions
-
         return impressions(self.joined)
 
     def table(self) -> str:
-        from merlin_torch_serving.evaluation.report import table
-
+        """The read-out as a Markdown table, with the differences and the better variant."""
         return table(self)
 
     def chart(self, path: str | os.PathLike) -> Path:
-        from merlin_torch_serving.evaluation.chart import chart
-
+        """The read-out drawn into the PNG file ``path``."""
         return chart(self, Path(path))
-
-
-def metric_names(ks: Sequence[int]) -> list[str]:
-    return [f"hit_rate@{k}" for k in ks] + [f"recall@{k}" for k in ks] + ["mrr"]
 
 
 def read_out(
@@ -161,7 +97,15 @@ def read_out(
                     intervals.difference(treated.ratios[metric], base.ratios[metric]),
                 )
             )
-    return Readout(groups, comparisons, control if variants else None, catalog_size, joined)
+    return Readout(
+        groups,
+        comparisons,
+        control if variants else None,
+        catalog_size,
+        joined.ks,
+        joined.window,
+        joined,
+    )
 
 
 def _group(

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 
+from merlin_torch_serving.evaluation.findings import Findings, metric_names
 from merlin_torch_serving.evaluation.intervals import Estimate
-from merlin_torch_serving.evaluation.readout import Readout, metric_names
 
 
-def table(readout: Readout) -> str:
-    joined = readout.joined
-    minutes = joined.window.total_seconds() / 60
+def table(readout: Findings) -> str:
+    minutes = readout.window.total_seconds() / 60
     overall = readout.group("overall")
     metrics = metric_names(readout.ks)
     lines = [
