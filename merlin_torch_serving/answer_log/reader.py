@@ -65,5 +65,11 @@ def read_answer_table(
     tables = [table for table in tables if table.num_rows]
     if not tables:
         return records.EMPTY.empty_table()
-    table = pa.concat_tables(tables, promote_options="default")
+    try:
+        table = pa.concat_tables(tables, promote_options="default")
+    except pa.ArrowInvalid as error:
+        raise AnswerLogError(
+            f"the answer log at {str(folder)!r} holds files of graphs whose records differ"
+            f" ({error}); give each graph a folder of its own"
+        ) from error
     return table.sort_by([("answered_at", "ascending")])

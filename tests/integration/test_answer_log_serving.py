@@ -293,19 +293,26 @@ SLACK_S = 1.0
 
 
 def test_sigkill_loses_at_most_the_last_flush_interval_nothing_comes_twice_and_a_graceful_stop_loses_nothing(  # noqa: E501
-    tmp_path, toy_workflow, toy_model
+    tmp_path, toy_workflow, toy_model, pytorch_backend
 ):
+    """The model, TopK and DecodeItemIds compiled into one libtorch step, the log a python step
+    after it: what it records comes out of Triton's tensors, copied before they are freed."""
     features = toy_workflow.input_schema.column_names >> TransformWorkflow(toy_workflow)
     scripted, inputs, outputs = toy_model
     graph = (
         features
-        >> PredictPytorch(scripted, inputs, outputs)
+        >> PredictPytorch(scripted, inputs, outputs, backend="pytorch")
         >> TopK(3, seen_items=features["item_id-list"], exclude_ids=[0, 1, 2])
         >> DecodeItemIds(toy_workflow)
         >> LogAnswers(ParquetFolder(tmp_path / "log"), session_ids=features["session_id"])
     )
     ensemble = Ensemble(graph, toy_workflow.input_schema)
-    ensemble.export(tmp_path / "repository", KILLED)
+    exported = ensemble.export(tmp_path / "repository", KILLED)
+    assert [model.rsplit("-", 1)[-1] for model in exported.models[:-1]] == [
+        "transformworkflow",
+        "predictpytorch_topk_decodeitemids",
+        "loganswers",
+    ]
     requests = [toy_session.interactions(1, seed=s, first_session=s) for s in range(50)]
     arrays = [wire.to_wire(frames.frame_to_table(r, ensemble.input_schema)) for r in requests]
 
@@ -347,6 +354,12 @@ def test_sigkill_loses_at_most_the_last_flush_interval_nothing_comes_twice_and_a
     assert len(keys) == len(set(keys))
     assert stopped <= set(keys), "an answer acknowledged before a graceful stop was lost"
     print(f"graceful stop: {len(stopped)} answers acknowledged, every one logged once")
+    # each record holds what its session was answered, read out of the libtorch step's tensors
+    expected = {int(r["session_id"].iloc[0]): ensemble.transform(r) for r in requests}
+    for record in logged.itertuples():
+        answer = expected[record.session_id]
+        np.testing.assert_array_equal(record.item_ids, answer["item_ids"].iloc[0])
+        np.testing.assert_array_equal(record.scores, answer["item_scores"].iloc[0])
 
 
 class Load:
