@@ -26,7 +26,7 @@ def logged_routed(workflow, model, destination, *, inline=("popular",), **option
         workflow, filtered_sessions="unfiltered"
     )
     log = LogAnswers(destination, session_ids=features[SESSION], **options)
-    graph = routed_graphs.routed(workflow, model, inline=inline) >> log
+    graph = routed_graphs.routed(workflow, model, inline=inline, features=features) >> log
     return Ensemble(graph, workflow.input_schema), log
 
 

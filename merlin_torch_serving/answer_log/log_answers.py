@@ -50,8 +50,9 @@ class LogAnswers(ServingOperator):
         ``ParquetFolder(path)`` (a folder of parquet files, no service needed) or
         ``RedisStream(url)`` (a stream servers share).
     session_ids
-        The session id column: a one-column selection of an upstream node (usually the workflow's,
-        ``features["session_id"]``) or the name of a column it receives.
+        The session id column: a one-column selection of an upstream node (the workflow's node the
+        graph is built on, ``features["session_id"]``: another node of the same workflow would
+        run it twice) or the name of a column it receives.
     items, scores
         The columns of the items shown and their scores (``TopK``'s by default): lists per session.
     item_count
