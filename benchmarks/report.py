@@ -19,7 +19,15 @@ from benchmarks.results import (
     as_dicts,
     find,
 )
-from benchmarks.targets import Target
+from benchmarks.targets import (
+    ASYNC_CLIENT,
+    ASYNC_COROUTINES,
+    CLIENT_THREADS,
+    INTERLEAVED,
+    PREBUILT_CLIENT,
+    PROJECT_CLIENT,
+    Target,
+)
 
 
 def write_json(
@@ -58,6 +66,7 @@ def write_markdown(
     machine = run["environment"]
     uncommitted = " with uncommitted changes" if machine["uncommitted_changes"] else ""
     quick = " --quick" if run["settings"]["mode"] == "quick" else ""
+    quick += " --only client" if run["settings"].get("client_only") else ""
     lines = [
         "# Serving benchmark: session-based Transformers4Rec model with its NVTabular workflow",
         "",
@@ -77,12 +86,17 @@ def write_markdown(
         "",
         "## Latency and throughput",
         "",
-        (
-            "![p50 latency and sessions per second, this project against Merlin Systems 23.08,"
-            " with the in-process limit and the Triton floor as reference"
-            f" lines]({path.with_suffix('.png').name})"
-        ),
-        "",
+    ]
+    if not run["settings"].get("client_only"):  # the chart compares with Merlin Systems
+        lines += [
+            (
+                "![p50 latency and sessions per second, this project against Merlin Systems"
+                " 23.08, with the in-process limit and the Triton floor as reference"
+                f" lines]({path.with_suffix('.png').name})"
+            ),
+            "",
+        ]
+    lines += [
         (
             "Each server first answers its cold-start requests (below) and then every request of"
             f" every setting {run['settings']['steady_state_passes']} times, so rows measure a"
@@ -149,13 +163,17 @@ def write_markdown(
             for s in starts
         ],
     ]
-    lines += [
-        "",
-        "## The mixed export beside the all-python one",
-        "",
-        *_mixed_beside_python(measurements, starts),
-    ]
-    lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
+    if any(m.system == PROJECT for m in measurements):
+        lines += [
+            "",
+            "## The mixed export beside the all-python one",
+            "",
+            *_mixed_beside_python(measurements, starts),
+        ]
+    if any(m.client == ASYNC_CLIENT for m in measurements):
+        lines += ["", "## What the clients cost", "", *_client_cost(measurements)]
+    if run["in_process_parts"]:
+        lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
     lines += ["", "## What each system is", "", *[f"- {note}" for note in run["notes"]]]
     lines += [
         "",
@@ -216,6 +234,45 @@ def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerSta
         ):
             values = [getattr(start[system], field) for system in systems]
             lines.append(_ratio_row(label, values, digits))
+    return lines
+
+
+def _client_cost(measurements: list[Measurement]) -> list[str]:
+    """Per export and protocol: one session through prebuilt tritonclient requests, ``Client`` and
+    ``AsyncClient``, what each client adds, and the throughput of threads against coroutines."""
+    lines = [
+        (
+            "One session per request. `Client` and `AsyncClient` take the DataFrame of raw rows and"
+            " return a DataFrame; `tritonclient, prebuilt` sends tensors built before timing. The"
+            " three take turns request by request from one event loop (the `interleaved` rows),"
+            " so that the machine's drift weighs on all alike. Own cost: `Client`'s p50 minus"
+            " prebuilt's; async extra: `AsyncClient`'s p50 minus `Client`'s. Throughput:"
+            f" {CLIENT_THREADS} threads, each with its `Client`, against {ASYNC_COROUTINES}"
+            " coroutines of one event loop sharing one `AsyncClient`."
+        ),
+        "",
+        (
+            "| system | protocol | prebuilt p50 ms | Client p50 ms | own cost ms | AsyncClient"
+            f" p50 ms | async extra ms | Client x{CLIENT_THREADS} sessions/s | AsyncClient"
+            f" x{ASYNC_COROUTINES} sessions/s |"
+        ),
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for system, protocol in sorted(
+        {(m.system, m.protocol) for m in measurements if m.client == ASYNC_CLIENT}
+    ):
+        prebuilt, client, awaited = (
+            find(measurements, system, protocol, 1, 1, name + INTERLEAVED)
+            for name in (PREBUILT_CLIENT, PROJECT_CLIENT, ASYNC_CLIENT)
+        )
+        threads = find(measurements, system, protocol, 1, CLIENT_THREADS, PROJECT_CLIENT)
+        coroutines = find(measurements, system, protocol, 1, ASYNC_COROUTINES, ASYNC_CLIENT)
+        lines.append(
+            f"| {SYSTEM_LABELS[system]} | {protocol} | {prebuilt.p50_ms:.3f} |"
+            f" {client.p50_ms:.3f} | {client.p50_ms - prebuilt.p50_ms:.3f} |"
+            f" {awaited.p50_ms:.3f} | {awaited.p50_ms - client.p50_ms:.3f} |"
+            f" {threads.sessions_per_s:.0f} | {coroutines.sessions_per_s:.0f} |"
+        )
     return lines
 
 

@@ -53,6 +53,7 @@ warnings.filterwarnings(
 
 _LAZY = {
     "AllItemsUnknown": "merlin_torch_serving.routing",
+    "AsyncClient": "merlin_torch_serving.client.async_client",
     "BlockList": "merlin_torch_serving.live.rules",
     "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
     "ClickColumns": "merlin_torch_serving.evaluation",
@@ -112,6 +113,7 @@ __all__ = [
     "AllItemsUnknown",
     "AnswerLogError",
     "ArtifactError",
+    "AsyncClient",
     "BackendBuildError",
     "BackendNotAvailableError",
     "BlockList",
@@ -203,6 +205,7 @@ def __getattr__(name: str):
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from merlin_torch_serving.answer_log import LogAnswers, ParquetFolder, RedisStream, read_answers
+    from merlin_torch_serving.client.async_client import AsyncClient
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary

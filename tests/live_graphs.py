@@ -51,7 +51,7 @@ def live_ensemble(
     features = history >> TransformWorkflow(workflow)
     top = (
         features
-        >> PredictPytorch(scripted, input_schema, output_schema)
+        >> PredictPytorch(scripted, input_schema, output_schema, backend="python")
         >> TopK(
             k,
             seen_items=features["item_id-list"],

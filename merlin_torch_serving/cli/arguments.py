@@ -296,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         metavar="N",
-        help="worker processes of the local cluster (default: one per core)",
+        help="worker processes of the local cluster, which listens on loopback only (default: one"
+        " per core)",
     )
     score_parser.add_argument(
         "--columns",

@@ -117,6 +117,11 @@ def with_services(health: ModelHealth, config_of: Callable[[], Mapping] | None) 
     return replace(health, services=services) if services else health
 
 
+def names_services(config: Mapping) -> bool:
+    """Whether a model config names outside services (which ``service_health`` asks)."""
+    return bool(config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value"))
+
+
 def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
     """Whether each outside service a model config names answers: an HTTP service its health
     endpoint (``<url>/health``) within ``SERVICE_TIMEOUT_S``, a store ``store_error``'s check, a

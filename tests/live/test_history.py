@@ -42,6 +42,16 @@ def test_a_request_sent_again_stores_nothing_twice(store, toy_workflow, toy_mode
         assert len(opened.clicks("20000")) == (clicks["session_id"] == 20000).sum()
 
 
+def test_a_forgotten_session_starts_afresh_at_its_next_click(store, toy_workflow, toy_model):
+    live = live_ensemble(toy_workflow, toy_model, store)
+    plain = plain_ensemble(toy_workflow, toy_model)
+    clicks = clicks_of(1, 25_000, seed=7).iloc[:4]
+    live.transform(clicks.iloc[:3])
+    with open_store(store) as opened:
+        assert opened.forget("25000")
+    assert_frames_equal(live.transform(clicks.iloc[[3]]), plain.transform(clicks.iloc[[3]]))
+
+
 def test_clicks_named_by_an_event_id_are_stored_once_per_id(store, toy_workflow, toy_model):
     live = live_ensemble(toy_workflow, toy_model, store, event_id="event")
     clicks = clicks_of(1, 30_000).iloc[:3].assign(event=[1, 2, 3])
