@@ -131,11 +131,8 @@ def batches_formed(url: str, model: str, admin_key: str | None) -> dict[int, int
     }
 
 
-def raw_infer(
-    module, url: str, model: str, arrays: dict, output_names, request_id: str = ""
-) -> dict:
-    """A raw tritonclient request, one tensor per array exactly as given (no checks, no casts),
-    with Triton's ``request_id``."""
+def raw_infer(module, url: str, model: str, arrays: dict, output_names) -> dict:
+    """A raw tritonclient request, one tensor per array exactly as given (no checks, no casts)."""
     client = module.InferenceServerClient(url)
     try:
         inputs = []
@@ -144,7 +141,7 @@ def raw_infer(
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         outputs = [module.InferRequestedOutput(name) for name in output_names]
-        result = client.infer(model, inputs, outputs=outputs, request_id=request_id)
+        result = client.infer(model, inputs, outputs=outputs)
         return {name: result.as_numpy(name) for name in output_names}
     finally:
         client.close()

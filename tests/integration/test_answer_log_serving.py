@@ -1,5 +1,6 @@
 """The answer log on the real tritonserver: every answer of 1, 7 and 64-session requests over gRPC
-and HTTP logged once, under its request's id, with the answer's exact items and scores; files
+and HTTP logged once, under the request id Client sent, with the answer's exact items and scores;
+a Redis stream, with Redis stopped mid-run; files
 published whole and readable while the server writes; a full disk (a real tmpfs) that fails no
 request, counts the drops on the metrics endpoint and shows in health; and a server killed with
 SIGKILL, restarted, then stopped gracefully: what was lost, and that nothing came twice."""
@@ -15,7 +16,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import tritonclient.grpc
-import tritonclient.http
 
 from merlin_torch_serving import (
     AnswerLogError,
@@ -37,7 +37,6 @@ from tests import toy_session
 from tests.answer_logs import fill, logged_routed, small_filesystem
 from tests.integration.test_metrics import scrape, value
 from tests.redis_fixtures import fresh_redis_server
-from tests.served import raw_infer
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +44,6 @@ NAME = "logged"
 STEP = f"{NAME}-0-transformworkflow_route_loganswers"
 FLUSH_S = 0.2
 MAX_PENDING = 1000
-PROTOCOLS = {"grpc": tritonclient.grpc, "http": tritonclient.http}
 
 
 @pytest.fixture(scope="module")
@@ -70,23 +68,15 @@ def served(triton_server, toy_workflow, toy_model, small_disk):
     result = ensemble.export(triton_server.repository, NAME)
     assert result.models == [STEP, NAME]
     triton_server.load(NAME)
-    yield ensemble, folder
+    yield folder
     triton_server.unload(NAME)
 
 
-def send(
-    url: str, protocol: str, ensemble: Ensemble, rows, request_id: str, model: str = NAME
-) -> dict:
-    """The served answer of ``model`` to ``rows`` (a raw request under ``request_id``), by output
-    column."""
-    schema = ensemble.input_schema
-    arrays = wire.to_wire(frames.frame_to_table(rows, schema))
-    names = {
-        spec.name: wire.response_name(spec.name, schema.column_names)
-        for spec in wire.schema_specs(ensemble.output_schema)
-    }
-    answer = raw_infer(PROTOCOLS[protocol], url, model, arrays, list(names.values()), request_id)
-    return {name: wire.bytes_to_text(answer[sent]) for name, sent in names.items()}
+def send(url: str, protocol: str, rows, request_id: str, model: str = NAME) -> dict:
+    """The served answer of ``model`` to ``rows``, sent through ``Client`` under
+    ``request_id``: one array per output column."""
+    with Client(url, protocol, retries=0) as client:
+        return client.infer_columns(model, rows, request_id=request_id)
 
 
 def logged_under(folder, request_ids, sessions: int, timeout_s: float = 60.0):
@@ -107,11 +97,11 @@ def logged_under(folder, request_ids, sessions: int, timeout_s: float = 60.0):
 def test_every_answer_is_logged_once_under_its_request_id_with_its_exact_items_and_scores(
     triton_server, served, protocol, n_sessions
 ):
-    ensemble, folder = served
+    folder = served
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
     rows = toy_session.interactions(n_sessions, seed=n_sessions, first_session=10_000 * n_sessions)
     request_id = f"{protocol}-{n_sessions}"
-    answer = send(url, protocol, ensemble, rows, request_id)
+    answer = send(url, protocol, rows, request_id)
     logged = logged_under(folder, [request_id], n_sessions).set_index("session_id")
 
     assert sorted(logged.index) == sorted(answer["session_id"].tolist())  # each session once
@@ -129,14 +119,14 @@ def test_every_answer_is_logged_once_under_its_request_id_with_its_exact_items_a
 
 
 def test_files_are_published_whole_and_the_log_reads_while_the_server_writes(triton_server, served):
-    ensemble, folder = served
+    folder = served
     rows = toy_session.interactions(7, seed=3, first_session=500_000)
     sent, stop = [], threading.Event()
 
     def traffic():
         while not stop.is_set() and len(sent) < 400:
             request_id = f"rotation-{len(sent)}"
-            send(triton_server.grpc_url, "grpc", ensemble, rows, request_id)
+            send(triton_server.grpc_url, "grpc", rows, request_id)
             sent.append(request_id)
 
     thread = threading.Thread(target=traffic)
@@ -167,7 +157,7 @@ def test_files_are_published_whole_and_the_log_reads_while_the_server_writes(tri
 def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
     triton_server, served, small_disk
 ):
-    ensemble, folder = served
+    folder = served
     time.sleep(3 * FLUSH_S)  # what earlier tests queued is written: nothing is pending
     before = scrape(triton_server.metrics_url)
     filler = fill(small_disk)
@@ -176,7 +166,7 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
             toy_session.interactions(64, seed=s, first_session=600_000 + 100 * s) for s in range(20)
         ]
         for index, rows in enumerate(requests):  # 1,280 sessions: the queue holds 1,000
-            answer = send(triton_server.grpc_url, "grpc", ensemble, rows, f"full-{index}")
+            answer = send(triton_server.grpc_url, "grpc", rows, f"full-{index}")
             assert len(answer["session_id"]) == 64
         (step,) = [h for h in Client(triton_server.grpc_url).health() if h.name == STEP]
         (log,) = step.services
@@ -185,7 +175,7 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
         assert step.degraded
         assert step.healthy
         # drops are counted as they happen, failed flushes with the next request
-        send(triton_server.grpc_url, "grpc", ensemble, requests[0][:1], "full-last")
+        send(triton_server.grpc_url, "grpc", requests[0][:1], "full-last")
         after = published_for(triton_server, STEP, "mts_answer_log_failed_flushes_total", before)
         dropped = value(after, "mts_answer_log_dropped_total", model=STEP)
         dropped -= value(before, "mts_answer_log_dropped_total", model=STEP) or 0
@@ -227,7 +217,7 @@ def test_a_redis_stream_logs_every_answer_and_redis_stopped_fails_no_request(
         triton_server.load(REDIS_LOGGED)
         try:
             rows = toy_session.interactions(7, seed=21, first_session=700_000)
-            answer = send(triton_server.grpc_url, "grpc", ensemble, rows, "r-1", REDIS_LOGGED)
+            answer = send(triton_server.grpc_url, "grpc", rows, "r-1", REDIS_LOGGED)
             logged = _stream_records(stream, 7).set_index("session_id")
             for row, session in enumerate(answer["session_id"]):
                 record = logged.loc[session]
@@ -238,9 +228,7 @@ def test_a_redis_stream_logs_every_answer_and_redis_stopped_fails_no_request(
             redis.stop()
             before = scrape(triton_server.metrics_url)
             for index in range(20):  # 140 sessions: 98 fit the queue (14 requests), 42 do not
-                sent = send(
-                    triton_server.grpc_url, "grpc", ensemble, rows, f"down-{index}", REDIS_LOGGED
-                )
+                sent = send(triton_server.grpc_url, "grpc", rows, f"down-{index}", REDIS_LOGGED)
                 assert len(sent["session_id"]) == 7
             (step,) = [h for h in triton_server.health() if h.name == REDIS_STEP]
             assert step.degraded
