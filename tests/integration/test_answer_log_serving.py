@@ -179,9 +179,11 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
         after = published_for(triton_server, STEP, "mts_answer_log_failed_flushes_total", before)
         dropped = value(after, "mts_answer_log_dropped_total", model=STEP)
         dropped -= value(before, "mts_answer_log_dropped_total", model=STEP) or 0
-        # a request's answers are queued whole or dropped whole; a first flush may still fit in
-        # the last page of the open file, so some 5 or 4 requests of 64 are dropped
-        assert dropped in (64 * 4, 64 * 5)
+        # a request's answers are queued whole or dropped whole; how many fit depends on what the
+        # writer freed around the fill (a journal published just before), so only the whole
+        # count is checked: below, every session is in the log or counted as dropped
+        assert dropped >= 64
+        assert dropped % 64 == 0
     finally:
         filler.unlink()
     sent = 64 * len(requests) + 1
