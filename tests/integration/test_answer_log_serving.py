@@ -33,6 +33,7 @@ from merlin_torch_serving import (
     read_answers,
 )
 from merlin_torch_serving.data import frames, wire
+from merlin_torch_serving.export.step_metrics import FLUSH_INTERVAL_S
 from tests import toy_session
 from tests.answer_logs import fill, logged_routed, small_filesystem
 from tests.integration.test_metrics import scrape, value
@@ -176,9 +177,8 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
         assert step.healthy
         # drops are counted as they happen, failed flushes with the next request
         send(triton_server.grpc_url, "grpc", requests[0][:1], "full-last")
-        after = published_for(triton_server, STEP, "mts_answer_log_failed_flushes_total", before)
-        dropped = value(after, "mts_answer_log_dropped_total", model=STEP)
-        dropped -= value(before, "mts_answer_log_dropped_total", model=STEP) or 0
+        assert counted(triton_server, STEP, "mts_answer_log_failed_flushes_total", before) > 0
+        dropped = counted(triton_server, STEP, "mts_answer_log_dropped_total", before)
         # a request's answers are queued whole or dropped whole; how many fit depends on what the
         # writer freed around the fill (a journal published just before), so only the whole
         # count is checked: below, every session is in the log or counted as dropped
@@ -235,12 +235,7 @@ def test_a_redis_stream_logs_every_answer_and_redis_stopped_fails_no_request(
             (step,) = [h for h in triton_server.health() if h.name == REDIS_STEP]
             assert step.degraded
             assert not step.services[0].reachable
-            name = "mts_answer_log_dropped_total"
-            after = published_for(triton_server, REDIS_STEP, name, before)
-            dropped = value(after, name, model=REDIS_STEP) - (
-                value(before, name, model=REDIS_STEP) or 0
-            )
-            assert dropped == 42
+            assert counted(triton_server, REDIS_STEP, "mts_answer_log_dropped_total", before) == 42
 
             redis.start()
             kept = _stream_records(stream, 7 + 98)
@@ -263,15 +258,20 @@ def _stream_records(stream, rows: int, timeout_s: float = 60.0):
         time.sleep(0.1)
 
 
-def published_for(triton_server, model: str, name: str, before: str, timeout_s: float = 30.0):
-    """The metrics once ``model`` published more of counter ``name`` than in ``before``."""
+def counted(triton_server, model: str, name: str, before: str, timeout_s: float = 30.0) -> float:
+    """How much ``model``'s counter ``name`` grew since ``before``, once its step has published
+    everything (it publishes every second: two scrapes a publish apart agree, above zero)."""
     deadline = time.monotonic() + timeout_s
-    wanted = value(before, name, model=model) or 0
-    while True:
-        text = scrape(triton_server.metrics_url)
-        if (value(text, name, model=model) or 0) > wanted or time.monotonic() > deadline:
-            return text
-        time.sleep(0.2)
+    last = None
+    while time.monotonic() < deadline:
+        grown = (value(scrape(triton_server.metrics_url), name, model=model) or 0) - (
+            value(before, name, model=model) or 0
+        )
+        if grown and grown == last:
+            return grown
+        last = grown
+        time.sleep(1.5 * FLUSH_INTERVAL_S)
+    return last or 0.0
 
 
 # ---- a server of its own: killed, restarted, stopped --------------------------------------------
