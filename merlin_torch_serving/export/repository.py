@@ -299,7 +299,12 @@ def _write_step(
         )
     else:
         write_python_step(
-            version_dir, step, sub_graphs, _PYTHON_MODEL_SOURCE, request_dim=options.batching
+            version_dir,
+            step,
+            sub_graphs,
+            _PYTHON_MODEL_SOURCE,
+            request_dim=options.batching,
+            version=version,
         )
         config = configs.python_model_config(
             step.name,

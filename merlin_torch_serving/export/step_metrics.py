@@ -24,6 +24,9 @@ counts are the traffic's; Triton's own ``nv_inference_count`` counts them too.
     mts_branch_errors_total{model,branch}         sessions whose branch failed
     mts_store_errors_total{model,store}           calls to a store that failed or were skipped
     mts_unstored_clicks_total{model}              clicks answered from the request alone
+    mts_answer_log_written_total{model}           answers the answer log wrote (one per session)
+    mts_answer_log_dropped_total{model}           answers it dropped: its queue full, writes failing
+    mts_answer_log_failed_flushes_total{model}    its flushes that failed (a full disk, Redis down)
 
 A step that hosts a route counts its sessions per branch that answered them (and per variant,
 with an experiment): ``mts_sessions_total{model,branch[,variant]}``.
@@ -77,6 +80,11 @@ DESCRIPTIONS = {
     metrics.BRANCH_ERRORS: "Sessions whose route branch failed (answered by a fallback, or blank)",
     metrics.STORE_ERRORS: "Calls to a store (sessions, rules, trending) that failed, or skipped",
     metrics.UNSTORED_CLICKS: "Clicks answered from the request alone: the store did not take them",
+    metrics.ANSWER_LOG_WRITTEN: "Answered sessions the answer log wrote",
+    metrics.ANSWER_LOG_DROPPED: (
+        "Answered sessions the answer log dropped: its queue was full while writes failed"
+    ),
+    metrics.ANSWER_LOG_FAILED_FLUSHES: "Answer log flushes that failed (disk full, Redis down)",
 }
 
 

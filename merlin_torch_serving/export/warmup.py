@@ -120,7 +120,8 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
 
 def _run(plan: Plan, request: TensorTable) -> dict:
     env = {Ref(REQUEST, name): column for name, column in request.items()}
-    with rehearsing():  # a warm-up request is no click: it stores nothing
+    # a warm-up request is no click and nobody's answer: it stores and logs nothing
+    with rehearsing():
         run_calls(plan.calls, env, plan.outputs)
     return env
 
