@@ -13,7 +13,7 @@ from tests import toy_session
 from tests.fan_out import REQUEST_SCHEMA, fan_out_graph, transforms_counted
 from tests.integration.test_metrics import scrape_when_published, value
 from tests.served import raw_infer as infer
-from tests.served import requests_answered
+from tests.served import requests_answered_once
 from tests.session_models import SERVED_TORCH_THREADS, torch_threads
 
 pytestmark = pytest.mark.integration
@@ -98,7 +98,7 @@ def test_tritonserver_runs_the_warm_up_of_every_step_model_then_the_launcher_the
     result = ensemble.export(tmp_path, "warm", options=ModelOptions(warmup_count=2))
     with TritonServer(tmp_path, log_verbose=1) as server:
         log = server.logs()
-        answered = requests_answered(server.http_url, server.admin_key)
+        answered = requests_answered_once(server.http_url, server.admin_key, "warm", 2 + 1)
     (step,) = [model for model in result.models if model != "warm"]
     assert "Skipping batch 0 warmup sample" not in log
     assert log.count(f"model '{step}' instance {step}_0_0 is running warmup sample 'sample'") == 2
@@ -142,7 +142,9 @@ def test_an_ensemble_loaded_later_is_warmed_end_to_end_and_its_steps_count_only_
     )
     result = ensemble.export(triton_server.repository, "warm-mixed")
     triton_server.load("warm-mixed")
-    answered = requests_answered(triton_server.http_url, triton_server.admin_key)
+    answered = requests_answered_once(
+        triton_server.http_url, triton_server.admin_key, "warm-mixed", 3 + 1
+    )
     (python_step,) = [model for model in result.models if model.endswith("-transformworkflow")]
     (libtorch_step,) = [m for m in result.models if m not in ("warm-mixed", python_step)]
     # three through the ensemble over gRPC, one over HTTP, each through both steps, after
