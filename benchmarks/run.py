@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import idle
 
         return idle.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "log":
+        from benchmarks import answer_log
+
+        return answer_log.main(rest + ["--output-dir", str(arguments.output_dir)])
     if arguments.only == "routing":
         from benchmarks import routing
 
@@ -176,13 +180,14 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "client", "idle", "merging", "multistage", "routing", "scoring"]
+        choices=["catalog", "client", "idle", "log", "merging", "multistage", "routing", "scoring"]
         + ["sessions"],
         help=(
             "run only what Client and AsyncClient cost on the mixed and all-libtorch exports"
             " (the client rows of the full run; writes client.*), the catalog sweep"
             " (benchmarks/catalog.py; its own options follow, e.g."
             " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
+            " what the answer log costs the requests it logs (benchmarks/answer_log.py),"
             " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
             " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py), what a"
             " route costs one session (benchmarks/routing.py), batch scoring on Dask against a"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
     AddressError,
+    AnswerLogError,
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
@@ -55,6 +56,7 @@ _LAZY = {
     "AsyncClient": "merlin_torch_serving.client.async_client",
     "BlockList": "merlin_torch_serving.live.rules",
     "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
+    "ClickColumns": "merlin_torch_serving.evaluation",
     "Client": "merlin_torch_serving.client.schema_client",
     "DecodeItemIds": "merlin_torch_serving.ops",
     "EmbeddedSettings": "merlin_torch_serving.stores.settings",
@@ -71,15 +73,19 @@ _LAZY = {
     "IVFIndex": "merlin_torch_serving.retrieval",
     "ItemPopularity": "merlin_torch_serving.routing",
     "LocalExecutor": "merlin_torch_serving.graph.executors",
+    "LogAnswers": "merlin_torch_serving.answer_log",
     "LookupFeatures": "merlin_torch_serving.multistage",
     "MergingExecutor": "merlin_torch_serving.graph.merging_executor",
     "ModelHealth": "merlin_torch_serving.client.health",
     "ModelOptions": "merlin_torch_serving.export.config",
     "ModelStatus": "merlin_torch_serving.client.health",
     "MostPopular": "merlin_torch_serving.routing",
+    "ParquetFolder": "merlin_torch_serving.answer_log",
     "Predicate": "merlin_torch_serving.routing",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "Readout": "merlin_torch_serving.evaluation",
     "RedisSettings": "merlin_torch_serving.stores.settings",
+    "RedisStream": "merlin_torch_serving.answer_log",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "Route": "merlin_torch_serving.routing",
     "ScoringProgress": "merlin_torch_serving.scoring.dataset",
@@ -96,13 +102,16 @@ _LAZY = {
     "TritonExecutor": "merlin_torch_serving.graph.executors",
     "TritonServer": "merlin_torch_serving.launcher.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
+    "evaluate_answers": "merlin_torch_serving.evaluation",
     "open_store": "merlin_torch_serving.stores.opening",
+    "read_answers": "merlin_torch_serving.answer_log",
     "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
 
 __all__ = [
     "AddressError",
     "AllItemsUnknown",
+    "AnswerLogError",
     "ArtifactError",
     "AsyncClient",
     "BackendBuildError",
@@ -110,6 +119,7 @@ __all__ = [
     "BlockList",
     "BundleError",
     "CategoryVocabulary",
+    "ClickColumns",
     "Client",
     "DecodeItemIds",
     "EmbeddedSettings",
@@ -129,6 +139,7 @@ __all__ = [
     "InputError",
     "ItemPopularity",
     "LocalExecutor",
+    "LogAnswers",
     "LookupFeatures",
     "MergingExecutor",
     "MerlinTorchServingError",
@@ -141,10 +152,13 @@ __all__ = [
     "ModelPreparationError",
     "ModelStatus",
     "MostPopular",
+    "ParquetFolder",
     "PortInUseError",
     "Predicate",
     "PredictPytorch",
+    "Readout",
     "RedisSettings",
+    "RedisStream",
     "RepositoryExistsError",
     "RequestTimeoutError",
     "RetrieveTopK",
@@ -174,7 +188,9 @@ __all__ = [
     "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "evaluate_answers",
     "open_store",
+    "read_answers",
     "score_dataset",
 ]
 
@@ -188,10 +204,12 @@ def __getattr__(name: str):
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from merlin_torch_serving.answer_log import LogAnswers, ParquetFolder, RedisStream, read_answers
     from merlin_torch_serving.client.async_client import AsyncClient
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary
+    from merlin_torch_serving.evaluation import ClickColumns, Readout, evaluate_answers
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.graph.ensemble import Ensemble

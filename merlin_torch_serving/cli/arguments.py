@@ -15,6 +15,7 @@ from merlin_torch_serving.cli.commands import (
     serve,
     version_report,
 )
+from merlin_torch_serving.cli.evaluate_command import add_evaluate_command
 from merlin_torch_serving.cli.store_commands import add_store_commands
 from merlin_torch_serving.client import column_names
 from merlin_torch_serving.launcher.access import (
@@ -397,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
     add_store_commands(commands, common)
+    add_evaluate_command(commands, common)
     return parser
 
 

@@ -111,10 +111,13 @@ class AsyncClient:
         *,
         columns: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        request_id: str = "",
     ) -> pd.DataFrame:
         """``Client.infer``: raw rows in (a DataFrame or a dict of columns), a DataFrame with one
         row per output row out."""
-        return await self._run(self._conversation.infer(model, data, columns, progress, "frame"))
+        return await self._run(
+            self._conversation.infer(model, data, columns, progress, "frame", request_id)
+        )
 
     async def infer_columns(
         self,
@@ -123,15 +126,23 @@ class AsyncClient:
         *,
         columns: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        request_id: str = "",
     ) -> dict[str, Any]:
         """``Client.infer_columns``: ``infer`` answering a dict of columns."""
-        return await self._run(self._conversation.infer(model, data, columns, progress, "columns"))
+        return await self._run(
+            self._conversation.infer(model, data, columns, progress, "columns", request_id)
+        )
 
     async def infer_table(
-        self, model: str, request: TensorTable, *, progress: Progress | None = None
+        self,
+        model: str,
+        request: TensorTable,
+        *,
+        progress: Progress | None = None,
+        request_id: str = "",
     ) -> TensorTable:
         """``Client.infer_table``: a request table in, the output table out."""
-        return await self._run(self._conversation.infer_table(model, request, progress))
+        return await self._run(self._conversation.infer_table(model, request, progress, request_id))
 
     async def _run(self, steps: Steps[T]) -> T:
         return await conversation.run_async(steps, self._connection.call)

@@ -271,25 +271,34 @@ class Conversation:
         columns: Mapping[str, str] | None,
         progress: Progress | None,
         output_format: OutputFormat,
+        request_id: str = "",
     ) -> Steps[Any]:
         codec = self._codecs.get(model) or (yield from self.codec(model))
-        answer = yield from self._send(model, codec, codec.request_columns(data, columns), progress)
+        request = codec.request_columns(data, columns)
+        answer = yield from self._send(model, codec, request, progress, request_id)
         if output_format == "frame":
             return codec.frame(answer, columns)
         return codec.columns(answer, columns)
 
     def infer_table(
-        self, model: str, request: TensorTable, progress: Progress | None
+        self, model: str, request: TensorTable, progress: Progress | None, request_id: str = ""
     ) -> Steps[TensorTable]:
         codec = self._codecs.get(model) or (yield from self.codec(model))
         frames.check_columns(list(request.columns), codec.schemas.input_schema)
-        answer = yield from self._send(model, codec, chunks.table_columns(request), progress)
+        columns = chunks.table_columns(request)
+        answer = yield from self._send(model, codec, columns, progress, request_id)
         return TensorTable(answer, _unsafe=True)
 
     def _send(
-        self, model: str, codec: ModelCodec, request: chunks.Columns, progress: Progress | None
+        self,
+        model: str,
+        codec: ModelCodec,
+        request: chunks.Columns,
+        progress: Progress | None,
+        request_id: str = "",
     ) -> Steps[chunks.Columns]:
-        """The answer to ``request``, sent in parts of whole sessions that fit the row limits."""
+        """The answer to ``request``, sent in parts of whole sessions that fit the row limits,
+        each under Triton's ``request_id`` (an answer log records it)."""
         answers, sent, total = [], 0, chunks.columns_rows(request)
         for part in codec.requests(request, self.max_rows_per_request):
             result = yield from self.call(
@@ -298,6 +307,7 @@ class Conversation:
                 model,
                 codec.inputs(part),
                 outputs=codec.requested_outputs,
+                request_id=request_id,
                 **self._timeout,
             )
             answers.append(codec.answer_columns(result))

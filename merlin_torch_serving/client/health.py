@@ -17,6 +17,8 @@ unhealthy.
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -99,7 +101,8 @@ class ModelHealth:
 
     @property
     def degraded(self) -> bool:
-        """It answers, but a service it calls does not (its features get their defaults)."""
+        """It answers, but a service it calls does not (a feature server: its features get their
+        defaults; an answer log's folder: its answers are dropped)."""
         return any(not service.reachable for service in self.services)
 
 
@@ -120,25 +123,48 @@ def names_services(config: Mapping) -> bool:
 
 
 def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
-    """Whether each outside service a model config names answers its health endpoint
-    (``<url>/health``) within ``SERVICE_TIMEOUT_S``."""
+    """Whether each outside service a model config names answers: an HTTP service its health
+    endpoint (``<url>/health``) within ``SERVICE_TIMEOUT_S``, a store ``store_error``'s check, a
+    folder (``file://``) whether it can be written to (``folder_error``)."""
     listed = config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value")
     if not listed:
         return ()
     report = []
     for service in json.loads(listed):
         url = service["url"].rstrip("/")
-        if not url.startswith(("http://", "https://")):  # a store: Redis, or an embedded file
+        if url.startswith("file://"):  # a folder a model writes (an answer log's)
+            error = folder_error(urllib.parse.urlparse(url).path)
+            if error is None:
+                continue  # not on this machine: it cannot be told from here
+        elif not url.startswith(("http://", "https://")):  # a store: Redis, or an embedded file
             error = store_error(url, SERVICE_TIMEOUT_S)
-            report.append(ServiceHealth(service["name"], url, not error, error))
-            continue
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
-                error = "" if answer.status == 200 else f"HTTP {answer.status} from /health"
-        except OSError as failure:
-            error = f"{type(failure).__name__}: {failure}"
+        else:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
+                    error = "" if answer.status == 200 else f"HTTP {answer.status} from /health"
+            except OSError as failure:
+                error = f"{type(failure).__name__}: {failure}"
         report.append(ServiceHealth(service["name"], url, not error, error))
     return tuple(report)
+
+
+#: a folder a model writes to (an answer log's) with less free space than this is full
+MIN_FREE_BYTES = 64 * 1024
+
+
+def folder_error(path: str) -> str | None:
+    """Why a model cannot write into the folder at ``path`` ("" when it can: it is writable with
+    ``MIN_FREE_BYTES`` free); None when there is no such folder here (a server on another machine
+    writes it, or it has not written it yet)."""
+    if not os.path.isdir(path):
+        return None
+    if not os.access(path, os.W_OK):
+        return f"the folder {path!r} cannot be written to"
+    usage = os.statvfs(path)
+    free = usage.f_bavail * usage.f_frsize
+    if free < MIN_FREE_BYTES:
+        return f"the filesystem of the folder {path!r} is full ({free:,} bytes free)"
+    return ""
 
 
 def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:

@@ -149,6 +149,7 @@ class Client:
         *,
         columns: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        request_id: str = "",
     ) -> pd.DataFrame:
         """Send raw rows (a DataFrame, or a dict of columns: numpy arrays or lists, a list column
         holding a list or array per row) and get a DataFrame with one row per output row, columns
@@ -157,8 +158,11 @@ class Client:
         ``columns`` maps the data's column names to the model's input names
         (``{"user_session": "session_id"}``); answer columns named like a mapped input (the
         session id) come back under the data's name. ``progress(rows_sent, rows_in_all)`` is
-        called after each request of a split input."""
-        return self._run(self._conversation.infer(model, data, columns, progress, "frame"))
+        called after each request of a split input. ``request_id`` goes with every request as
+        Triton's request id: an answer log (``LogAnswers``) records the answer under it."""
+        return self._run(
+            self._conversation.infer(model, data, columns, progress, "frame", request_id)
+        )
 
     def infer_columns(
         self,
@@ -167,20 +171,28 @@ class Client:
         *,
         columns: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        request_id: str = "",
     ) -> dict[str, Any]:
         """``infer``, answering a dict of columns instead of a DataFrame, for callers without
         pandas at hand (a web service's JSON): a numpy array per column of one value per row, a
         2-D array (rows x length) per fixed-length list column, a list of arrays per ragged
         one."""
-        return self._run(self._conversation.infer(model, data, columns, progress, "columns"))
+        return self._run(
+            self._conversation.infer(model, data, columns, progress, "columns", request_id)
+        )
 
     def infer_table(
-        self, model: str, request: TensorTable, *, progress: Progress | None = None
+        self,
+        model: str,
+        request: TensorTable,
+        *,
+        progress: Progress | None = None,
+        request_id: str = "",
     ) -> TensorTable:
         """Send a request table (columns of the input schema) and get the output table; a table
         bigger than the row limit goes in several requests of whole sessions. A missing or an
         extra column is an ``InputError`` naming it, before anything is sent."""
-        return self._run(self._conversation.infer_table(model, request, progress))
+        return self._run(self._conversation.infer_table(model, request, progress, request_id))
 
     def _run(self, steps: Steps[T]) -> T:
         return conversation.run(steps, self._connection.call)
