@@ -1,7 +1,8 @@
 """The ranking example served on the real tritonserver: raw impressions in through the
-schema-driven client (strings, unseen ids, missing values), one click probability per row out,
-equal to the in-process ensemble and to the eager model on NVTabular's own transform (within the
-tolerance of a package where the model is compiled ahead of time)."""
+schema-driven client over gRPC and HTTP (strings, unseen ids, missing values; 1, 7, 37, 64 and 500
+rows), one click probability per row out, equal to the in-process ensemble and to the eager model
+on NVTabular's own transform (within the tolerance of a package where the model is compiled ahead
+of time)."""
 
 from __future__ import annotations
 
@@ -46,11 +47,13 @@ def test_served_scores_equal_in_process_and_eager_scores(
     name = f"ctr-{backend}-{compiled}"
     ensemble.export(triton_server.repository, name)
     triton_server.load(name)
-    client = Client(triton_server.grpc_url)
+    clients = {
+        "grpc": Client(triton_server.grpc_url),
+        "http": Client(triton_server.http_url, protocol="http"),
+    }
 
-    for n in (1, 37, 500):
+    for n in (1, 7, 37, 64, 500):
         rows = request_rows(ranking, n)
-        served = client.infer(name, rows)[model.OUTPUT_COLUMN].to_numpy()
         in_process = ensemble.transform(rows)[
             model.OUTPUT_COLUMN
         ].to_numpy()  # with the served thread count
@@ -59,8 +62,10 @@ def test_served_scores_equal_in_process_and_eager_scores(
         taller = pd.concat([rows] * -(-MIN_ROWS // n), ignore_index=True)
         with torch_threads(SERVED_TORCH_THREADS):
             eager = model.predict(ranking.model, features.transform(ranking.workflow, taller))[:n]
-        np.testing.assert_array_equal(served, in_process)
-        if compiled == "package":  # compiled code sums in another order: within the tolerance
-            np.testing.assert_allclose(served, eager, rtol=0, atol=SCORE_TOLERANCE)
-        else:
-            np.testing.assert_array_equal(served, eager)
+        for protocol, client in clients.items():
+            served = client.infer(name, rows)[model.OUTPUT_COLUMN].to_numpy()
+            np.testing.assert_array_equal(served, in_process, err_msg=f"{protocol}, {n} rows")
+            if compiled == "package":  # compiled code sums in another order: within tolerance
+                np.testing.assert_allclose(served, eager, rtol=0, atol=SCORE_TOLERANCE)
+            else:
+                np.testing.assert_array_equal(served, eager, err_msg=f"{protocol}, {n} rows")
