@@ -1,13 +1,17 @@
 """The session example compiled ahead of time (``compiled="package"``): the all-libtorch export
 (its workflow, model, top k and decoding) as one AOTInductor package, served by a tritonserver
-whose backend folder holds the pytorch backend alone, and the mixed export (workflow on the python
-backend, the rest one package) on a server with both backends.
+whose backend folder holds the pytorch backend alone. The ensemble is the one the guide's block
+(docs/guides/compiled-ahead-of-time.md) builds: the block runs as written on this session's
+workflow and XLNet (it compiles the package, exports, serves and compares itself), and the tests
+serve what it built, so the guide and the tests share one compile. Loaded, the export is warmed
+end to end by the launcher, through its package.
 
 Requests of 1, 7 and 64 sessions hold an over-long and a single-click session and unseen items,
 rows shuffled. Served answers equal in-process answers bit for bit over gRPC and HTTP (both run
 the same package), and both are within the packages' tolerance of the eager model on NVTabular's
 own transform. A request without clicks is answered with no sessions; one whose columns differ in
-length is refused naming the column, in-process and served.
+length is refused naming the column, in-process and served. The mixed export (workflow on the
+python backend, the rest one package) is served by the official end-to-end and ranking tests.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from examples.session_based.demo import recommendation_graph
-from merlin_torch_serving import Client, Ensemble, InputError
+import merlin_torch_serving
+from merlin_torch_serving import Client, Ensemble, InputError, ModelOptions
 from merlin_torch_serving.aot.tolerance import SCORE_TOLERANCE
-from tests.served import assert_frames_equal, raw_infer
+from tests.examples.test_readme import readme_example
+from tests.served import assert_frames_equal, raw_infer, requests_answered_once
 from tests.session_models import (
     SERVED_TORCH_THREADS,
     assert_same_recommendations,
@@ -36,39 +41,54 @@ pytestmark = pytest.mark.integration
 TOP_K = 10
 SESSION_COUNTS = (1, 7, 64)
 NAME = "compiled-xlnet"
-MIXED = "compiled-xlnet-mixed"
+GUIDE = "Compiled ahead of time: AOTInductor packages"
+#: the launcher's warm-up of an ensemble once it loads: warmup_count times over gRPC, once over HTTP
+WARMUPS = ModelOptions().warmup_count + 1
 
 
 @pytest.fixture(scope="module")
-def ensembles(session_workflow, xlnet) -> dict[str, Ensemble]:
-    return {
-        NAME: Ensemble(
-            recommendation_graph(
-                session_workflow,
-                xlnet.served,
-                k=TOP_K,
-                backend="pytorch",
-                workflow_backend="pytorch",
-                compiled="package",
-            ),
-            session_workflow.input_schema,
-        ),
-        MIXED: Ensemble(
-            recommendation_graph(
-                session_workflow, xlnet.served, k=TOP_K, backend="pytorch", compiled="package"
-            ),
-            session_workflow.input_schema,
-        ),
+def guide(session_workflow, xlnet, session_split, tmp_path_factory) -> dict:
+    """The guide's block run as written, on this session's workflow, XLNet and 3 held-out
+    sessions, in the names the README's example gives them; its namespace after the run."""
+    _, held_out = session_split
+    namespace = {
+        name: getattr(merlin_torch_serving, name)
+        for name in (
+            "Client",
+            "DecodeItemIds",
+            "Ensemble",
+            "PredictPytorch",
+            "TopK",
+            "TransformWorkflow",
+            "TritonServer",
+        )
     }
+    namespace.update(
+        workflow=session_workflow,
+        t4r_model=xlnet.served,
+        request=request_rows(held_out, 3, seed=3),
+        work=tmp_path_factory.mktemp("guide"),
+    )
+    with torch_threads(SERVED_TORCH_THREADS):
+        exec(readme_example(GUIDE), namespace)  # the documentation's own block, as written
+    return namespace
 
 
 @pytest.fixture(scope="module")
-def served(pytorch_only_server, triton_server, ensembles) -> dict:
-    exported = {}
-    for name, server in ((NAME, pytorch_only_server), (MIXED, triton_server)):
-        exported[name] = (server, ensembles[name].export(server.repository, name))
-        server.load(name)
-    return exported
+def compiled(guide) -> Ensemble:
+    return guide["compiled"]
+
+
+@pytest.fixture(scope="module")
+def served(pytorch_only_server, compiled):
+    """(server, export result, requests each model had answered once loaded: the launcher's
+    warm-up through the whole ensemble)."""
+    result = compiled.export(pytorch_only_server.repository, NAME)
+    pytorch_only_server.load(NAME)
+    answered = requests_answered_once(
+        pytorch_only_server.http_url, pytorch_only_server.admin_key, NAME, WARMUPS
+    )
+    return pytorch_only_server, result, answered
 
 
 def _steps(server, name: str) -> list[dict]:
@@ -76,8 +96,14 @@ def _steps(server, name: str) -> list[dict]:
     return manifest["steps"]
 
 
+def test_the_guides_block_serves_what_it_computes_in_process(guide):
+    # the block itself compares the item ids; the whole answers are equal bit for bit too
+    assert len(guide["served"]) == 3
+    assert_frames_equal(guide["served"], guide["in_process"])
+
+
 def test_the_all_libtorch_export_is_one_package_on_a_server_without_python(served):
-    server, result = served[NAME]
+    server, result, answered = served
     assert server.backends() == ["ensemble", "pytorch"]
     [step] = _steps(server, NAME)
     assert (step["backend"], step["compiled"]) == ("pytorch", "package")
@@ -90,32 +116,24 @@ def test_the_all_libtorch_export_is_one_package_on_a_server_without_python(serve
     model_dir = Path(server.repository) / step["model"] / "1"
     assert sorted(path.name for path in model_dir.iterdir()) == ["model.pt2"]
     assert result.warnings == []
+    # the launcher's warm-up went through the package on loading
+    assert answered[NAME] == WARMUPS
+    assert answered[step["model"]] >= WARMUPS
 
 
-def test_the_mixed_export_makes_the_model_and_what_follows_it_one_package(served):
-    server, result = served[MIXED]
-    steps = _steps(server, MIXED)
-    assert [(step["backend"], step.get("compiled")) for step in steps] == [
-        ("python", None),
-        ("pytorch", "package"),
-    ]
-    assert result.warnings == []
-
-
-@pytest.mark.parametrize("name", [NAME, MIXED])
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("n_sessions", SESSION_COUNTS)
 def test_served_answer_equals_in_process_exactly(
-    served, ensembles, session_split, name, protocol, n_sessions
+    served, compiled, session_split, protocol, n_sessions
 ):
-    server, _ = served[name]
+    server, _, _ = served
     _, held_out = session_split
     rows = request_rows(held_out, n_sessions, seed=n_sessions)
     url = server.grpc_url if protocol == "grpc" else server.http_url
 
-    answer = Client(url, protocol=protocol).infer(name, rows)
+    answer = Client(url, protocol=protocol).infer(NAME, rows)
     with torch_threads(SERVED_TORCH_THREADS):
-        in_process = ensembles[name].transform(rows)
+        in_process = compiled.transform(rows)
 
     assert answer["session_id"].tolist() == list(pd.unique(rows["session_id"]))  # request order
     assert_frames_equal(answer, in_process)
@@ -123,12 +141,12 @@ def test_served_answer_equals_in_process_exactly(
 
 @pytest.mark.parametrize("n_sessions", SESSION_COUNTS)
 def test_answers_are_within_the_tolerance_of_the_eager_model(
-    ensembles, session_workflow, xlnet, session_split, n_sessions
+    compiled, session_workflow, xlnet, session_split, n_sessions
 ):
     _, held_out = session_split
     rows = request_rows(held_out, n_sessions, seed=100 + n_sessions)
     with torch_threads(SERVED_TORCH_THREADS):
-        answer = ensembles[NAME].transform(rows)
+        answer = compiled.transform(rows)
     expected = eager_top_k(session_workflow, xlnet.eager, rows, TOP_K, decoded=True)
 
     assert sorted(answer["session_id"]) == sorted(expected.index)
@@ -137,20 +155,20 @@ def test_answers_are_within_the_tolerance_of_the_eager_model(
     )
 
 
-def test_a_request_without_clicks_is_answered_with_no_sessions(served, ensembles, session_workflow):
-    server, _ = served[NAME]
+def test_a_request_without_clicks_is_answered_with_no_sessions(served, compiled, session_workflow):
+    server, _, _ = served
     rows = pd.DataFrame(
         {name: np.array([], dtype=np.int64) for name in session_workflow.input_schema.column_names}
     )
     answer = Client(server.grpc_url).infer(NAME, rows)
     assert len(answer) == 0
-    assert_frames_equal(answer, ensembles[NAME].transform(rows))
+    assert_frames_equal(answer, compiled.transform(rows))
 
 
-def test_a_request_with_a_column_short_of_rows_is_refused_naming_it(served, ensembles):
+def test_a_request_with_a_column_short_of_rows_is_refused_naming_it(served, compiled):
     import tritonclient.grpc
 
-    server, _ = served[NAME]
+    server, _, _ = served
     arrays = {
         "session_id": np.array([1, 1, 2], dtype=np.int64),
         "item_id": np.array([5, 6], dtype=np.int64),
@@ -163,6 +181,6 @@ def test_a_request_with_a_column_short_of_rows_is_refused_naming_it(served, ense
     with pytest.raises(InputError, match="item_id"):
         Client(server.grpc_url).infer(NAME, as_lists)
     with pytest.raises(InputError, match="item_id"):
-        ensembles[NAME].transform(as_lists)
-    # and the server goes on
-    assert all(model.healthy for model in server.health())
+        compiled.transform(as_lists)
+    # and the server goes on (other tests load models on this server that fail to load on purpose)
+    assert all(model.healthy for model in server.health() if model.name.startswith(NAME))
