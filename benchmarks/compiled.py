@@ -4,18 +4,27 @@ request, one torch thread, run eagerly, as TorchScript (as the export scripts it
 optimizing executor, as the step's config says), as the package compiled for this CPU and as the
 one compiled for x86-64-v3; and how long each package took to export and compile, into a fresh
 cache (the compile's time, not the cache's). Calls interleave, so the machine's load weighs on
-all four alike."""
+all four alike.
+
+``./run bench`` measures it at the end of its run; ``./run bench --only compiled`` measures it
+alone (a few minutes: the example is trained and both packages compiled) and writes
+``compiled.{json,md}``."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from merlin.table import TensorTable
 
 from benchmarks.systems import project_ensemble
+from benchmarks.workload import build_workload
 from merlin_torch_serving.aot.compiling import compiled_package, export_program
 from merlin_torch_serving.aot.instruction_sets import instruction_set
 from merlin_torch_serving.aot.package import CompiledPackage
@@ -27,6 +36,45 @@ from merlin_torch_serving.export.partition import partition
 from merlin_torch_serving.graph.plan import REQUEST, Ref, run_calls
 
 FORMS = ("eager", "torchscript", "package", "package x86-64-v3")
+SESSION_COUNTS = (1, 32)
+REPETITIONS = 200  # as the full run's in-process parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./run bench --only compiled", description=__doc__)
+    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--repetitions", type=int, default=REPETITIONS)
+    arguments = parser.parse_args(argv)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-compiled-") as scratch:
+        workload = build_workload(Path(scratch), session_counts=SESSION_COUNTS, progress=False)
+        result = measure(workload, arguments.repetitions, _Said())
+    record = {
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "repetitions": arguments.repetitions,
+        **result,
+    }
+    arguments.output_dir.mkdir(parents=True, exist_ok=True)
+    (arguments.output_dir / "compiled.json").write_text(json.dumps(record, indent=1))
+    report = "\n".join(
+        [
+            *markdown(result),
+            f"Load average before/after: {record['load_average_before']} /"
+            f" {record['load_average_after']}.",
+            "",
+        ]
+    )
+    (arguments.output_dir / "compiled.md").write_text(report)
+    print(report, flush=True)
+    return 0
+
+
+class _Said:
+    """``measure``'s progress, one line a step."""
+
+    def step(self, message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 def measure(workload, repetitions: int, progress) -> dict:

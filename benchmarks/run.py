@@ -4,7 +4,8 @@ server), its all-libtorch export as TorchScript and compiled ahead of time (each
 the pytorch backend alone) and Merlin Systems 23.08, then the model's step compiled ahead of time
 against its TorchScript in-process, and write benchmarks/results/latest.{json,md,png}
 (``--quick``: a smoke run, written as quick.*; ``--only client``: what Client and AsyncClient cost
-on the mixed and all-libtorch exports, written as client.*).
+on the mixed and all-libtorch exports, written as client.*; ``--only compiled``: the model's step
+compiled ahead of time against its TorchScript alone, written as compiled.*).
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             + (["--quick"] if arguments.quick else [])
             + ["--output-dir", str(arguments.output_dir)]
         )
+    if arguments.only == "compiled":
+        from benchmarks import compiled
+
+        return compiled.main(rest + ["--output-dir", str(arguments.output_dir)])
     if arguments.only == "merging":
         from benchmarks import inprocess_merging
 
@@ -180,13 +185,15 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "client", "idle", "log", "merging", "multistage", "routing", "scoring"]
-        + ["sessions"],
+        choices=["catalog", "client", "compiled", "idle", "log", "merging", "multistage", "routing"]
+        + ["scoring", "sessions"],
         help=(
             "run only what Client and AsyncClient cost on the mixed and all-libtorch exports"
             " (the client rows of the full run; writes client.*), the catalog sweep"
             " (benchmarks/catalog.py; its own options follow, e.g."
-            " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
+            " --sizes, --index), the model's step compiled ahead of time against its TorchScript,"
+            " in-process, and its compile times (benchmarks/compiled.py), the cost of a pause"
+            " without requests (benchmarks/idle.py),"
             " what the answer log costs the requests it logs (benchmarks/answer_log.py),"
             " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
             " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py), what a"
