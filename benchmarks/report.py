@@ -5,6 +5,7 @@ latest.png (this project against Merlin Systems, see ``chart``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import chart
@@ -63,7 +64,7 @@ def write_markdown(
     measurements: list[Measurement],
     starts: list[ServerStart],
     targets: list[Target],
-    compiled_section: list[str] = (),  # type: ignore[assignment]
+    compiled_section: Sequence[str] = (),
 ) -> None:
     machine = run["environment"]
     uncommitted = " with uncommitted changes" if machine["uncommitted_changes"] else ""
