@@ -268,9 +268,10 @@ def _peak_rss(measurements: list[Measurement], system: str) -> float:
 
 def _package_targets(measurements: list[Measurement], compiled: dict) -> list[Target]:
     """(g) against (f), and the compiled step's forward against its TorchScript in-process."""
-    found = {(m.system, m.sessions, m.concurrency): m for m in measurements if m.protocol == "grpc"}
     found = {
-        key: m for key, m in found.items() if m.client == PROJECT_CLIENT or m.system == IN_PROCESS
+        (m.system, m.sessions, m.concurrency): m
+        for m in measurements
+        if m.protocol == "grpc" and m.client == PROJECT_CLIENT
     }
     targets = []
     forward = compiled.get("forward_ms", {}).get("1")
