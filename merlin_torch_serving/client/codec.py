@@ -109,7 +109,7 @@ class ModelCodec:
         """The answers to a request's parts, one after the other."""
         if len(answers) == 1:
             return answers[0]
-        return chunks.table_columns(
+        return wire.table_columns(
             tables.concat([TensorTable(answer, _unsafe=True) for answer in answers])
         )
 

@@ -34,7 +34,7 @@ from merlin_torch_serving.client.health import (
     with_services,
 )
 from merlin_torch_serving.client.model_schemas import ModelSchemas, schemas_from_config
-from merlin_torch_serving.data import frames
+from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.exceptions import (
     AddressError,
     InferenceError,
@@ -285,7 +285,7 @@ class Conversation:
     ) -> Steps[TensorTable]:
         codec = self._codecs.get(model) or (yield from self.codec(model))
         frames.check_columns(list(request.columns), codec.schemas.input_schema)
-        columns = chunks.table_columns(request)
+        columns = wire.table_columns(request)
         answer = yield from self._send(model, codec, columns, progress, request_id)
         return TensorTable(answer, _unsafe=True)
 
