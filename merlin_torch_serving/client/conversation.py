@@ -370,6 +370,33 @@ class Conversation:
         return True, ""
 
 
+class ClientSettings:
+    """The settings a client (``Client``, ``AsyncClient``) was made with, as its conversation
+    holds them."""
+
+    _conversation: Conversation
+
+    @property
+    def url(self) -> str:
+        return self._conversation.url
+
+    @property
+    def protocol(self) -> str:
+        return self._conversation.protocol
+
+    @property
+    def timeout_s(self) -> float:
+        return self._conversation.timeout_s
+
+    @property
+    def max_rows_per_request(self) -> int | None:
+        return self._conversation.max_rows_per_request
+
+    @property
+    def retry_policy(self) -> transport.RetryPolicy:
+        return self._conversation.retry_policy
+
+
 def checked_address(url: str, protocol: str) -> str:
     """``url`` when it is ``host:port``; tritonclient takes no scheme (its HTTP client refuses
     one, its gRPC client fails to resolve it)."""
