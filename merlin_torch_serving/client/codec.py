@@ -58,9 +58,9 @@ class ModelCodec:
             )
             for column in schemas.output_schema
         ]
-        #: tritonclient's requested outputs: read-only once built, so every call shares them
         #: the answer frames' column labels, per mapping of the caller's column names
         self._labels: dict[tuple, pd.Index] = {}
+        #: tritonclient's requested outputs: read-only once built, so every call shares them
         self.requested_outputs = [
             module.InferRequestedOutput(sent) for _, _, pairs in self._outputs for _, sent in pairs
         ]
