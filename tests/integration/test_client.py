@@ -14,7 +14,6 @@ from merlin_torch_serving import (
     AddressError,
     AsyncClient,
     Client,
-    Ensemble,
     InferenceError,
     InputError,
     RequestTimeoutError,
@@ -30,13 +29,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def served(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(
-        toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema
-    )
-    ensemble.export(triton_server.repository, "toy-client")
-    triton_server.load("toy-client")
-    return ensemble
+def served(toy_client):
+    return toy_client
 
 
 CLIENTS = {"Client": Client, "AsyncClient": AwaitedClient}
