@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmarks import (
     async_load,
+    breakdown,
     floor,
     inprocess,
     interleaved,
@@ -55,6 +56,9 @@ BUSY_PAUSE_S = 3.0
 COLD_REQUESTS = 8
 # Passes over all requests of all settings between the cold start and the first measurement.
 STEADY_STATE_PASSES = 2
+# A copy of Merlin's executor model timing each of its operators (benchmarks/merlin_executor.py),
+# measured after (d) for where Merlin's time goes.
+MERLIN_TIMED = "executor_model_timed"
 # The client path of the shared-server measurement: tensors built before timing, so the clients,
 # which share this process, add as little CPU as possible to what the server's pools compete for.
 SHARED_CLIENT = "tritonclient, prebuilt"
@@ -104,6 +108,8 @@ class Benchmark:
         self.notes: list[str] = []
         self.in_process_parts: dict[str, dict[str, float]] = {}
         self.in_process_parts_other_cpu_cores = 0.0
+        #: sessions per request -> the timed copy of Merlin's executor model: p50 and breakdown
+        self.merlin_breakdown: dict[str, dict] = {}
         self.tritonserver_version: str | None = None
         self.began = time.perf_counter()
 
@@ -231,6 +237,10 @@ class Benchmark:
             top_k=TOP_K,
             max_sequence_length=MAX_SEQUENCE_LENGTH,
         )
+        self.merlin_timers = breakdown.add_executor_variant(
+            merlin_repository, MERLIN_TIMED, keep_results=False, timers_dir=self.work_dir
+        )
+        self.merlin_outputs = merlin_outputs
         self.notes.append(
             "(d) Merlin Systems 23.08: `Ensemble(TransformWorkflow(workflow) >>"
             " PredictPyTorch(traced_model, ...))` on the same workflow and model, exported with"
@@ -369,6 +379,8 @@ class Benchmark:
             if any(client.asynchronous for client in system.clients):
                 for protocol in self.protocols:
                     self._measure_interleaved(system, server, protocol)
+            if system.key == MERLIN:
+                self._measure_merlin_breakdown(server)
         start.steady_p50_ms = find(
             self.measurements,
             system.key,
@@ -377,6 +389,31 @@ class Benchmark:
             1,
             system.clients[0].name,
         ).p50_ms
+
+    def _measure_merlin_breakdown(self, server) -> None:
+        """Where (d)'s time goes: the same requests (one client, gRPC) to a copy of Merlin's
+        executor model that times each operator (benchmarks/merlin_executor.py)."""
+        path = systems.merlin_tritonclient(
+            MERLIN_TIMED, self.workload.workflow.input_schema, self.merlin_outputs
+        )
+        for sessions in self.session_counts:
+            self.progress.step(f"(d) with timers in its executor, {sessions} session(s)")
+            requests = self.workload.requests[sessions]
+            with OtherCpuLoad(lambda: _pids(server)) as other:
+                result, split = breakdown.measure(
+                    lambda requests=requests: path.make_sender(server.grpc_url, "grpc", requests),
+                    1,
+                    self.load,
+                    http_url=server.http_url,
+                    model=MERLIN_TIMED,
+                    timers=self.merlin_timers,
+                )
+            self.merlin_breakdown[str(sessions)] = {
+                "p50_ms": round(result.percentile_ms(50), 3),
+                "requests": result.requests,
+                "other_cpu_cores": round(other.other_cores, 3),
+                **split,
+            }
 
     def _measure_shared(self, repository: Path, exports: list[systems.ServedSystem]) -> None:
         """Both exports in one server, one client each at once, for every request size (gRPC)."""
@@ -602,6 +639,7 @@ class Benchmark:
             },
             "in_process_parts": self.in_process_parts,
             "in_process_parts_other_cpu_cores": self.in_process_parts_other_cpu_cores,
+            "merlin_breakdown": self.merlin_breakdown,
             "notes": self.notes,
             "wall_s": round(self.wall_s, 1),
         }

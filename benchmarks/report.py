@@ -341,7 +341,58 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
         lines.append(
             f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.p50_ms:.2f} | {models} |"
         )
-    return lines
+    return lines + _merlin_split(run)
+
+
+def _merlin_split(run: dict) -> list[str]:
+    """Where (d)'s time goes, by operator of Merlin's executor, per request size."""
+    split = run.get("merlin_breakdown") or {}
+    if not split:
+        return []
+    sizes = list(split)
+    cells: dict[str, dict[str, str]] = {}
+    for size, measured in split.items():
+        for row in measured["executor"]["steps"]:
+            calls = f" ({row['calls']:g})" if "calls" in row else ""
+            cells.setdefault(row["step"], {})[size] = f"{row['ms']:.2f}{calls}"
+        cells.setdefault("whole request in the executor model", {})[size] = (
+            f"{measured['executor']['whole_ms']:.2f}"
+        )
+        for workflow, inner in measured.get("workflows", {}).items():
+            for row in inner["steps"]:
+                calls = f" ({row['calls']:g})" if "calls" in row else ""
+                cells.setdefault(f"NVTabular in `{workflow}`: {row['step']}", {})[size] = (
+                    f"{row['ms']:.2f}{calls}"
+                )
+        for model, row in measured["models"].items():
+            cells.setdefault(f"Triton model `{model}`", {})[size] = (
+                f"{row['calls'] * row['ms_per_call']:.2f} ({row['calls']:g})"
+            )
+        cells.setdefault("client p50 (one client, gRPC)", {})[size] = (
+            f"{measured['p50_ms']:.2f}"
+            + (" !" if measured["other_cpu_cores"] > BUSY_MACHINE_CORES else "")
+        )
+    return [
+        "",
+        (
+            "Where (d)'s time goes: the same requests sent to a copy of Merlin's executor model"
+            " whose executor times each operator (benchmarks/merlin_executor.py, made for this"
+            " benchmark: Merlin's own executor model and LocalExecutor, timed), one client over"
+            " gRPC, its workflow model copied the same way (NVTabular rows: its workflow's"
+            " operators, as merlin-core's executor runs them); ms a request, calls a request in"
+            " brackets."
+            " Triton model rows are Triton's"
+            " statistics of each model a request ran (the workflow runs in a model of its own,"
+            " called from the executor model)."
+        ),
+        "",
+        "| step | " + " | ".join(f"{size} session(s)" for size in sizes) + " |",
+        "| --- | " + " | ".join("---:" for _ in sizes) + " |",
+        *(
+            f"| {step} | " + " | ".join(values.get(size, "") for size in sizes) + " |"
+            for step, values in cells.items()
+        ),
+    ]
 
 
 def write_chart(path: Path, measurements: list[Measurement]) -> None:

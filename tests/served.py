@@ -131,6 +131,33 @@ def batches_formed(url: str, model: str, admin_key: str | None) -> dict[int, int
     }
 
 
+def requests_answered_once(
+    url: str, admin_key: str | None, model: str, count: int, timeout_s: float = 10.0
+) -> dict[str, int]:
+    """``requests_answered`` once ``model`` has counted ``count`` answered requests (or after
+    ``timeout_s``): Triton counts an ensemble's request just after it answers it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answered = requests_answered(url, admin_key)
+        if answered.get(model, 0) >= count or time.monotonic() > deadline:
+            return answered
+        time.sleep(0.05)
+
+
+def requests_answered(url: str, admin_key: str | None) -> dict[str, int]:
+    """Model -> the requests it has answered (Triton's statistics, over HTTP)."""
+    import tritonclient.http
+
+    from merlin_torch_serving.launcher import access
+
+    client = tritonclient.http.InferenceServerClient(url)
+    try:
+        stats = client.get_inference_statistics(headers=access.headers(admin_key))["model_stats"]
+    finally:
+        client.close()
+    return {entry["name"]: int(entry["inference_stats"]["success"]["count"]) for entry in stats}
+
+
 def raw_inputs(module, arrays: dict) -> list:
     """tritonclient's (``module``'s) input tensors, one per array exactly as given (no checks, no
     casts)."""

@@ -35,7 +35,7 @@ from merlin_torch_serving.export.config import (
     WARMUP_PARAMETER,
 )
 from merlin_torch_serving.export.manifest import library_version, verify_step
-from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
+from merlin_torch_serving.export.step_metrics import StepMetrics, is_warmup_request, warmup_runs
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from merlin_torch_serving.graph import answering, metrics
 from merlin_torch_serving.graph.executors import torch_threads
@@ -291,13 +291,16 @@ class TritonPythonModel:
                 items.append(error)
         good = [i for i, item in enumerate(items) if not isinstance(item, Exception)]
         batch = [item for item in items if not isinstance(item, Exception)]
+        # the launcher's warm-up through the whole ensemble (launcher.warmup) rehearses and is
+        # left out of the counts, as Triton's own warm-up is (see step_metrics)
+        traffic = not all(is_warmup_request(request) for request in requests)
         warming_up, self.warmup_left = self.warmup_left > 0, max(self.warmup_left - len(items), 0)
         whom = self._whom([requests[i] for i in good])
-        with rehearsing(warming_up):
-            answers = self._run(batch, whom)
+        with rehearsing(warming_up or not traffic):
+            answers = self._run(batch, whom, traffic)
         for i, answer in zip(good, answers, strict=True):
             items[i] = answer
-        if self.metrics is not None:
+        if self.metrics is not None and traffic:
             for _ in range(sum(isinstance(item, Exception) for item in items)):
                 self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
         responses = [
@@ -320,8 +323,9 @@ class TritonPythonModel:
         ids = tuple(request.request_id() for request in requests)
         return dataclasses.replace(self._served, request_ids=ids)
 
-    def _run(self, batch: list[dict], whom: answering.Answering) -> list:
-        """Per request, its answer or its error: merged when Triton batches the step."""
+    def _run(self, batch: list[dict], whom: answering.Answering, counted: bool = True) -> list:
+        """Per request, its answer or its error: merged when Triton batches the step; what they
+        counted is published when ``counted``."""
         counting = metrics.collecting() if self.metrics is not None else contextlib.nullcontext()
         with torch_threads(self.torch_threads), counting as collected:
             answers = (
@@ -335,7 +339,7 @@ class TritonPythonModel:
                 ]
             )
         answered = sum(not isinstance(answer, Exception) for answer in answers)
-        if self.metrics is not None and collected is not None and answered:
+        if self.metrics is not None and collected is not None and answered and counted:
             self.metrics.publish(collected, answered)
         return answers
 

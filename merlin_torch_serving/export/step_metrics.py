@@ -2,8 +2,9 @@
 Prometheus endpoint beside Triton's own ``nv_*`` metrics.
 
 Every series carries the step's ``model`` label. Warm-up requests (the ``model_warmup`` runs
-Triton sends each instance while loading it) are left out, so the counts are the traffic's;
-Triton's own ``nv_inference_count`` counts them too.
+Triton sends each instance while loading it, and the launcher's requests through the whole
+ensemble, which carry the request parameter ``WARMUP_REQUEST_PARAMETER``) are left out, so the
+counts are the traffic's; Triton's own ``nv_inference_count`` counts them too.
 
     mts_requests_total{model}                     requests the step answered
     mts_sessions_total{model}                     rows it answered with (one per session)
@@ -39,6 +40,7 @@ within about a second.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
@@ -48,6 +50,10 @@ from merlin_torch_serving.graph import metrics
 logger = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 1.0
+
+#: a request parameter that marks a warm-up request sent through a whole ensemble (Triton forwards
+#: an ensemble request's parameters to its steps; see ``launcher.warmup``)
+WARMUP_REQUEST_PARAMETER = "mts_warmup"
 
 PREFIX = "mts_"
 REQUESTS = "requests"
@@ -84,6 +90,17 @@ DESCRIPTIONS = {
 
 def prometheus_name(name: str) -> str:
     return f"{PREFIX}{name}_total"
+
+
+def is_warmup_request(request) -> bool:
+    """Whether the python backend's ``request`` carries ``WARMUP_REQUEST_PARAMETER``."""
+    parameters = getattr(request, "parameters", None)  # python backends before 23.10 have none
+    if parameters is None:
+        return False
+    try:
+        return WARMUP_REQUEST_PARAMETER in json.loads(parameters() or "{}")
+    except (TypeError, ValueError):
+        return False
 
 
 def warmup_runs(model_config: dict) -> int:
