@@ -9,6 +9,7 @@ column. A list column may hold empty lists, and a request may have no rows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,13 +69,15 @@ def _pandas_internals() -> bool:
     return callable(getattr(pd.DataFrame, "_get_column_array", None))
 
 
+@functools.cache
 def _internals() -> tuple:
-    """The pandas internals ``_frame_of_blocks`` builds with (pandas-stubs leave them out)."""
+    """The pandas internals ``_frame_of_blocks`` builds with (pandas-stubs leave them out),
+    imported once."""
     from pandas._libs.internals import BlockPlacement  # type: ignore[import-not-found]
     from pandas.core.internals import BlockManager  # type: ignore[import-not-found]
-    from pandas.core.internals.blocks import new_block  # type: ignore[import-not-found]
+    from pandas.core.internals.blocks import get_block_type  # type: ignore[import-not-found]
 
-    return BlockPlacement, BlockManager, new_block
+    return BlockPlacement, BlockManager, get_block_type
 
 
 #: whether answers and requests are turned into and out of DataFrames through pandas' private
@@ -90,24 +93,42 @@ _BLOCK_DTYPES = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=256)
+def _block_layout(dtypes: tuple[np.dtype, ...]) -> tuple[tuple[type, np.dtype, tuple, Any], ...]:
+    """pandas 1.x's blocks for columns of ``dtypes``: per dtype in order of first appearance,
+    the block class, the dtype, the columns' positions and their ``BlockPlacement`` (which
+    pandas never changes in place, so frames of the same dtypes share them)."""
+    block_placement, _, get_block_type = _internals()
+    positions: dict[np.dtype, list[int]] = {}
+    for position, dtype in enumerate(dtypes):
+        positions.setdefault(dtype, []).append(position)
+    return tuple(
+        (
+            get_block_type(dtype),
+            dtype,
+            tuple(placed),
+            block_placement(np.array(placed, dtype=np.intp)),
+        )
+        for dtype, placed in positions.items()
+    )
+
+
 def _frame_of_blocks(arrays: list[np.ndarray], labels: pd.Index, rows: int) -> pd.DataFrame:
     """The DataFrame ``DataFrame(dict)`` builds, made as pandas lays it out: one 2-D block per
     dtype holding copies of that dtype's columns. For a one-session answer, pandas' own
     constructors spend three times as long finding that layout (which dtypes, which blocks) as
-    everything else the client does with the answer; the layout is pandas 1.x's, and
-    ``columns_to_frame`` takes it only there (``PANDAS_INTERNALS``) and for plain numpy dtypes."""
-    BlockPlacement, BlockManager, new_block = _internals()
-    positions: dict[np.dtype, list[int]] = {}
-    for position, array in enumerate(arrays):
-        positions.setdefault(array.dtype, []).append(position)
+    everything else the client does with the answer, so the layout is worked out once per
+    sequence of dtypes (``_block_layout``); it is pandas 1.x's, and ``columns_to_frame`` takes it
+    only there (``PANDAS_INTERNALS``) and for plain numpy dtypes."""
+    _, block_manager, _ = _internals()
     blocks = []
-    for dtype, placed in positions.items():
+    for block_type, dtype, placed, placement in _block_layout(tuple(a.dtype for a in arrays)):
         values = np.empty((len(placed), rows), dtype=dtype)
         for row, position in enumerate(placed):
             values[row] = arrays[position]
-        blocks.append(new_block(values, BlockPlacement(np.array(placed, dtype=np.intp)), ndim=2))
-    manager = BlockManager(tuple(blocks), [labels, pd.RangeIndex(rows)], verify_integrity=False)
-    return pd.DataFrame(manager)
+        blocks.append(block_type(values, ndim=2, placement=placement))
+    index = pd.RangeIndex._simple_new(range(rows))  # type: ignore[attr-defined]
+    return pd.DataFrame(block_manager(tuple(blocks), [labels, index], verify_integrity=False))
 
 
 def frame_columns(frame: pd.DataFrame) -> dict:

@@ -194,6 +194,26 @@ def test_a_frame_of_table_columns_owns_its_values(internals):
     assert values.tolist() == [1, 2]
 
 
+def test_frames_of_the_same_dtypes_stay_apart_when_one_is_changed(internals):
+    # frames of one sequence of dtypes share their block layout: changing one frame's columns
+    # (inserting, dropping, retyping) must leave the other as it was
+    def answer(first: int) -> dict:
+        return {
+            "session_id": np.array([first, first + 1], dtype=np.int64),
+            "items": (np.arange(first, first + 4, dtype=np.int64), np.array([0, 1, 4])),
+            "rank": np.array([1, 2], dtype=np.int64),
+            "scores": (np.array([0.5, 0.25, 0.125, 0.0625]), np.array([0, 3, 4])),
+        }
+
+    changed, kept = frames.columns_to_frame(answer(10)), frames.columns_to_frame(answer(20))
+    changed.insert(0, "first", 1.5)
+    changed.drop(columns=["items"], inplace=True)
+    changed["rank"] = changed["rank"].astype(np.float32)
+    changed["session_id"] = ["a", "b"]
+    assert list(changed.columns) == ["first", "session_id", "rank", "scores"]
+    assert_same_frame(kept, pd.DataFrame(frames.cells_per_row(answer(20))))
+
+
 def test_a_nullable_integer_column_with_a_missing_value_is_named(internals):
     frame = pd.DataFrame(request()).astype({"session_id": "Int64"})
     frame.loc[1, "session_id"] = pd.NA
