@@ -18,9 +18,6 @@ import json
 from collections import deque
 from urllib.parse import quote
 
-#: the most bytes of status line and headers an answer may have
-_MAX_HEAD_BYTES = 64 * 1024
-
 #: how long a connection stays open unused (aiohttp's default): tritonserver, stopping, waits for
 #: the connections its clients keep open
 KEEP_IDLE_S = 15.0
@@ -81,24 +78,25 @@ class AsyncHttpInference:
             writer.close()
 
     async def _exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
-        """Send ``request`` on a pooled connection and read its answer. A kept-alive connection
-        the server closed meanwhile is replaced once by a new one; a connection is put back only
-        after a whole answer that does not ask to close it (a cancelled or failed exchange closes
-        it, so no later request reads what was left of this one)."""
+        """Send ``request`` on a pooled connection and read its answer. Kept-alive connections
+        the server (or a proxy) closed while they were idle answer nothing: they are dropped and
+        the request goes on the next one, or a new one. A connection is put back only after a
+        whole answer that does not ask to close it (a cancelled or failed exchange closes it, so
+        no later request reads what was left of this one)."""
         while self._idle:
             reader, writer, _ = self._idle.pop()
             try:
-                answer = await self._on(reader, writer, request)
-            except (ConnectionError, asyncio.IncompleteReadError):
-                continue  # closed by the server while idle: nothing of it was answered
-            return answer
+                return await self._on(reader, writer, request)
+            except ConnectionError:
+                continue
+            except asyncio.IncompleteReadError as error:
+                if error.partial:
+                    raise _cut_short(error) from error
         reader, writer = await asyncio.open_connection(self._host, self._port)
         try:
             return await self._on(reader, writer, request)
         except asyncio.IncompleteReadError as error:
-            raise ConnectionResetError(
-                f"tritonserver closed the connection after {len(error.partial)} bytes of an answer"
-            ) from error
+            raise _cut_short(error) from error
 
     async def _on(self, reader, writer, request: bytes) -> tuple[int, dict[str, str], bytes]:
         kept = False
@@ -142,8 +140,6 @@ class AsyncHttpInference:
 
 def _head(raw: bytes) -> tuple[int, dict[str, str]]:
     """The status and headers (names in lower case) of an answer's head."""
-    if len(raw) > _MAX_HEAD_BYTES:
-        raise http.client.HTTPException("an answer's head too long")
     lines = raw.decode("latin-1").split("\r\n")
     version, _, rest = lines[0].partition(" ")
     if not version.startswith("HTTP/1.") or not rest[:3].isdigit():
@@ -166,6 +162,12 @@ async def _chunks(reader: asyncio.StreamReader) -> bytes:
             return b"".join(parts)
         parts.append(await reader.readexactly(size))
         await reader.readexactly(2)
+
+
+def _cut_short(error: asyncio.IncompleteReadError) -> ConnectionResetError:
+    return ConnectionResetError(
+        f"tritonserver closed the connection after {len(error.partial)} bytes of an answer"
+    )
 
 
 def _server_error(status: int, body: bytes):
