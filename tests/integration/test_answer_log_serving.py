@@ -42,7 +42,7 @@ from tests.served import raw_inputs
 
 pytestmark = pytest.mark.integration
 
-NAME = "logged"
+NAME = "answers-logged"  # unique on the shared server (test_server.py loads a "logged")
 STEP = f"{NAME}-0-transformworkflow_route_loganswers"
 FLUSH_S = 0.2
 MAX_PENDING = 1000
