@@ -196,13 +196,28 @@ def _load_operator(
     return cls.load({**call["config"], **overrides}, artifact_path)
 
 
-def _config_overrides(model_dir: str) -> dict | None:
-    """The settings ``CONFIG_OVERRIDES_FILE`` in the model's folder holds (None without one)."""
+def read_config_overrides(model_dir: str | os.PathLike, step: str) -> dict:
+    """The settings ``CONFIG_OVERRIDES_FILE`` in step ``step``'s folder holds ({} without one);
+    ``ArtifactError`` naming the file when it holds no JSON object of objects."""
     path = os.path.join(model_dir, CONFIG_OVERRIDES_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as file:
-        return json.load(file)
+    try:
+        with open(path) as file:
+            text = file.read()
+    except FileNotFoundError:
+        return {}
+    hint = "fix the file or remove it (routing.set_weights writes it whole)"
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ArtifactError(step, f"its {path!r} is not valid JSON ({error})", hint) from None
+    if not isinstance(overrides, dict) or not all(isinstance(v, dict) for v in overrides.values()):
+        raise ArtifactError(
+            step,
+            f"its {path!r} holds {text.strip()[:80]!r}, where an object of call index -> settings"
+            " was expected",
+            hint,
+        )
+    return overrides
 
 
 class TritonPythonModel:
@@ -228,7 +243,7 @@ class TritonPythonModel:
             self.model_name,
             int(max_rows) if max_rows else None,
             int(batch_rows) if batch_rows else None,
-            _config_overrides(args["model_repository"]),
+            read_config_overrides(args["model_repository"], self.model_name),
         )
         self.output_names = [output["name"] for output in config["output"]]
         # batched: Triton hands execute several requests, each tensor with a leading dimension of 1
