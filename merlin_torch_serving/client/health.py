@@ -130,13 +130,23 @@ def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
     return tuple(report)
 
 
-def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:
+#: how many failures tritonserver (2.51) counts for each request of an ensemble that fails in a
+#: step: one when the step answers with the error, one when the ensemble's request ends
+ENSEMBLE_FAILURE_COUNTS = 2
+
+
+def failed_requests(
+    statistics: Mapping, ensembles: Iterable[str] = ()
+) -> dict[tuple[str, int], int]:
     """``(model, version) -> requests answered with an error`` since each version loaded, from the
-    server's inference statistics (gRPC's JSON leaves zero counts out)."""
+    server's inference statistics (gRPC's JSON leaves zero counts out); ``ensembles`` names the
+    ensembles among the models, whose failures the server counts twice."""
+    ensembles = set(ensembles)
     return {
         (entry["name"], int(entry.get("version") or 0)): int(
             entry["inference_stats"].get("fail", {}).get("count", 0)
         )
+        // (ENSEMBLE_FAILURE_COUNTS if entry["name"] in ensembles else 1)
         for entry in statistics.get("model_stats", [])
     }
 

@@ -12,6 +12,7 @@ the library's exceptions, and errors that are safe to retry are retried with bac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -190,12 +191,20 @@ class Client:
             )
         except MerlinTorchServingError:
             stats = {}
-        failures = failed_requests(stats or {})
-        report = []
-        for status in self.models():
-            alive, error = None, status.reason if status.state != "READY" else ""
+        rows, configs = self.models(), {}
+        for status in rows:
             if status.state == "READY":
-                alive, error = self._probe(status.name)
+                with contextlib.suppress(MerlinTorchServingError):  # a model unloaded meanwhile
+                    configs[status.name] = self._config(status.name)
+        ensembles = [
+            name for name, config in configs.items() if config.get("platform") == "ensemble"
+        ]
+        failures = failed_requests(stats or {}, ensembles)
+        report = []
+        for status in rows:
+            alive, error = None, status.reason if status.state != "READY" else ""
+            if status.name in configs:
+                alive, error = self._probe(status.name, configs[status.name])
             health = ModelHealth(
                 status.name,
                 status.version,
@@ -312,13 +321,10 @@ class Client:
                 arrays[name] = wire.bytes_to_text(array[0] if schemas.request_dim else array)
         return wire.from_wire(arrays, schemas.output_schema)
 
-    def _probe(self, model: str) -> tuple[bool | None, str]:
+    def _probe(self, model: str, config: dict) -> tuple[bool | None, str]:
         """Whether ``model``'s stubs answer a request of no rows (None: it has none, or it cannot
-        be told), and the error that says they do not."""
-        try:
-            request = probe_request(self._config(model))
-        except MerlinTorchServingError:
-            return None, ""
+        be told), and the error that says they do not; ``config`` is the model's."""
+        request = probe_request(config)
         if request is None:
             return None, ""
         inputs = self._infer_inputs(request)

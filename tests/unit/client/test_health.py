@@ -56,6 +56,20 @@ def test_failed_requests_are_counted_per_model_version_and_zero_when_grpc_leaves
     assert failed_requests({}) == {}
 
 
+def test_an_ensembles_failed_requests_are_counted_once_though_the_server_counts_them_twice():
+    # three requests failed in the ensemble's step, as tritonserver 2.51 reports them
+    statistics = {
+        "model_stats": [
+            {"name": "reco", "version": "1", "inference_stats": {"fail": {"count": "6"}}},
+            {"name": "reco-0-step", "version": "1", "inference_stats": {"fail": {"count": "3"}}},
+        ]
+    }
+    assert failed_requests(statistics, ensembles=["reco"]) == {
+        ("reco", 1): 3,
+        ("reco-0-step", 1): 3,
+    }
+
+
 def test_the_probe_of_a_python_step_is_a_request_without_rows():
     config = {
         "backend": "python",
