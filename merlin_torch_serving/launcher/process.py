@@ -200,15 +200,38 @@ def ports_listened_by(pid: int | None) -> set[int]:
             continue
         if target.startswith("socket:["):
             socket_inodes.add(target[len("socket:[") : -1])
-    ports = set()
+    return {
+        port for port, inode in _listening_sockets(f"/proc/{pid}/net") if inode in socket_inodes
+    }
+
+
+def listening_ports() -> set[int]:
+    """The TCP ports some process of this machine (this network namespace) listens on."""
+    return {port for port, _ in _listening_sockets("/proc/net")}
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether process ``pid`` exists (running, or a zombie not yet collected)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
+
+
+def _listening_sockets(net: str) -> list[tuple[int, str]]:
+    """(port, socket inode) of every listening TCP socket in ``<net>/tcp`` and ``tcp6``."""
+    found = []
     for table in ("tcp", "tcp6"):
         try:
-            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            rows = Path(net, table).read_text().splitlines()[1:]
         except OSError:
             continue
         for row in rows:
             fields = row.split()
             # local_address is HEXADDR:HEXPORT, state 0A is LISTEN, the inode is the 10th field
-            if len(fields) > 9 and fields[3] == "0A" and fields[9] in socket_inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+            if len(fields) > 9 and fields[3] == "0A":
+                found.append((int(fields[1].rsplit(":", 1)[1], 16), fields[9]))
+    return found
