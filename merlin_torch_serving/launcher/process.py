@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from merlin_torch_serving.launcher import private_memory
+
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _SIG_DFL = 0  # from <signal.h>
 _POLL_S = 0.05
@@ -141,8 +143,9 @@ def _libc() -> ctypes.CDLL:
 
 
 def prepare_child(parent_pid: int) -> Callable[[], None]:
-    """A preexec_fn that makes the child receive SIGKILL when its parent thread dies (Linux), and
-    takes SIGINT's default action whatever this process does with it.
+    """A preexec_fn that makes the child receive SIGKILL when its parent thread dies (Linux),
+    takes SIGINT's default action whatever this process does with it, and keeps what it shares
+    through /dev/shm to its user (``launcher.private_memory``).
 
     A process started as a shell's background job (``python serve.py &`` in a script) ignores
     SIGINT, and a child inherits that across exec: the graceful stop's SIGINT would never reach
@@ -150,9 +153,11 @@ def prepare_child(parent_pid: int) -> Callable[[], None]:
     """
     libc = _libc()  # loaded before fork: the child should do as little as possible
     default_action = ctypes.c_void_p(_SIG_DFL)
+    restrict = private_memory.restrictor()
 
     def prepare() -> None:
         libc.signal(signal.SIGINT, default_action)  # libc's: Python's is for the main thread only
+        restrict()
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
         # The parent may have died between fork and prctl; the signal would then never come.

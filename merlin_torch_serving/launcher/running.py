@@ -4,6 +4,7 @@ reloaded on request, with every failure turned into an error that quotes the ser
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -11,12 +12,13 @@ from pathlib import Path
 
 from merlin_torch_serving.client.health import ModelStatus
 from merlin_torch_serving.exceptions import ModelLoadError, ServerError, ServerStartTimeoutError
-from merlin_torch_serving.launcher import diagnostics
+from merlin_torch_serving.launcher import diagnostics, private_memory
 from merlin_torch_serving.launcher.admin import Admin, Refused
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess
 from merlin_torch_serving.launcher.config import Ports, ServerConfig
 
 _POLL_S = 0.1
+logger = logging.getLogger("merlin_torch_serving")
 
 
 class RunningServer:
@@ -101,6 +103,15 @@ class RunningServer:
                     failures[name] = reason
         if failures:
             raise self.load_error(failures)
+        prefix = self.process.shm_prefix  # None: the caller named the regions (extra_args)
+        exposed = private_memory.exposed_regions(prefix) if prefix else []
+        if exposed:
+            logger.warning(
+                "the python backend's shared memory (%s) can be read by other users of this"
+                " machine, and with it every request: this kernel refused the seccomp filter that"
+                " keeps it owner-only (see launcher.private_memory)",
+                ", ".join(str(region) for region in exposed[:3]),
+            )
 
     def _settled_models(self, deadline: float) -> list[ModelStatus]:
         while True:
