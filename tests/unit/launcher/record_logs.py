@@ -163,6 +163,22 @@ def record(root: Path) -> None:
 
     recorder.situation("dead_stub", dead_stub, keep_log=False)
 
+    def stop_after_stub_death(repository: Path, log: Path) -> None:
+        write_doubler(repository, "doubler")
+        server = TritonServer(
+            repository, restart_failed_models=False, failover=False, log_path=log, stop_timeout_s=20
+        )
+        with server:
+            for stub in children_of(server.pid):
+                os.kill(stub.pid, signal.SIGKILL)
+            time.sleep(1.0)
+            os.kill(server.pid, signal.SIGINT)  # tritonserver's own stop, not the launcher's
+            deadline = time.monotonic() + 30
+            while server.is_running and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+    recorder.situation("stop_after_stub_death", stop_after_stub_death)
+
 
 if __name__ == "__main__":
     LOGS.mkdir(exist_ok=True)

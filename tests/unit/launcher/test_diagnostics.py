@@ -274,3 +274,13 @@ def test_a_dead_stubs_answer_says_the_stub_did_not_answer_and_is_worth_retrying(
     )
     assert isinstance(error, InferenceError)
     assert retryable
+
+
+# -- stopping ---------------------------------------------------------------------------------
+
+
+def test_a_stopping_server_has_answered_its_requests_once_it_starts_unloading_its_models():
+    log = recorded("stop_after_stub_death.log")  # the version of the dead stub never unloads
+    unloading = log.index("All models are stopped, unloading models")
+    assert not diagnostics.requests_drained(log[:unloading])
+    assert diagnostics.requests_drained(log)
