@@ -90,10 +90,12 @@ class ModelHealth:
     restarts: int = 0
     #: the outside services its operators call (a feature server), and whether each answers
     services: tuple[ServiceHealth, ...] = ()
+    #: the standby its ensembles run instead of it (failover), "" when they run the model itself
+    standby: str = ""
 
     @property
     def healthy(self) -> bool:
-        return self.state == "READY" and self.stubs_alive is not False
+        return self.state == "READY" and self.stubs_alive is not False and not self.standby
 
     @property
     def degraded(self) -> bool:
