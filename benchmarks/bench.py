@@ -1,6 +1,7 @@
 """One benchmark run: build the example and the repositories, then measure the in-process limit
 and each served system in turn (one tritonserver at a time), then the two exports of this project
-sharing one server, collecting the records.
+sharing one server, collecting the records. ``client_only``: only what the clients themselves cost
+on the mixed and all-libtorch exports (``./run bench --only client``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import (
+    async_load,
+    breakdown,
     floor,
     inprocess,
+    interleaved,
     merlin_baseline,
     report,
     server_stats,
@@ -52,6 +56,9 @@ BUSY_PAUSE_S = 3.0
 COLD_REQUESTS = 8
 # Passes over all requests of all settings between the cold start and the first measurement.
 STEADY_STATE_PASSES = 2
+# A copy of Merlin's executor model timing each of its operators (benchmarks/merlin_executor.py),
+# measured after (d) for where Merlin's time goes.
+MERLIN_TIMED = "executor_model_timed"
 # The client path of the shared-server measurement: tensors built before timing, so the clients,
 # which share this process, add as little CPU as possible to what the server's pools compete for.
 SHARED_CLIENT = "tritonclient, prebuilt"
@@ -83,8 +90,10 @@ class Benchmark:
         protocols: tuple[str, ...],
         server_start_timeout_s: float,
         repository_root: Path,
+        client_only: bool = False,
     ):
         self.mode = mode
+        self.client_only = client_only
         self.work_dir = work_dir
         self.progress = progress
         self.session_counts = session_counts
@@ -99,6 +108,8 @@ class Benchmark:
         self.notes: list[str] = []
         self.in_process_parts: dict[str, dict[str, float]] = {}
         self.in_process_parts_other_cpu_cores = 0.0
+        #: sessions per request -> the timed copy of Merlin's executor model: p50 and breakdown
+        self.merlin_breakdown: dict[str, dict] = {}
         self.tritonserver_version: str | None = None
         self.began = time.perf_counter()
 
@@ -115,6 +126,12 @@ class Benchmark:
         progress.step(
             f"trained in {self.workload.training_seconds:.1f} s; exporting the repositories"
         )
+        if self.client_only:
+            for system in self._prepare_client_repositories():
+                self._measure_served(system)
+            self.wall_s = time.perf_counter() - self.began
+            self.targets = targets.client_targets(self.measurements)
+            return
         ensemble, served, shared_repository = self._prepare_repositories()
         self._measure_in_process(ensemble)
         for system in served:
@@ -131,6 +148,8 @@ class Benchmark:
         paths = [output_dir / f"{stem}.{suffix}" for suffix in ("json", "md", "png")]
         report.write_json(paths[0], run, self.measurements, self.starts, self.targets)
         report.write_markdown(paths[1], run, self.measurements, self.starts, self.targets)
+        if self.client_only:
+            return paths[:2]
         report.write_chart(paths[2], self.measurements)
         return paths
 
@@ -218,6 +237,10 @@ class Benchmark:
             top_k=TOP_K,
             max_sequence_length=MAX_SEQUENCE_LENGTH,
         )
+        self.merlin_timers = breakdown.add_executor_variant(
+            merlin_repository, MERLIN_TIMED, keep_results=False, timers_dir=self.work_dir
+        )
+        self.merlin_outputs = merlin_outputs
         self.notes.append(
             "(d) Merlin Systems 23.08: `Ensemble(TransformWorkflow(workflow) >>"
             " PredictPyTorch(traced_model, ...))` on the same workflow and model, exported with"
@@ -244,13 +267,16 @@ class Benchmark:
             systems.project_system(
                 PROJECT, project_repository, systems.PROJECT_MODEL, request_schema
             ),
-            systems.project_system(MIXED, mixed_repository, systems.MIXED_MODEL, request_schema),
+            systems.project_system(
+                MIXED, mixed_repository, systems.MIXED_MODEL, request_schema, asynchronous=True
+            ),
             systems.project_system(
                 LIBTORCH,
                 libtorch_repository,
                 systems.LIBTORCH_MODEL,
                 request_schema,
                 pytorch_backend_directory(),
+                asynchronous=True,
             ),
             systems.ServedSystem(
                 MERLIN,
@@ -264,6 +290,33 @@ class Benchmark:
             ),
         ]
         return ensemble, served, shared_repository
+
+    def _prepare_client_repositories(self) -> list[systems.ServedSystem]:
+        """The mixed and all-libtorch exports, each measured through prebuilt tritonclient
+        requests, ``Client`` and ``AsyncClient``."""
+        request_schema = self.workload.workflow.input_schema
+        exports = [
+            (MIXED, systems.MIXED_MODEL, "python", None),
+            (LIBTORCH, systems.LIBTORCH_MODEL, "pytorch", pytorch_backend_directory()),
+        ]
+        served = []
+        for key, model, workflow_backend, backend_directory in exports:
+            repository = self.work_dir / model
+            systems.project_ensemble(
+                self.workload, backend="pytorch", workflow_backend=workflow_backend
+            ).export(repository, model, overwrite=True)
+            served.append(
+                systems.project_system(
+                    key, repository, model, request_schema, backend_directory, asynchronous=True
+                )
+            )
+        self.notes.append(
+            "Only the clients' own cost: (e) and (f) as in `./run bench`, each measured through"
+            " `tritonclient, prebuilt` (tensors built before timing), `Client` (DataFrame in and"
+            " out, one client per thread) and `AsyncClient` (DataFrame in and out, awaited; the"
+            " coroutines of a row share one client in one event loop)."
+        )
+        return served
 
     # ---- measuring ----------------------------------------------------------------------------
 
@@ -318,11 +371,16 @@ class Benchmark:
                 self.tritonserver_version = server_stats.server_version(server.http_url)
             for client in system.clients:
                 for protocol in self.protocols:
-                    for sessions in self.session_counts:
-                        for concurrency in self.concurrencies:
+                    for sessions in client.sessions or self.session_counts:
+                        for concurrency in client.concurrencies or self.concurrencies:
                             self._measure_served_setting(
                                 system, server, client, protocol, sessions, concurrency
                             )
+            if any(client.asynchronous for client in system.clients):
+                for protocol in self.protocols:
+                    self._measure_interleaved(system, server, protocol)
+            if system.key == MERLIN:
+                self._measure_merlin_breakdown(server)
         start.steady_p50_ms = find(
             self.measurements,
             system.key,
@@ -331,6 +389,31 @@ class Benchmark:
             1,
             system.clients[0].name,
         ).p50_ms
+
+    def _measure_merlin_breakdown(self, server) -> None:
+        """Where (d)'s time goes: the same requests (one client, gRPC) to a copy of Merlin's
+        executor model that times each operator (benchmarks/merlin_executor.py)."""
+        path = systems.merlin_tritonclient(
+            MERLIN_TIMED, self.workload.workflow.input_schema, self.merlin_outputs
+        )
+        for sessions in self.session_counts:
+            self.progress.step(f"(d) with timers in its executor, {sessions} session(s)")
+            requests = self.workload.requests[sessions]
+            with OtherCpuLoad(lambda: _pids(server)) as other:
+                result, split = breakdown.measure(
+                    lambda requests=requests: path.make_sender(server.grpc_url, "grpc", requests),
+                    1,
+                    self.load,
+                    http_url=server.http_url,
+                    model=MERLIN_TIMED,
+                    timers=self.merlin_timers,
+                )
+            self.merlin_breakdown[str(sessions)] = {
+                "p50_ms": round(result.percentile_ms(50), 3),
+                "requests": result.requests,
+                "other_cpu_cores": round(other.other_cores, 3),
+                **split,
+            }
 
     def _measure_shared(self, repository: Path, exports: list[systems.ServedSystem]) -> None:
         """Both exports in one server, one client each at once, for every request size (gRPC)."""
@@ -449,7 +532,8 @@ class Benchmark:
                 OtherCpuLoad(lambda: _pids(server)) as other,
                 PeakServerMemory(server.pid) as memory,
             ):
-                result = run_load(
+                load = async_load.run_async_load if client.asynchronous else run_load
+                result = load(
                     lambda: client.make_sender(url, protocol, requests),
                     concurrency,
                     self.load,
@@ -470,6 +554,24 @@ class Benchmark:
                 other,
                 server_side,
             )
+
+        self._keep_least_disturbed(measure)
+
+    def _measure_interleaved(self, system: systems.ServedSystem, server, protocol: str) -> None:
+        """One session per request through each client path in turn (see ``interleaved``)."""
+        url = server.grpc_url if protocol == "grpc" else server.http_url
+
+        def measure() -> list[Measurement]:
+            with OtherCpuLoad(lambda: _pids(server)) as other:
+                results = interleaved.interleaved(
+                    system.clients, url, protocol, self.workload.requests[1], self.load
+                )
+            return [
+                measurement_from_load(
+                    system.key, protocol, name + interleaved.SUFFIX, 1, 1, result, None, other, {}
+                )
+                for name, result in results.items()
+            ]
 
         self._keep_least_disturbed(measure)
 
@@ -518,6 +620,7 @@ class Benchmark:
                 "session_counts": list(self.session_counts),
                 "concurrencies": list(self.concurrencies),
                 "protocols": list(self.protocols),
+                "client_only": self.client_only,
             },
             "workload": {
                 "train_sessions": self.workload.n_train_sessions,
@@ -536,6 +639,7 @@ class Benchmark:
             },
             "in_process_parts": self.in_process_parts,
             "in_process_parts_other_cpu_cores": self.in_process_parts_other_cpu_cores,
+            "merlin_breakdown": self.merlin_breakdown,
             "notes": self.notes,
             "wall_s": round(self.wall_s, 1),
         }

@@ -33,7 +33,8 @@ if str(REPOSITORY_ROOT) not in sys.path:
     sys.path.insert(0, str(REPOSITORY_ROOT))
 
 from benchmarks import server_stats
-from benchmarks.environment import cpu_seconds
+from benchmarks.concurrency_report import cpu_text, flag, markdown, targets
+from benchmarks.environment import BUSY_MACHINE_CORES, OtherCpuLoad, cpu_seconds
 from benchmarks.memory import server_processes
 from benchmarks.sweep_clients import (
     AlternatingJob,
@@ -74,6 +75,10 @@ STEADY_REQUESTS = 60
 #: one client alternating between the exports request by request (after the windows): the
 #: one-client comparison without the drift between windows seconds apart
 ALTERNATING_ROUNDS = 300
+#: as ./run bench does: a window or cold start during which other processes or virtual machines
+#: took more than BUSY_MACHINE_CORES is measured once more after this pause, the less disturbed
+#: attempt kept, and marked `!` if it stayed above
+BUSY_PAUSE_S = 3.0
 
 
 @dataclass
@@ -91,6 +96,10 @@ class Point:
     #: process group ("tritonserver", "python stubs", "clients") -> its CPU over the windows
     #: divided by the sessions the server answered in them
     cpu_ms_per_session: dict[str, float]
+    #: cores other processes and virtual machines took, the most of any of its windows
+    other_cpu_cores: float = 0.0
+    #: its windows that were measured twice (the first attempt disturbed)
+    repeated_windows: int = 0
 
 
 @dataclass
@@ -102,6 +111,7 @@ class Window:
     failures: int
     answered: int
     cpu_s: dict[str, float]
+    other_cores: float  # cores other processes and virtual machines took meanwhile
 
 
 @dataclass
@@ -116,6 +126,9 @@ class ColdStart:
     after_idle_ms: (
         float  # the first request after IDLE_S without requests, once steady (median of 3)
     )
+    #: cores other processes and virtual machines took from ready to the last steady request
+    other_cpu_cores: float = 0.0
+    attempts: int = 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,9 +160,16 @@ def main(argv: list[str] | None = None) -> int:
             True: [{k: v[np.newaxis] for k, v in arrays.items()} for arrays in plain],
         }
         cold = [
-            _cold_start(repository / export, export, forms[batching], workflow == "pytorch")
+            _least_disturbed(
+                lambda export=export, batching=batching, workflow=workflow: _cold_start(
+                    repository / export, export, forms[batching], workflow == "pytorch"
+                ),
+                lambda start: start.other_cpu_cores,
+            )
             for export, (_, workflow, batching) in EXPORTS.items()
         ]
+        for start, attempts in cold:
+            start.attempts = attempts
         points, alternating = _sweep(repository, forms, protocols, warmup_s, window_s)
     record = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
@@ -162,14 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": ROUNDS,
         "points": [asdict(p) for p in points],
         "one_client_alternating_p50_ms": alternating,
-        "cold_starts": [asdict(c) for c in cold],
-        "targets": _targets(points, alternating, cold, os.cpu_count() or 1),
+        "cold_starts": [asdict(c) for c, _ in cold],
+        "alternating_rounds": ALTERNATING_ROUNDS,
+        "idle_s": IDLE_S,
+        "targets": targets(points, alternating, [c for c, _ in cold], os.cpu_count() or 1, IDLE_S),
     }
     stem = "concurrency-quick" if arguments.quick else "concurrency"
     arguments.output_dir.mkdir(parents=True, exist_ok=True)
     (arguments.output_dir / f"{stem}.json").write_text(json.dumps(record, indent=1))
-    (arguments.output_dir / f"{stem}.md").write_text(_markdown(record))
-    print(_markdown(record), flush=True)
+    (arguments.output_dir / f"{stem}.md").write_text(markdown(record))
+    print(markdown(record), flush=True)
     return 0
 
 
@@ -200,11 +222,19 @@ def _sweep(
             for clients in CONCURRENCIES:
                 windows = {export: [] for export in EXPORTS}
                 batches = {export: [] for export in EXPORTS}
+                repeated = dict.fromkeys(EXPORTS, 0)
                 for _ in range(ROUNDS):
                     for export, (_, _, batching) in EXPORTS.items():
-                        before = _step_statistics(server.http_url, export)
-                        windows[export].append(
-                            _closed_loop(
+
+                        def window(
+                            export=export,
+                            batching=batching,
+                            url=url,
+                            protocol=protocol,
+                            clients=clients,
+                        ):
+                            before = _step_statistics(server.http_url, export)
+                            measured = _closed_loop(
                                 pool,
                                 (url, server.http_url),
                                 protocol,
@@ -214,14 +244,20 @@ def _sweep(
                                 (warmup_s, window_s),
                                 processes,
                             )
+                            return measured, (before, _step_statistics(server.http_url, export))
+
+                        (measured, formed), attempts = _least_disturbed(
+                            window, lambda attempt: attempt[0].other_cores
                         )
-                        batches[export].append((before, _step_statistics(server.http_url, export)))
+                        windows[export].append(measured)
+                        batches[export].append(formed)
+                        repeated[export] += attempts - 1
                 for export in EXPORTS:
-                    points.append(
-                        _point(
-                            export, protocol, clients, windows[export], batches[export], window_s
-                        )
+                    point = _point(
+                        export, protocol, clients, windows[export], batches[export], window_s
                     )
+                    point.repeated_windows = repeated[export]
+                    points.append(point)
         alternating = {}
         for protocol in protocols:
             url = server.grpc_url if protocol == "grpc" else server.http_url
@@ -233,10 +269,14 @@ def _sweep(
                 ALTERNATING_ROUNDS,
                 warmup_rounds=20,
             )
-            latencies = pool.apply(run_alternating, (job,))
+            with OtherCpuLoad(
+                lambda: [pid for pids in processes.values() for pid in pids]
+            ) as other:
+                latencies = pool.apply(run_alternating, (job,))
             alternating[protocol] = {
                 export: round(float(np.percentile(ms, 50)), 3) for export, ms in latencies.items()
             }
+            alternating[protocol]["other CPU"] = round(other.other_cores, 3)
             _say(
                 f"one client alternating between the exports, {protocol}: p50 ms "
                 f"{alternating[protocol]}"
@@ -271,13 +311,15 @@ def _point(export, protocol, clients, windows: list[Window], batches, window_s) 
         round(float(np.mean(means)), 2) if means else None,
         max(largest, default=None),
         cpu_ms,
+        round(max(window.other_cores for window in windows), 3),
     )
     _say(
         f"{export:10s} {protocol:4s} {clients:3d} clients: p50 {point.p50_ms:7.2f} ms, p99 "
         f"{point.p99_ms:7.2f} ms, "
         f"{point.sessions_per_s:7.1f} sessions/s, batches {point.mean_batch} (largest "
         f"{point.largest_batch}), "
-        f"CPU ms per session {_cpu_text(cpu_ms)}, failures {failures}"
+        f"CPU ms per session {cpu_text(cpu_ms)}, failures {failures}, other CPU "
+        f"{point.other_cpu_cores:.2f}{flag(point.other_cpu_cores)}"
     )
     return point
 
@@ -327,33 +369,46 @@ def _closed_loop(
         for i, share in enumerate(shares)
     ]
     pending = pool.map_async(run_clients, jobs, chunksize=1)
-    ends = []
-    for moment in (start_at, stop_at):
-        time.sleep(max(0.0, moment - time.time()))
-        ends.append(
-            (
-                _answered(server_stats.snapshot(http_url), model),
-                {group: cpu_seconds(pids) for group, pids in watched.items()},
-            )
+
+    def sample() -> tuple[int, dict[str, float]]:
+        return (
+            _answered(server_stats.snapshot(http_url), model),
+            {group: cpu_seconds(pids) for group, pids in watched.items()},
         )
+
+    time.sleep(max(0.0, start_at - time.time()))
+    answered_before, cpu_before = sample()
+    with OtherCpuLoad(lambda: [pid for pids in watched.values() for pid in pids]) as other:
+        time.sleep(max(0.0, stop_at - time.time()))
+    answered_after, cpu_after = sample()
     results = pending.get()
-    (answered_before, cpu_before), (answered_after, cpu_after) = ends
     return Window(
         [ms for latencies, _ in results for ms in latencies],
         sum(failures for _, failures in results),
         answered_after - answered_before,
         {group: cpu_after[group] - cpu_before[group] for group in watched},
+        round(other.other_cores, 3),
     )
+
+
+def _least_disturbed(measure, disturbance):
+    """``measure()``; when other processes or virtual machines took more than BUSY_MACHINE_CORES
+    meanwhile (``disturbance(attempt)``), once more after BUSY_PAUSE_S: (the attempt they
+    disturbed least, attempts made)."""
+    attempts = [measure()]
+    if disturbance(attempts[0]) > BUSY_MACHINE_CORES:
+        _say(
+            f"other processes or virtual machines took {disturbance(attempts[0]):.2f} cores;"
+            f" measuring again in {BUSY_PAUSE_S:g} s"
+        )
+        time.sleep(BUSY_PAUSE_S)
+        attempts.append(measure())
+    return min(attempts, key=disturbance), len(attempts)
 
 
 def _answered(snapshot: dict, model: str) -> int:
     """Requests of ``model`` the server has answered, in a ``server_stats.snapshot``."""
     return snapshot.get(model, {}).get("success", (0, 0))[0]
-
-
-def _cpu_text(cpu_ms: dict[str, float]) -> str:
-    """``server / stubs / clients`` milliseconds, and their sum."""
-    return " / ".join(f"{ms:.2f}" for ms in cpu_ms.values()) + f" = {sum(cpu_ms.values()):.2f}"
 
 
 def _step_statistics(http_url: str, export: str) -> dict:
@@ -414,13 +469,15 @@ def _cold_start(repository: Path, export: str, requests: list, libtorch_only: bo
                 raise RuntimeError(f"{export}: request {index} failed")
             return round((time.perf_counter() - began) * 1000.0, 2)
 
-        before = server_stats.snapshot(server.http_url)
-        first = [timed(0)]
-        after_first = _counted(server.http_url, export, before, 1)
-        first += [timed(i) for i in range(1, COLD_REQUESTS)]
-        before_steady = server_stats.snapshot(server.http_url)
-        steady = [timed(i) for i in range(COLD_REQUESTS, COLD_REQUESTS + STEADY_REQUESTS)]
-        after_steady = _counted(server.http_url, export, before_steady, STEADY_REQUESTS)
+        own = [process.pid for process in server_processes(server.pid)]
+        with OtherCpuLoad(lambda: own) as other:
+            before = server_stats.snapshot(server.http_url)
+            first = [timed(0)]
+            after_first = _counted(server.http_url, export, before, 1)
+            first += [timed(i) for i in range(1, COLD_REQUESTS)]
+            before_steady = server_stats.snapshot(server.http_url)
+            steady = [timed(i) for i in range(COLD_REQUESTS, COLD_REQUESTS + STEADY_REQUESTS)]
+            after_steady = _counted(server.http_url, export, before_steady, STEADY_REQUESTS)
         idle = []
         for i in range(3):
             time.sleep(IDLE_S)
@@ -438,12 +495,14 @@ def _cold_start(repository: Path, export: str, requests: list, libtorch_only: bo
         server_first,
         server_steady,
         after_idle,
+        round(other.other_cores, 3),
     )
     _say(
         f"{export}: ready after {start.start_to_ready_s} s; first requests {first} ms; steady p50 "
         f"{start.steady_p50_ms} ms; "
         f"in the server: first {server_first} ms, steady mean {server_steady} ms; after {IDLE_S} "
-        f"s idle {after_idle} ms"
+        f"s idle {after_idle} ms; other CPU {start.other_cpu_cores:.2f}"
+        f"{flag(start.other_cpu_cores)}"
     )
     return start
 
@@ -458,142 +517,6 @@ def _counted(http_url: str, export: str, before: dict, requests: int) -> dict:
             return after
         time.sleep(0.02)
     raise RuntimeError(f"{export}: the server's statistics never counted {requests} more requests")
-
-
-def _targets(
-    points: list[Point], alternating: dict[str, dict[str, float]], cold: list[ColdStart], cores: int
-) -> list[str]:
-    found = {(p.export, p.protocol, p.clients): p for p in points}
-    lines = []
-    for kind in ("python", "mixed", "libtorch"):
-        for protocol in sorted({p.protocol for p in points}):
-            on32, off32 = (
-                found.get((f"{kind}-on", protocol, 32)),
-                found.get((f"{kind}-off", protocol, 32)),
-            )
-            on1, off1 = (
-                found.get((f"{kind}-on", protocol, 1)),
-                found.get((f"{kind}-off", protocol, 1)),
-            )
-            if on32 and off32:
-                ratio = on32.sessions_per_s / off32.sessions_per_s
-                lines.append(
-                    f"{kind} {protocol}, 32 clients: sessions/s x{ratio:.2f} batched/unbatched "
-                    f"(target >= 5): "
-                    f"{'met' if ratio >= 5 else 'NOT met'}; p99 {on32.p99_ms} vs {off32.p99_ms} ms "
-                    f"({'met' if on32.p99_ms <= off32.p99_ms else 'NOT met'}); x5 leaves "
-                    f"{cores * 1000.0 / (5 * off32.sessions_per_s):.2f} ms of CPU per session on "
-                    f"{cores} cores, batched took {_cpu_text(on32.cpu_ms_per_session)} ms "
-                    f"(tritonserver / python stubs / clients)"
-                )
-            if on1 and off1:
-                ratio = on1.p50_ms / off1.p50_ms
-                on, off = (alternating[protocol][f"{kind}-{state}"] for state in ("on", "off"))
-                lines.append(
-                    f"{kind} {protocol}, 1 client: p50 {on1.p50_ms} vs {off1.p50_ms} ms, "
-                    f"x{ratio:.2f} (target <= 1.10): "
-                    f"{'met' if ratio <= 1.10 else 'NOT met'}; alternating request by request "
-                    f"{on} vs {off} ms, x{on / off:.2f}: {'met' if on / off <= 1.10 else 'NOT met'}"
-                )
-    lines += _libtorch_targets(found, cold)
-    for start in cold:
-        ratio = start.first_request_ms / start.steady_p50_ms
-        in_server = start.server_first_ms / start.server_steady_mean_ms
-        lines.append(
-            f"{start.export}: first request {start.first_request_ms} ms = x{ratio:.2f} steady p50 "
-            f"(target <= 2): "
-            f"{'met' if ratio <= 2 else 'NOT met'}; in the server x{in_server:.2f}; the first "
-            f"after {IDLE_S:g} s idle "
-            f"x{start.after_idle_ms / start.steady_p50_ms:.2f}; start to ready "
-            f"{start.start_to_ready_s} s"
-        )
-    return lines
-
-
-def _libtorch_targets(found: dict, cold: list[ColdStart]) -> list[str]:
-    """The all-libtorch export against the mixed one, batched, at 32 clients: CPU a session of
-    tritonserver and the clients (the python stubs it has none of), and the exports' start."""
-    lines = []
-    for protocol in sorted({protocol for _, protocol, _ in found}):
-        libtorch, mixed = (
-            found.get(("libtorch-on", protocol, 32)),
-            found.get(("mixed-on", protocol, 32)),
-        )
-        if libtorch and mixed:
-            ours = sum(libtorch.cpu_ms_per_session.values())
-            theirs = sum(mixed.cpu_ms_per_session.values())
-            ratio = ours / theirs
-            lines.append(
-                f"libtorch-on vs mixed-on {protocol}, 32 clients: CPU ms a session (tritonserver +"
-                f" stubs + clients) {ours:.2f} vs {theirs:.2f}, x{ratio:.2f} (target <= 0.6):"
-                f" {'met' if ratio <= 0.6 else 'NOT met'}; sessions/s {libtorch.sessions_per_s}"
-                f" vs {mixed.sessions_per_s}"
-            )
-    start = {c.export: c for c in cold}
-    for state in ("off", "on"):
-        ours, theirs = start.get(f"libtorch-{state}"), start.get(f"mixed-{state}")
-        if ours and theirs:
-            ratio = ours.start_to_ready_s / theirs.start_to_ready_s
-            lines.append(
-                f"libtorch-{state} vs mixed-{state}: start to ready {ours.start_to_ready_s} vs"
-                f" {theirs.start_to_ready_s} s, x{ratio:.2f} (target <= 0.5):"
-                f" {'met' if ratio <= 0.5 else 'NOT met'}"
-            )
-    return lines
-
-
-def _markdown(record: dict) -> str:
-    lines = [
-        f"# Concurrency sweep ({record['started']} UTC, {record['minutes']} min)",
-        "",
-        f"Load average before/after: {record['load_average_before']} / "
-        f"{record['load_average_after']} ({record.get('cores', 2)} cores). "
-        f"Closed-loop clients in {record['client_processes']} processes sending pre-serialized "
-        f"requests (as perf_analyzer does), one session per request, each client its own sessions, "
-        f"{record['rounds']} windows of {record['window_s']} s per point, the exports taking "
-        f"turns. Batches: requests per execution of the step that runs the model.",
-        "",
-        "CPU: milliseconds of CPU per session the server answered, of tritonserver / its python "
-        "stubs / the client processes = all.",
-        "",
-        "| export | protocol | clients | p50 ms | p99 ms | sessions/s | mean batch | largest "
-        "batch | CPU ms per session | failures |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for p in record["points"]:
-        lines.append(
-            f"| {p['export']} | {p['protocol']} | {p['clients']} | {p['p50_ms']} | {p['p99_ms']} | "
-            f"{p['sessions_per_s']} | {p['mean_batch']} | {p['largest_batch']} | "
-            f"{_cpu_text(p['cpu_ms_per_session'])} | {p['failures']} |"
-        )
-    alternating = record["one_client_alternating_p50_ms"]
-    lines += [
-        "",
-        "One client alternating between the exports, request by request "
-        f"({ALTERNATING_ROUNDS} rounds, the order rotating), p50 ms:",
-        "",
-        "| protocol | " + " | ".join(EXPORTS) + " |",
-        "| --- |" + " ---: |" * len(EXPORTS),
-        *(
-            f"| {protocol} | " + " | ".join(str(p50s[e]) for e in EXPORTS) + " |"
-            for protocol, p50s in alternating.items()
-        ),
-    ]
-    lines += [
-        "",
-        "| export | start to ready s | first request ms | next requests ms | steady p50 ms | in "
-        "the server: first ms | steady mean ms | after 1 s idle ms |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
-    ]
-    for c in record["cold_starts"]:
-        lines.append(
-            f"| {c['export']} | {c['start_to_ready_s']} | {c['first_request_ms']} | "
-            f"{c['next_requests_ms']} | "
-            f"{c['steady_p50_ms']} | {c['server_first_ms']} | {c['server_steady_mean_ms']} | "
-            f"{c['after_idle_ms']} |"
-        )
-    lines += ["", "Targets:", ""] + [f"- {line}" for line in record["targets"]]
-    return "\n".join(lines) + "\n"
 
 
 def _say(message: str) -> None:

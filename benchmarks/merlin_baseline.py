@@ -31,7 +31,7 @@ SWAP_NOTE = (
     " the stock export always puts the traced model on Triton's libtorch backend, where nothing"
     " pads the workflow's ragged lists into the dense inputs it was traced with. The swapped step"
     " runs the same traced model inside Merlin's python executor model, after Merlin's"
-    " TransformWorkflow step."
+    " TransformWorkflow step, with one torch thread (as this project's steps run)."
 )
 
 
@@ -54,6 +54,9 @@ class PredictTorchScriptInExecutor(PredictPyTorch):
         path = os.path.join(artifact_path or "", "model.pt")
         if artifact_path and os.path.exists(path):  # Merlin also calls this with "" while building
             self.model = torch.jit.load(path, map_location="cpu").eval()
+            # in the executor model's stub: one torch thread, as this project's steps and Merlin's
+            # libtorch models here run (torch's default of one a core slows badly on a busy machine)
+            torch.set_num_threads(1)
 
     def transform(self, col_selector, transformable):
         returns_table = isinstance(transformable, TensorTable)

@@ -44,7 +44,8 @@ SUBSTITUTION_NOTE = (
     " merlin.dag operator reading the same feature table with one numpy gather per feature:"
     " QueryFeast imports Feast in the serving process, and no Feast release installs beside"
     " merlin-systems 23.08. The session encoder runs in PredictTorchScriptInExecutor (Merlin's"
-    " libtorch step cannot take ragged lists); the ranker is Merlin's stock PredictPyTorch, served"
+    " libtorch step cannot take ragged lists), with one torch thread; the ranker is Merlin's stock"
+    " PredictPyTorch, served"
     " on the libtorch backend built here. One session per request: Merlin's QueryFaiss,"
     " FilterCandidates and SoftmaxSampling flatten a request's sessions into one. Merlin's libtorch"
     " models run with the settings this project's do (TorchScript's optimizing executor off,"
@@ -60,6 +61,10 @@ class TableFeatures(BaseOperator):
         super().__init__()
         self.key_column = key_column
         self.features = features
+
+    @property
+    def label(self) -> str:
+        return f"TableFeatures({', '.join(self.features)})"
 
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None):
         return Schema(

@@ -19,7 +19,15 @@ from benchmarks.results import (
     as_dicts,
     find,
 )
-from benchmarks.targets import Target
+from benchmarks.targets import (
+    ASYNC_CLIENT,
+    ASYNC_COROUTINES,
+    CLIENT_THREADS,
+    INTERLEAVED,
+    PREBUILT_CLIENT,
+    PROJECT_CLIENT,
+    Target,
+)
 
 
 def write_json(
@@ -58,6 +66,7 @@ def write_markdown(
     machine = run["environment"]
     uncommitted = " with uncommitted changes" if machine["uncommitted_changes"] else ""
     quick = " --quick" if run["settings"]["mode"] == "quick" else ""
+    quick += " --only client" if run["settings"].get("client_only") else ""
     lines = [
         "# Serving benchmark: session-based Transformers4Rec model with its NVTabular workflow",
         "",
@@ -77,12 +86,17 @@ def write_markdown(
         "",
         "## Latency and throughput",
         "",
-        (
-            "![p50 latency and sessions per second, this project against Merlin Systems 23.08,"
-            " with the in-process limit and the Triton floor as reference"
-            f" lines]({path.with_suffix('.png').name})"
-        ),
-        "",
+    ]
+    if not run["settings"].get("client_only"):  # the chart compares with Merlin Systems
+        lines += [
+            (
+                "![p50 latency and sessions per second, this project against Merlin Systems"
+                " 23.08, with the in-process limit and the Triton floor as reference"
+                f" lines]({path.with_suffix('.png').name})"
+            ),
+            "",
+        ]
+    lines += [
         (
             "Each server first answers its cold-start requests (below) and then every request of"
             f" every setting {run['settings']['steady_state_passes']} times, so rows measure a"
@@ -149,13 +163,17 @@ def write_markdown(
             for s in starts
         ],
     ]
-    lines += [
-        "",
-        "## The mixed export beside the all-python one",
-        "",
-        *_mixed_beside_python(measurements, starts),
-    ]
-    lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
+    if any(m.system == PROJECT for m in measurements):
+        lines += [
+            "",
+            "## The mixed export beside the all-python one",
+            "",
+            *_mixed_beside_python(measurements, starts),
+        ]
+    if any(m.client == ASYNC_CLIENT for m in measurements):
+        lines += ["", "## What the clients cost", "", *_client_cost(measurements)]
+    if run["in_process_parts"]:
+        lines += ["", "## Where the time goes", "", *_time_split(run, measurements)]
     lines += ["", "## What each system is", "", *[f"- {note}" for note in run["notes"]]]
     lines += [
         "",
@@ -216,6 +234,45 @@ def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerSta
         ):
             values = [getattr(start[system], field) for system in systems]
             lines.append(_ratio_row(label, values, digits))
+    return lines
+
+
+def _client_cost(measurements: list[Measurement]) -> list[str]:
+    """Per export and protocol: one session through prebuilt tritonclient requests, ``Client`` and
+    ``AsyncClient``, what each client adds, and the throughput of threads against coroutines."""
+    lines = [
+        (
+            "One session per request. `Client` and `AsyncClient` take the DataFrame of raw rows and"
+            " return a DataFrame; `tritonclient, prebuilt` sends tensors built before timing. The"
+            " three take turns request by request from one event loop (the `interleaved` rows),"
+            " so that the machine's drift weighs on all alike. Own cost: `Client`'s p50 minus"
+            " prebuilt's; async extra: `AsyncClient`'s p50 minus `Client`'s. Throughput:"
+            f" {CLIENT_THREADS} threads, each with its `Client`, against {ASYNC_COROUTINES}"
+            " coroutines of one event loop sharing one `AsyncClient`."
+        ),
+        "",
+        (
+            "| system | protocol | prebuilt p50 ms | Client p50 ms | own cost ms | AsyncClient"
+            f" p50 ms | async extra ms | Client x{CLIENT_THREADS} sessions/s | AsyncClient"
+            f" x{ASYNC_COROUTINES} sessions/s |"
+        ),
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for system, protocol in sorted(
+        {(m.system, m.protocol) for m in measurements if m.client == ASYNC_CLIENT}
+    ):
+        prebuilt, client, awaited = (
+            find(measurements, system, protocol, 1, 1, name + INTERLEAVED)
+            for name in (PREBUILT_CLIENT, PROJECT_CLIENT, ASYNC_CLIENT)
+        )
+        threads = find(measurements, system, protocol, 1, CLIENT_THREADS, PROJECT_CLIENT)
+        coroutines = find(measurements, system, protocol, 1, ASYNC_COROUTINES, ASYNC_CLIENT)
+        lines.append(
+            f"| {SYSTEM_LABELS[system]} | {protocol} | {prebuilt.p50_ms:.3f} |"
+            f" {client.p50_ms:.3f} | {client.p50_ms - prebuilt.p50_ms:.3f} |"
+            f" {awaited.p50_ms:.3f} | {awaited.p50_ms - client.p50_ms:.3f} |"
+            f" {threads.sessions_per_s:.0f} | {coroutines.sessions_per_s:.0f} |"
+        )
     return lines
 
 
@@ -284,7 +341,58 @@ def _time_split(run: dict, measurements: list[Measurement]) -> list[str]:
         lines.append(
             f"| {SYSTEM_LABELS[m.system]} | {m.protocol} | {m.client} | {m.p50_ms:.2f} | {models} |"
         )
-    return lines
+    return lines + _merlin_split(run)
+
+
+def _merlin_split(run: dict) -> list[str]:
+    """Where (d)'s time goes, by operator of Merlin's executor, per request size."""
+    split = run.get("merlin_breakdown") or {}
+    if not split:
+        return []
+    sizes = list(split)
+    cells: dict[str, dict[str, str]] = {}
+    for size, measured in split.items():
+        for row in measured["executor"]["steps"]:
+            calls = f" ({row['calls']:g})" if "calls" in row else ""
+            cells.setdefault(row["step"], {})[size] = f"{row['ms']:.2f}{calls}"
+        cells.setdefault("whole request in the executor model", {})[size] = (
+            f"{measured['executor']['whole_ms']:.2f}"
+        )
+        for workflow, inner in measured.get("workflows", {}).items():
+            for row in inner["steps"]:
+                calls = f" ({row['calls']:g})" if "calls" in row else ""
+                cells.setdefault(f"NVTabular in `{workflow}`: {row['step']}", {})[size] = (
+                    f"{row['ms']:.2f}{calls}"
+                )
+        for model, row in measured["models"].items():
+            cells.setdefault(f"Triton model `{model}`", {})[size] = (
+                f"{row['calls'] * row['ms_per_call']:.2f} ({row['calls']:g})"
+            )
+        cells.setdefault("client p50 (one client, gRPC)", {})[size] = (
+            f"{measured['p50_ms']:.2f}"
+            + (" !" if measured["other_cpu_cores"] > BUSY_MACHINE_CORES else "")
+        )
+    return [
+        "",
+        (
+            "Where (d)'s time goes: the same requests sent to a copy of Merlin's executor model"
+            " whose executor times each operator (benchmarks/merlin_executor.py, made for this"
+            " benchmark: Merlin's own executor model and LocalExecutor, timed), one client over"
+            " gRPC, its workflow model copied the same way (NVTabular rows: its workflow's"
+            " operators, as merlin-core's executor runs them); ms a request, calls a request in"
+            " brackets."
+            " Triton model rows are Triton's"
+            " statistics of each model a request ran (the workflow runs in a model of its own,"
+            " called from the executor model)."
+        ),
+        "",
+        "| step | " + " | ".join(f"{size} session(s)" for size in sizes) + " |",
+        "| --- | " + " | ".join("---:" for _ in sizes) + " |",
+        *(
+            f"| {step} | " + " | ".join(values.get(size, "") for size in sizes) + " |"
+            for step, values in cells.items()
+        ),
+    ]
 
 
 def write_chart(path: Path, measurements: list[Measurement]) -> None:

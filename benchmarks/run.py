@@ -2,7 +2,8 @@
 limit, the Triton floor, this project's all-python and mixed exports (alone, then sharing one
 server), its all-libtorch export (on a server with the pytorch backend alone) and Merlin Systems
 23.08, and write benchmarks/results/latest.{json,md,png} (``--quick``:
-a smoke run, written as quick.*).
+a smoke run, written as quick.*; ``--only client``: what Client and AsyncClient cost on the mixed
+and all-libtorch exports, written as client.*).
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ import time
 from benchmarks.bench import Benchmark, Mode
 from benchmarks.environment import BUSY_MACHINE_CORES
 from benchmarks.results import SYSTEM_LABELS, Measurement
+from benchmarks.systems import ASYNC_CONCURRENCIES, ASYNC_SESSIONS
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch
 
 SESSION_COUNTS = (1, 32)
+#: ``--only client``: what the clients cost is measured on one-session requests
+CLIENT_SESSION_COUNTS = (1,)
 CONCURRENCIES = (1, 8)
 PROTOCOLS = ("grpc", "http")
 RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
@@ -101,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import idle
 
         return idle.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "log":
+        from benchmarks import answer_log
+
+        return answer_log.main(rest + ["--output-dir", str(arguments.output_dir)])
     if arguments.only == "routing":
         from benchmarks import routing
 
@@ -109,9 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import scoring
 
         return scoring.main(rest + ["--output-dir", str(arguments.output_dir)])
+    if arguments.only == "sessions":
+        from benchmarks import sessions
+
+        return sessions.main(rest + ["--output-dir", str(arguments.output_dir)])
     if rest:
         raise SystemExit(f"error: unrecognized arguments: {' '.join(rest)}")
     mode = QUICK if arguments.quick else FULL
+    client_only = arguments.only == "client"
     if built_for_running_torch() is None:
         print(
             "error: the mixed export runs on Triton's pytorch backend, which is not built for this"
@@ -122,20 +135,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     # SIGTERM unwinds like Ctrl-C, so every running tritonserver is stopped on the way out.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    progress = Progress(total_measurements=_measurement_count())
+    progress = Progress(total_measurements=_measurement_count(client_only))
     with _work_directory(arguments.work_dir) as work_dir:
         benchmark = Benchmark(
             mode=mode,
             work_dir=work_dir,
             progress=progress,
-            session_counts=SESSION_COUNTS,
+            session_counts=CLIENT_SESSION_COUNTS if client_only else SESSION_COUNTS,
             concurrencies=CONCURRENCIES,
             protocols=PROTOCOLS,
             server_start_timeout_s=SERVER_START_TIMEOUT_S,
             repository_root=REPOSITORY_ROOT,
+            client_only=client_only,
         )
         benchmark.run()
-    stem = "latest" if mode is FULL else "quick"
+    stem = ("client" if client_only else "latest") if mode is FULL else "quick"
     written = benchmark.write(arguments.output_dir, stem)
     progress.step("targets:")
     for target in benchmark.targets:
@@ -144,11 +158,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measurement_count() -> int:
+def _measurement_count(client_only: bool = False) -> int:
+    # AsyncClient on the mixed and all-libtorch exports, per protocol and coroutine count, and
+    # there the three client paths interleaved, per protocol
+    awaited = 2 * len(PROTOCOLS) * (len(ASYNC_SESSIONS) * len(ASYNC_CONCURRENCIES) + 3)
+    if client_only:  # those two exports through Client and prebuilt, and AsyncClient
+        return 2 * len(PROTOCOLS) * 2 * len(CLIENT_SESSION_COUNTS) * len(CONCURRENCIES) + awaited
     # in-process once; floor, this project's three exports (Client and prebuilt each) and Merlin
     # per protocol; then two exports sharing a server, one client each, per request size
     per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 2 + 2 + 1)
-    return len(SESSION_COUNTS) * len(CONCURRENCIES) * per_setting + 2 * len(SESSION_COUNTS)
+    return (
+        len(SESSION_COUNTS) * len(CONCURRENCIES) * per_setting + 2 * len(SESSION_COUNTS) + awaited
+    )
 
 
 def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -158,14 +179,19 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "idle", "merging", "multistage", "routing", "scoring"],
+        choices=["catalog", "client", "idle", "log", "merging", "multistage", "routing", "scoring"]
+        + ["sessions"],
         help=(
-            "run only the catalog sweep (benchmarks/catalog.py; its own options follow, e.g."
+            "run only what Client and AsyncClient cost on the mixed and all-libtorch exports"
+            " (the client rows of the full run; writes client.*), the catalog sweep"
+            " (benchmarks/catalog.py; its own options follow, e.g."
             " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
+            " what the answer log costs the requests it logs (benchmarks/answer_log.py),"
             " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
             " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py), what a"
-            " route costs one session (benchmarks/routing.py) or batch scoring on Dask against a"
-            " loop and a served client (benchmarks/scoring.py)"
+            " route costs one session (benchmarks/routing.py), batch scoring on Dask against a"
+            " loop and a served client (benchmarks/scoring.py) or live sessions against whole"
+            " histories (benchmarks/sessions.py)"
         ),
     )
     parser.add_argument(

@@ -3,7 +3,8 @@
 A sender factory is called inside the thread that will use it (tritonclient's HTTP client must not
 cross threads), with the server's URL, the protocol and that setting's request frames. It connects
 (one metadata call) and returns ``send(i)``, which sends request ``i`` and waits for the whole
-answer.
+answer. An asynchronous path's factory is a coroutine function returning ``send`` (awaited) and its
+client's ``close``, called once in the event loop whose coroutines share the client.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from merlin.schema import Schema
 
 from benchmarks.workload import RESERVED_IDS, TOP_K, Workload
 from merlin_torch_serving import (
+    AsyncClient,
     Client,
     DecodeItemIds,
     Ensemble,
@@ -38,10 +40,16 @@ SenderFactory = Callable[[str, str, list[pd.DataFrame]], Sender]
 
 @dataclass(frozen=True)
 class ClientPath:
-    """One way of sending requests: what the user's code does per request."""
+    """One way of sending requests: what the user's code does per request. ``asynchronous``:
+    ``make_sender`` is an asyncio one (see ``async_load``), and its concurrency counts coroutines
+    of one event loop rather than threads. ``sessions`` and ``concurrencies``: the only settings
+    it is measured at (None: the run's)."""
 
     name: str
-    make_sender: SenderFactory
+    make_sender: Callable
+    asynchronous: bool = False
+    sessions: tuple[int, ...] | None = None
+    concurrencies: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,24 +85,25 @@ def project_ensemble(
     return Ensemble(session_features["session_id"] + recommendations, workflow.input_schema)
 
 
+#: the asyncio client's settings: one session per request, from one coroutine and from 64
+ASYNC_SESSIONS, ASYNC_CONCURRENCIES = (1,), (1, 64)
+
+
 def project_system(
     key: str,
     repository: Path,
     model: str,
     request_schema: Schema,
     backend_directory: Path | None = None,
+    *,
+    asynchronous: bool = False,
 ) -> ServedSystem:
-    """An export of this project, measured through ``Client``.
-
-    It is also measured through prebuilt tritonclient requests.
-    """
-    return ServedSystem(
-        key,
-        repository,
-        model,
-        (project_client(model), prebuilt_tritonclient(model, request_schema)),
-        backend_directory,
-    )
+    """An export of this project, measured through ``Client`` and through prebuilt tritonclient
+    requests (``asynchronous``: and through ``AsyncClient``)."""
+    clients = (project_client(model), prebuilt_tritonclient(model, request_schema))
+    if asynchronous:
+        clients += (async_project_client(model),)
+    return ServedSystem(key, repository, model, clients, backend_directory)
 
 
 def project_client(model: str) -> ClientPath:
@@ -110,6 +119,28 @@ def project_client(model: str) -> ClientPath:
         return send
 
     return ClientPath("Client", make_sender)
+
+
+def async_project_client(model: str) -> ClientPath:
+    """``merlin_torch_serving.AsyncClient.infer``, awaited: DataFrame of raw rows in, DataFrame
+    out; the coroutines of a setting share one client."""
+
+    async def make_sender(url: str, protocol: str, requests: list[pd.DataFrame]):
+        client = AsyncClient(url, protocol, timeout_s=REQUEST_TIMEOUT_S)
+        await client.schemas(model)  # fetched once per client, before timing
+
+        async def send(index: int) -> None:
+            await client.infer(model, requests[index % len(requests)])
+
+        return send, client.close
+
+    return ClientPath(
+        "AsyncClient",
+        make_sender,
+        asynchronous=True,
+        sessions=ASYNC_SESSIONS,
+        concurrencies=ASYNC_CONCURRENCIES,
+    )
 
 
 def prebuilt_tritonclient(model: str, request_schema: Schema) -> ClientPath:

@@ -27,6 +27,15 @@ SHARED_P99_LIMIT = 2.0
 LIBTORCH_P50_LIMIT = 0.7
 LIBTORCH_READY_LIMIT = 0.5
 LIBTORCH_RSS_LIMIT = 0.6
+#: the clients' own cost, on the exports where it weighs most (mixed, all libtorch): Client's
+#: one-session p50 above a prebuilt tritonclient request's; AsyncClient's above Client's; and the
+#: sessions/s of ASYNC_COROUTINES coroutines of one event loop against CLIENT_THREADS threads
+CLIENT_COST_LIMIT_MS = 0.15
+ASYNC_COST_LIMIT_MS = 0.1
+ASYNC_CLIENT, PREBUILT_CLIENT = "AsyncClient", "tritonclient, prebuilt"
+ASYNC_COROUTINES, CLIENT_THREADS = 64, 8
+#: the client paths sent side by side, request by request (see ``interleaved``)
+INTERLEAVED = ", interleaved"
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,8 @@ class Target:
     detail: str
     #: other processes or virtual machines took the CPU while an input of this target was measured
     disturbed: bool = False
+    #: "ms": ``ratio`` is a difference in milliseconds
+    unit: str = ""
 
     @property
     def passed(self) -> bool:
@@ -52,9 +63,13 @@ class Target:
             if self.disturbed
             else ""
         )
+        measured = (
+            f"difference {self.ratio:.3f} ms (target {bound} {self.limit:g} ms)"
+            if self.unit == "ms"
+            else f"ratio {self.ratio:.2f} (target {bound} {self.limit:g})"
+        )
         return (
-            f"{'PASS' if self.passed else 'MISS'}  {self.name}: ratio {self.ratio:.2f} "
-            f"(target {bound} {self.limit:g}); {self.detail}{caveat}"
+            f"{'PASS' if self.passed else 'MISS'}  {self.name}: {measured}; {self.detail}{caveat}"
         )
 
 
@@ -73,6 +88,7 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
     return [
         *_shared_server_targets(measurements),
         *_libtorch_targets(measurements, starts),
+        *client_targets(measurements),
         Target(
             "1 session, 1 client: p50 of (c) gRPC <= 1.5 x (in-process (a) + Triton floor (b))",
             served.p50_ms / (limit.p50_ms + floor.p50_ms),
@@ -152,6 +168,55 @@ def _libtorch_targets(measurements: list[Measurement], starts: list[ServerStart]
             f"(f) {rss[LIBTORCH]:.0f} MB vs (e) {rss[MIXED]:.0f} MB",
         ),
     ]
+
+
+def client_targets(measurements: list[Measurement]) -> list[Target]:
+    """What ``Client`` and ``AsyncClient`` cost on top of the wire, on each export measured
+    through ``AsyncClient`` (the mixed and all-libtorch ones), over each protocol: latencies from
+    the three paths sent side by side (``interleaved``), throughput from their own rows."""
+    found = []
+    for system, protocol in sorted(
+        {(m.system, m.protocol) for m in measurements if m.client == ASYNC_CLIENT}
+    ):
+        label = f"{SYSTEM_LABELS[system]} {protocol}"
+        prebuilt, client, awaited = (
+            find(measurements, system, protocol, 1, 1, name + INTERLEAVED)
+            for name in (PREBUILT_CLIENT, PROJECT_CLIENT, ASYNC_CLIENT)
+        )
+        threads = find(measurements, system, protocol, 1, CLIENT_THREADS, PROJECT_CLIENT)
+        coroutines = find(measurements, system, protocol, 1, ASYNC_COROUTINES, ASYNC_CLIENT)
+        found += [
+            Target(
+                f"1 session: Client's own cost on {label} (its p50 - a prebuilt tritonclient"
+                " request's, interleaved)",
+                client.p50_ms - prebuilt.p50_ms,
+                CLIENT_COST_LIMIT_MS,
+                True,
+                f"Client {client.p50_ms:.3f} ms vs prebuilt {prebuilt.p50_ms:.3f} ms",
+                _disturbed(client, prebuilt),
+                unit="ms",
+            ),
+            Target(
+                f"1 session: AsyncClient's p50 on {label} - Client's (interleaved)",
+                awaited.p50_ms - client.p50_ms,
+                ASYNC_COST_LIMIT_MS,
+                True,
+                f"AsyncClient {awaited.p50_ms:.3f} ms vs Client {client.p50_ms:.3f} ms",
+                _disturbed(awaited, client),
+                unit="ms",
+            ),
+            Target(
+                f"1 session: sessions/s of {ASYNC_COROUTINES} AsyncClient coroutines on {label}"
+                f" >= {CLIENT_THREADS} threads of Client",
+                coroutines.sessions_per_s / threads.sessions_per_s,
+                1.0,
+                False,
+                f"{ASYNC_COROUTINES} coroutines {coroutines.sessions_per_s:.0f} sessions/s vs"
+                f" {CLIENT_THREADS} threads {threads.sessions_per_s:.0f} sessions/s",
+                _disturbed(coroutines, threads),
+            ),
+        ]
+    return found
 
 
 def _shared_server_targets(measurements: list[Measurement]) -> list[Target]:

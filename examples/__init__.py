@@ -1,4 +1,5 @@
-"""Examples of serving with merlin_torch_serving: a session-based and a ranking recommender."""
+"""Examples of serving with merlin_torch_serving: a session-based and a ranking recommender, a
+multi-stage pipeline, and a web service that asks a served ensemble."""
 
 import warnings
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from merlin_torch_serving.exceptions import (
     AddressError,
+    AnswerLogError,
     ArtifactError,
     BackendBuildError,
     BackendNotAvailableError,
@@ -36,6 +37,7 @@ from merlin_torch_serving.exceptions import (
     ServerNotFoundError,
     ServerStartTimeoutError,
     ServerUnavailableError,
+    StoreError,
     UnknownModelError,
     WorkflowNotFittedError,
     WrongProtocolError,
@@ -51,9 +53,13 @@ warnings.filterwarnings(
 
 _LAZY = {
     "AllItemsUnknown": "merlin_torch_serving.routing",
+    "AsyncClient": "merlin_torch_serving.client.async_client",
+    "BlockList": "merlin_torch_serving.live.rules",
     "CategoryVocabulary": "merlin_torch_serving.data.vocabulary",
+    "ClickColumns": "merlin_torch_serving.evaluation",
     "Client": "merlin_torch_serving.client.schema_client",
     "DecodeItemIds": "merlin_torch_serving.ops",
+    "EmbeddedSettings": "merlin_torch_serving.stores.settings",
     "Ensemble": "merlin_torch_serving.graph.ensemble",
     "Executor": "merlin_torch_serving.graph.executors",
     "ExactIndex": "merlin_torch_serving.retrieval",
@@ -67,39 +73,56 @@ _LAZY = {
     "IVFIndex": "merlin_torch_serving.retrieval",
     "ItemPopularity": "merlin_torch_serving.routing",
     "LocalExecutor": "merlin_torch_serving.graph.executors",
+    "LogAnswers": "merlin_torch_serving.answer_log",
     "LookupFeatures": "merlin_torch_serving.multistage",
     "MergingExecutor": "merlin_torch_serving.graph.merging_executor",
     "ModelHealth": "merlin_torch_serving.client.health",
     "ModelOptions": "merlin_torch_serving.export.config",
     "ModelStatus": "merlin_torch_serving.client.health",
     "MostPopular": "merlin_torch_serving.routing",
+    "ParquetFolder": "merlin_torch_serving.answer_log",
     "Predicate": "merlin_torch_serving.routing",
     "PredictPytorch": "merlin_torch_serving.ops",
+    "Readout": "merlin_torch_serving.evaluation",
+    "RedisSettings": "merlin_torch_serving.stores.settings",
+    "RedisStream": "merlin_torch_serving.answer_log",
     "RetrieveTopK": "merlin_torch_serving.ops",
     "Route": "merlin_torch_serving.routing",
     "ScoringProgress": "merlin_torch_serving.scoring.dataset",
     "ScoringResult": "merlin_torch_serving.scoring.dataset",
     "ServingOperator": "merlin_torch_serving.ops",
+    "SessionHistory": "merlin_torch_serving.live.history",
     "SoftmaxSampling": "merlin_torch_serving.multistage",
+    "Store": "merlin_torch_serving.stores.base",
     "TopK": "merlin_torch_serving.ops",
     "TopKCandidates": "merlin_torch_serving.multistage",
     "TransformWorkflow": "merlin_torch_serving.ops",
+    "Trending": "merlin_torch_serving.live.trending",
+    "TrendingItems": "merlin_torch_serving.live.trending_items",
     "TritonExecutor": "merlin_torch_serving.graph.executors",
     "TritonServer": "merlin_torch_serving.launcher.server",
     "UnrollCandidates": "merlin_torch_serving.multistage",
+    "evaluate_answers": "merlin_torch_serving.evaluation",
+    "open_store": "merlin_torch_serving.stores.opening",
+    "read_answers": "merlin_torch_serving.answer_log",
     "score_dataset": "merlin_torch_serving.scoring.dataset",
 }
 
 __all__ = [
     "AddressError",
     "AllItemsUnknown",
+    "AnswerLogError",
     "ArtifactError",
+    "AsyncClient",
     "BackendBuildError",
     "BackendNotAvailableError",
+    "BlockList",
     "BundleError",
     "CategoryVocabulary",
+    "ClickColumns",
     "Client",
     "DecodeItemIds",
+    "EmbeddedSettings",
     "Ensemble",
     "ExactIndex",
     "Executor",
@@ -116,6 +139,7 @@ __all__ = [
     "InputError",
     "ItemPopularity",
     "LocalExecutor",
+    "LogAnswers",
     "LookupFeatures",
     "MergingExecutor",
     "MerlinTorchServingError",
@@ -128,9 +152,13 @@ __all__ = [
     "ModelPreparationError",
     "ModelStatus",
     "MostPopular",
+    "ParquetFolder",
     "PortInUseError",
     "Predicate",
     "PredictPytorch",
+    "Readout",
+    "RedisSettings",
+    "RedisStream",
     "RepositoryExistsError",
     "RequestTimeoutError",
     "RetrieveTopK",
@@ -145,16 +173,24 @@ __all__ = [
     "ServerStartTimeoutError",
     "ServerUnavailableError",
     "ServingOperator",
+    "SessionHistory",
     "SoftmaxSampling",
+    "Store",
+    "StoreError",
     "TopK",
     "TopKCandidates",
     "TransformWorkflow",
+    "Trending",
+    "TrendingItems",
     "TritonExecutor",
     "TritonServer",
     "UnknownModelError",
     "UnrollCandidates",
     "WorkflowNotFittedError",
     "WrongProtocolError",
+    "evaluate_answers",
+    "open_store",
+    "read_answers",
     "score_dataset",
 ]
 
@@ -168,15 +204,22 @@ def __getattr__(name: str):
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from merlin_torch_serving.answer_log import LogAnswers, ParquetFolder, RedisStream, read_answers
+    from merlin_torch_serving.client.async_client import AsyncClient
     from merlin_torch_serving.client.health import ModelHealth, ModelStatus
     from merlin_torch_serving.client.schema_client import Client
     from merlin_torch_serving.data.vocabulary import CategoryVocabulary
+    from merlin_torch_serving.evaluation import ClickColumns, Readout, evaluate_answers
     from merlin_torch_serving.export.config import ModelOptions
     from merlin_torch_serving.export.repository import ExportResult
     from merlin_torch_serving.graph.ensemble import Ensemble
     from merlin_torch_serving.graph.executors import Executor, LocalExecutor, TritonExecutor
     from merlin_torch_serving.graph.merging_executor import MergingExecutor
     from merlin_torch_serving.launcher.server import TritonServer
+    from merlin_torch_serving.live.history import SessionHistory
+    from merlin_torch_serving.live.rules import BlockList
+    from merlin_torch_serving.live.trending import Trending
+    from merlin_torch_serving.live.trending_items import TrendingItems
     from merlin_torch_serving.multistage import (
         FeastFeatures,
         FilterCandidates,
@@ -205,3 +248,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         Route,
     )
     from merlin_torch_serving.scoring.dataset import ScoringProgress, ScoringResult, score_dataset
+    from merlin_torch_serving.stores.base import Store
+    from merlin_torch_serving.stores.opening import open_store
+    from merlin_torch_serving.stores.settings import EmbeddedSettings, RedisSettings

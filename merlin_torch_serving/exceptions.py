@@ -25,6 +25,8 @@
     ├── BackendBuildError           the pytorch backend could not be built
     ├── BundleError                 a repository could not be made self-sufficient (bundle)
     ├── ScoringError                scoring a dataset could not start or finish
+    ├── StoreError                  a store (sessions, rules, trending) failed or is unreachable
+    ├── AnswerLogError              an answer log, or clicks to read it out with, cannot be read
     └── InferenceError              the server answered a request with an error
         ├── UnknownModelError       the server has no model of that name
         └── RequestTimeoutError     no answer came within the client's timeout
@@ -150,11 +152,8 @@ class WorkflowNotFittedError(MerlinTorchServingError):
 
     def __init__(self, operators: Sequence[str]):
         self.operators = list(operators)
-        unfitted = (
-            f" (operators without statistics: {', '.join(self.operators)})"
-            if self.operators
-            else ""
-        )
+        listed = ", ".join(self.operators)
+        unfitted = f" (operators without statistics: {listed})" if self.operators else ""
         super().__init__(
             "fit the NVTabular workflow first: workflow.fit(dataset), or load a fitted one with "
             f"nvtabular.Workflow.load(path); this one is not fitted{unfitted}"
@@ -176,10 +175,7 @@ class ModelPreparationError(MerlinTorchServingError):
     def __init__(self, model: str, problem: str, hint: str = ""):
         self.model = model
         self.problem = problem
-        message = f"model {model!r}: {problem}"
-        if hint:
-            message += f"; {hint}"
-        super().__init__(message)
+        super().__init__(f"model {model!r}: {problem}" + (f"; {hint}" if hint else ""))
 
 
 class WorkflowError(MerlinTorchServingError, ValueError):
@@ -405,6 +401,19 @@ class BundleError(MerlinTorchServingError):
 class ScoringError(MerlinTorchServingError):
     """Scoring a dataset could not start or finish: its input, its output folder or a partition
     that failed."""
+
+
+class StoreError(MerlinTorchServingError):
+    """A store (sessions, rules, trending counts) failed a call; ``where`` names it. Operators
+    answer without their store instead; the API and the command line raise this."""
+
+    def __init__(self, where: str, problem: str, hint: str = ""):
+        self.where, self.problem = where, problem
+        super().__init__(f"the store at {where} failed: {problem}" + (f"; {hint}" if hint else ""))
+
+
+class AnswerLogError(MerlinTorchServingError):
+    """An answer log, or the clicks its read-out joins, cannot be read as asked (then how to)."""
 
 
 class InferenceError(MerlinTorchServingError):

@@ -200,3 +200,6 @@ from tests.multistage_fixtures import (  # noqa: E402, F401
     multistage_tables,
     ranker,
 )
+
+# a real redis-server shared by the tests of stores and live sessions
+from tests.redis_fixtures import redis_server  # noqa: E402, F401

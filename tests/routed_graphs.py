@@ -47,8 +47,10 @@ def routed(
     candidate_backend: str = "python",
     fallback: str | None = "popular",
     inline=("popular",),
+    features=None,
 ):
-    features = workflow.input_schema.column_names >> TransformWorkflow(
+    """``features``: the workflow's node to build on (made here by default)."""
+    features = features or workflow.input_schema.column_names >> TransformWorkflow(
         workflow, filtered_sessions="unfiltered"
     )
     popular = features >> MostPopular(popularity(workflow), K) >> DecodeItemIds(workflow)

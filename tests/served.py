@@ -1,8 +1,10 @@
-"""Helpers for tests against a served ensemble: exact comparison of answers, raw tritonclient
-requests, and traffic from several threads over both protocols with every answer checked."""
+"""Helpers for tests against a served ensemble: exact comparison of answers, ``AsyncClient``
+against ``Client``, raw tritonclient requests, and traffic from several threads over both
+protocols with every answer checked."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from merlin_torch_serving import Client
+from merlin_torch_serving import AsyncClient, Client
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.launcher.process import children_of
 
@@ -31,6 +33,54 @@ def frames_equal(served: pd.DataFrame, local: pd.DataFrame) -> bool:
     except AssertionError:
         return False
     return True
+
+
+class AwaitedClient:
+    """An ``AsyncClient`` driven from a test's own thread, so that tests written for ``Client``
+    run unchanged on it: each method call runs to its end in the client's own event loop."""
+
+    def __init__(self, url: str, protocol: str = "grpc", **options):
+        self._loop = asyncio.new_event_loop()
+        self._client = AsyncClient(url, protocol, **options)
+
+    def __getattr__(self, name: str):
+        method = getattr(self._client, name)
+        if not asyncio.iscoroutinefunction(method):
+            return method
+        return lambda *args, **kwargs: self._loop.run_until_complete(method(*args, **kwargs))
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(self._client.close())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> AwaitedClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def assert_async_client_answers_as_client(url: str, protocol: str, model: str, requests) -> None:
+    """``AsyncClient.infer`` answers each request (a DataFrame) exactly as ``Client.infer`` does,
+    and ``infer_columns`` the same columns."""
+    with Client(url, protocol) as client:
+        expected = [client.infer(model, rows) for rows in requests]
+
+    async def ask() -> list:
+        async with AsyncClient(url, protocol) as client:
+            return [
+                (await client.infer(model, rows), await client.infer_columns(model, rows))
+                for rows in requests
+            ]
+
+    for (frame, columns), want in zip(asyncio.run(ask()), expected, strict=True):
+        assert_frames_equal(frame, want)
+        assert list(columns) == list(want.columns)
+        for name, column in columns.items():
+            for got_cell, want_cell in zip(column, want[name], strict=True):
+                np.testing.assert_array_equal(got_cell, want_cell, err_msg=name)
 
 
 def concurrent_answers(
@@ -79,6 +129,33 @@ def batches_formed(url: str, model: str, admin_key: str | None) -> dict[int, int
         int(entry["batch_size"]): int(entry["compute_infer"]["count"])
         for entry in stats["batch_stats"]
     }
+
+
+def requests_answered_once(
+    url: str, admin_key: str | None, model: str, count: int, timeout_s: float = 10.0
+) -> dict[str, int]:
+    """``requests_answered`` once ``model`` has counted ``count`` answered requests (or after
+    ``timeout_s``): Triton counts an ensemble's request just after it answers it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answered = requests_answered(url, admin_key)
+        if answered.get(model, 0) >= count or time.monotonic() > deadline:
+            return answered
+        time.sleep(0.05)
+
+
+def requests_answered(url: str, admin_key: str | None) -> dict[str, int]:
+    """Model -> the requests it has answered (Triton's statistics, over HTTP)."""
+    import tritonclient.http
+
+    from merlin_torch_serving.launcher import access
+
+    client = tritonclient.http.InferenceServerClient(url)
+    try:
+        stats = client.get_inference_statistics(headers=access.headers(admin_key))["model_stats"]
+    finally:
+        client.close()
+    return {entry["name"]: int(entry["inference_stats"]["success"]["count"]) for entry in stats}
 
 
 def raw_infer(module, url: str, model: str, arrays: dict, output_names) -> dict:

@@ -1,4 +1,5 @@
-"""Impressions for the ranker and the offline comparison of orders, from the synthetic clicks.
+"""Impressions for the ranker and the offline comparison of orders, from the synthetic clicks (or
+from what a served graph showed: ``logged_impressions`` reads an answer log's impressions).
 
 A session's last click is what it wants next: the request is every click before it, the candidates
 are what retrieval finds for that request, and the candidate that is the last click is the one
@@ -59,6 +60,45 @@ def impressions(
             keep[rng.choice(others, min(negatives, len(others)), replace=False)] = True
         parts.append(ranker_inputs(rows, np.flatnonzero(keep)))
         labels.append(clicked[keep].astype(np.float32))
+    inputs = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
+    return inputs, np.concatenate(labels)
+
+
+def logged_impressions(
+    rows_ensemble: Ensemble, impressions: pd.DataFrame, clicks: pd.DataFrame, clicked_at: str
+) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    """The ranker's padded inputs and labels from served answers: the impressions dataset of an
+    answer log's read-out (every item an answer showed, clicked or not) and the clicks it was
+    read out with (``clicked_at``: their time, seconds since the epoch). Each answer's request is
+    rebuilt from its session's clicks up to it, the pipeline computes the rows of its candidates,
+    and the rows of the items it showed are kept, labelled clicked or not (an item shown that
+    retrieval does not find for those clicks is left out)."""
+    answers = impressions.drop_duplicates(["request_id", "session_id", "answered_at"])
+    answers = answers.sort_values("answered_at", kind="stable")
+    # the n-th answers of all sessions: each session once, so each is one request of sessions
+    turns = answers.groupby("session_id").cumcount().to_numpy()
+    made_at = pd.to_datetime(clicks[clicked_at], unit="s", utc=True)
+    clicks = clicks.assign(_made_at=made_at)
+    columns = list(rows_ensemble.input_schema.column_names)
+    shown = impressions.set_index(["session_id", "answered_at", "item_id"])["clicked"]
+    parts, labels = [], []
+    for turn in np.unique(turns):
+        asked = answers.loc[turns == turn, ["session_id", "answered_at"]]
+        prefixes = clicks.merge(asked, on="session_id")
+        prefixes = prefixes[prefixes["_made_at"] <= prefixes["answered_at"]]
+        answered_at = asked.set_index("session_id")["answered_at"]
+        for rows in in_chunks(rows_ensemble, prefixes[columns]):
+            sessions = np.asarray(rows["session_id"].values)
+            keys = zip(
+                sessions,
+                answered_at.reindex(sessions),
+                np.asarray(rows["candidate_ids"].values),
+                strict=True,
+            )
+            found = shown.reindex(list(keys))
+            keep = np.flatnonzero(found.notna().to_numpy())
+            parts.append(ranker_inputs(rows, keep))
+            labels.append(found.to_numpy()[keep].astype(np.float32))
     inputs = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
     return inputs, np.concatenate(labels)
 

@@ -15,6 +15,8 @@ from merlin_torch_serving.cli.commands import (
     serve,
     version_report,
 )
+from merlin_torch_serving.cli.evaluate_command import add_evaluate_command
+from merlin_torch_serving.cli.store_commands import add_store_commands
 from merlin_torch_serving.client import column_names
 from merlin_torch_serving.launcher.access import (
     ADMIN_KEY_ENV_VAR,
@@ -294,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         metavar="N",
-        help="worker processes of the local cluster (default: one per core)",
+        help="worker processes of the local cluster, which listens on loopback only (default: one"
+        " per core)",
     )
     score_parser.add_argument(
         "--columns",
@@ -394,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
         sub.set_defaults(run=function)
+    add_store_commands(commands, common)
+    add_evaluate_command(commands, common)
     return parser
 
 

@@ -16,6 +16,44 @@ import pandas as pd
 from merlin.table import TensorTable
 
 from merlin_torch_serving.data.tables import num_rows, take_rows
+from merlin_torch_serving.data.wire import TableColumn
+
+#: a request's columns by name, as a client builds them (a ragged list as ``(values, offsets)``)
+Columns = dict[str, TableColumn]
+
+
+def split_columns(
+    columns: Columns, group_columns: Sequence[str] | None, max_rows: int | None
+) -> list[Columns]:
+    """``split`` of a request held as columns; a request that fits (nearly every one) is returned
+    as it is, without building a table."""
+    if max_rows is None or group_columns is None or columns_size(columns) <= max_rows:
+        return [columns]
+    return [
+        table_columns(part)
+        for part in split(TensorTable(columns, _unsafe=True), group_columns, max_rows)
+    ]
+
+
+def table_columns(table: TensorTable) -> Columns:
+    """A table's columns by name, a ragged list as ``(values, offsets)``."""
+    return {
+        name: (column.values, column.offsets) if column.offsets is not None else column.values
+        for name, column in table.items()
+    }
+
+
+def columns_rows(columns: Columns) -> int:
+    """Rows of a request held as columns (of its first column; 0 without columns)."""
+    for column in columns.values():
+        return len(column[1]) - 1 if isinstance(column, tuple) else len(column)
+    return 0
+
+
+def columns_size(columns: Columns) -> int:
+    """The longest first dimension among the tensors a request held as columns travels as."""
+    sizes = [len(column[0] if isinstance(column, tuple) else column) for column in columns.values()]
+    return max([*sizes, columns_rows(columns)])
 
 
 def split(

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
+from merlin_torch_serving.data import frames
 from merlin_torch_serving.exceptions import InputError
 
 
@@ -42,7 +44,32 @@ def rename(data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str]
     A mapped column the data lacks, or a rename onto a column it already has, is an InputError."""
     if not mapping:
         return data
-    names = list(data.columns) if isinstance(data, pd.DataFrame) else list(data)
+    _check(list(data.columns) if isinstance(data, pd.DataFrame) else list(data), mapping)
+    if isinstance(data, pd.DataFrame):
+        return data.rename(columns=dict(mapping))
+    return {mapping.get(name, name): values for name, values in data.items()}
+
+
+def columns_of(
+    data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str] | None
+) -> dict[Any, object]:
+    """``data``'s columns (a DataFrame's as the arrays it holds) under the inputs' names:
+    ``rename`` without building a renamed DataFrame."""
+    columns: dict[Any, object] = (
+        frames.frame_columns(data) if isinstance(data, pd.DataFrame) else dict(data.items())
+    )
+    if not mapping:
+        return columns
+    _check(list(columns), mapping)
+    return {mapping.get(name, name): values for name, values in columns.items()}
+
+
+def answer_names(mapping: Mapping[str, str] | None) -> dict[str, str]:
+    """Input name -> the caller's name, for answer columns named like a mapped input."""
+    return {theirs: yours for yours, theirs in mapping.items()} if mapping else {}
+
+
+def _check(names: list, mapping: Mapping[str, str]) -> None:
     for yours, theirs in mapping.items():
         if yours not in names:
             raise InputError(
@@ -59,9 +86,6 @@ def rename(data: pd.DataFrame | Mapping[str, object], mapping: Mapping[str, str]
                 "two",
                 "drop one of them",
             )
-    if isinstance(data, pd.DataFrame):
-        return data.rename(columns=dict(mapping))
-    return {mapping.get(name, name): values for name, values in data.items()}
 
 
 def restore(frame: pd.DataFrame, mapping: Mapping[str, str] | None) -> pd.DataFrame:

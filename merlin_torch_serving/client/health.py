@@ -7,15 +7,18 @@ forever, and nothing is logged. The launcher sees the stubs themselves (``launch
 client of a server in another process sends a model a request of no rows instead
 (``probe_request``, ``stub_answered``). Both read the server's answers with the parsers here.
 
-A model can also depend on a service outside the server (a feature server): its step's config
-names them (``SERVICES_PARAMETER``), and both reports ask each whether it answers
-(``service_health``); a model whose service is down still answers (with defaults), so it is
-``degraded``, not unhealthy.
+A model can also depend on a service outside the server (a feature server, a store of sessions):
+its step's config names them (``SERVICES_PARAMETER``), and both reports ask each whether it
+answers (``service_health``; stores through ``stores.reachability``); a model whose service is
+down still answers (with defaults, or from the request alone), so it is ``degraded``, not
+unhealthy.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -24,6 +27,7 @@ import numpy as np
 
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import MerlinTorchServingError
+from merlin_torch_serving.stores.reachability import store_error
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,8 @@ class ModelHealth:
 
     @property
     def degraded(self) -> bool:
-        """It answers, but a service it calls does not (its features get their defaults)."""
+        """It answers, but a service it calls does not (a feature server: its features get their
+        defaults; an answer log's folder: its answers are dropped)."""
         return any(not service.reachable for service in self.services)
 
 
@@ -114,22 +119,54 @@ def with_services(health: ModelHealth, config_of: Callable[[], Mapping] | None) 
     return replace(health, services=services) if services else health
 
 
+def names_services(config: Mapping) -> bool:
+    """Whether a model config names outside services (which ``service_health`` asks)."""
+    return bool(config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value"))
+
+
 def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
-    """Whether each outside service a model config names answers its health endpoint
-    (``<url>/health``) within ``SERVICE_TIMEOUT_S``."""
+    """Whether each outside service a model config names answers: an HTTP service its health
+    endpoint (``<url>/health``) within ``SERVICE_TIMEOUT_S``, a store ``store_error``'s check, a
+    folder (``file://``) whether it can be written to (``folder_error``)."""
     listed = config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value")
     if not listed:
         return ()
     report = []
     for service in json.loads(listed):
         url = service["url"].rstrip("/")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
-                error = "" if answer.status == 200 else f"HTTP {answer.status} from /health"
-        except OSError as failure:
-            error = f"{type(failure).__name__}: {failure}"
+        if url.startswith("file://"):  # a folder a model writes (an answer log's)
+            error = folder_error(urllib.parse.urlparse(url).path)
+            if error is None:
+                continue  # not on this machine: it cannot be told from here
+        elif not url.startswith(("http://", "https://")):  # a store: Redis, or an embedded file
+            error = store_error(url, SERVICE_TIMEOUT_S)
+        else:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
+                    error = "" if answer.status == 200 else f"HTTP {answer.status} from /health"
+            except OSError as failure:
+                error = f"{type(failure).__name__}: {failure}"
         report.append(ServiceHealth(service["name"], url, not error, error))
     return tuple(report)
+
+
+#: a folder a model writes to (an answer log's) with less free space than this is full
+MIN_FREE_BYTES = 64 * 1024
+
+
+def folder_error(path: str) -> str | None:
+    """Why a model cannot write into the folder at ``path`` ("" when it can: it is writable with
+    ``MIN_FREE_BYTES`` free); None when there is no such folder here (a server on another machine
+    writes it, or it has not written it yet)."""
+    if not os.path.isdir(path):
+        return None
+    if not os.access(path, os.W_OK):
+        return f"the folder {path!r} cannot be written to"
+    usage = os.statvfs(path)
+    free = usage.f_bavail * usage.f_frsize
+    if free < MIN_FREE_BYTES:
+        return f"the filesystem of the folder {path!r} is full ({free:,} bytes free)"
+    return ""
 
 
 #: how many failures tritonserver (2.51) counts for each request of an ensemble that fails in a

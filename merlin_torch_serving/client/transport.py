@@ -15,9 +15,7 @@ import http.client
 import random
 import socket
 import threading
-import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -144,32 +142,28 @@ def close_idle_http_connections(port: int) -> None:
             connection.close_when_idle()
 
 
-def call(
-    function: Callable[[], T], *, url: str, model: str | None, timeout_s: float, policy: RetryPolicy
-) -> T:
-    """``function()``, its errors mapped (see ``mapped``) and the retryable ones retried."""
-    attempt = 0
-    while True:
-        try:
-            return function()
-        except Exception as error:
-            mapped_error, retryable = mapped(error, url=url, model=model, timeout_s=timeout_s)
-            if not retryable or attempt >= policy.retries:
-                raise mapped_error from error
-            time.sleep(policy.wait_s(attempt))
-            attempt += 1
-
-
 def mapped(
-    error: Exception, *, url: str, model: str | None, timeout_s: float
+    error: Exception,
+    *,
+    url: str,
+    model: str | None,
+    timeout_s: float,
+    answers_http: bool | None = None,
 ) -> tuple[MerlinTorchServingError, bool]:
-    """The library's error for what tritonclient raised, and whether retrying it is safe."""
+    """The library's error for what tritonclient raised, and whether retrying it is safe.
+
+    ``answers_http``: whether the address answers plain HTTP, when a gRPC call found nothing it
+    understood there (see ``needs_protocol_probe``); None asks it now (``speaks_http``)."""
     from tritonclient.utils import InferenceServerException
 
     if isinstance(error, MerlinTorchServingError):
         return error, False
     if isinstance(error, InferenceServerException):
-        return _from_server(error, url=url, model=model, timeout_s=timeout_s)
+        return _from_server(
+            error, url=url, model=model, timeout_s=timeout_s, answers_http=answers_http
+        )
+    # aiohttp (the asyncio HTTP client) wraps the socket's error in its own
+    error = getattr(error, "os_error", None) or error
     if (
         isinstance(error, (TimeoutError, socket.timeout)) or type(error).__name__ == "Timeout"
     ):  # gevent's
@@ -177,30 +171,53 @@ def mapped(
             RequestTimeoutError(model or url, timeout_s, f"{type(error).__name__}: {error}"),
             False,
         )
-    if isinstance(
-        error, http.client.HTTPException
-    ):  # geventhttpclient's HTTPParseError: no HTTP came back
+    if isinstance(error, http.client.HTTPException) or _is_aiohttp(error, "ClientResponseError"):
+        # geventhttpclient's HTTPParseError, aiohttp's refusal of the answer: no HTTP came back
         return WrongProtocolError(url, "http", f"{type(error).__name__}: {error}"), False
     if isinstance(error, ConnectionRefusedError):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}", NO_SERVER_HINT), True
-    if isinstance(error, ConnectionError):
-        # reset/aborted: inference has no side effect, so running it again is harmless
+    if isinstance(error, ConnectionError) or _is_aiohttp(error, "ClientConnectionError"):
+        # reset/aborted/disconnected: inference has no side effect, so running it again is harmless
         return (
             ServerUnavailableError(
                 url, f"{type(error).__name__}: {error}", "is it running, and is this its address?"
             ),
             True,
         )
-    if isinstance(error, OSError):
+    if isinstance(error, OSError) or _is_aiohttp(error, "ClientError"):
         return ServerUnavailableError(url, f"{type(error).__name__}: {error}"), False
     raise error
 
 
-def _from_server(
-    error, *, url: str, model: str | None, timeout_s: float
-) -> tuple[MerlinTorchServingError, bool]:
+def needs_protocol_probe(error: Exception) -> bool:
+    """Whether telling what ``error`` means takes asking the address for plain HTTP: a gRPC call
+    pointed at an HTTP port sees only a connection that closes (``speaks_http``)."""
+    from tritonclient.utils import InferenceServerException
+
+    if not isinstance(error, InferenceServerException):
+        return False
+    status, message = _status_and_message(error)
+    return "UNAVAILABLE" in status and "Connection refused" not in message
+
+
+def _is_aiohttp(error: Exception, name: str) -> bool:
+    """Whether ``error`` is aiohttp's exception ``name`` (or below it), without importing aiohttp
+    where only the blocking clients are used."""
+    return any(
+        cls.__name__ == name and cls.__module__.startswith("aiohttp") for cls in type(error).__mro__
+    )
+
+
+def _status_and_message(error) -> tuple[str, str]:
     message = error.message() if callable(getattr(error, "message", None)) else str(error)
     status = str(error.status() or "") if callable(getattr(error, "status", None)) else ""
+    return status, message
+
+
+def _from_server(
+    error, *, url: str, model: str | None, timeout_s: float, answers_http: bool | None
+) -> tuple[MerlinTorchServingError, bool]:
+    status, message = _status_and_message(error)
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
         return RequestTimeoutError(model or url, timeout_s, "gRPC deadline exceeded"), False
     if "is restricted, expecting header" in message:
@@ -208,7 +225,7 @@ def _from_server(
     if "UNAVAILABLE" in status:
         if "Connection refused" in message:
             return ServerUnavailableError(url, message, NO_SERVER_HINT), True
-        if speaks_http(url):
+        if answers_http if answers_http is not None else speaks_http(url):
             return WrongProtocolError(url, "grpc", message), False
         return (
             ServerUnavailableError(

@@ -10,6 +10,7 @@ column. A list column may hold empty lists, and a request may have no rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,19 +27,90 @@ def table_to_frame(table: TensorTable, names: Mapping[str, str] | None = None) -
 
     List columns hold one numpy array per row.
     """
+    columns = {
+        name: (column.values, column.offsets) if column.offsets is not None else column.values
+        for name, column in table.items()
+    }
+    return columns_to_frame(columns, names)
+
+
+def columns_to_frame(
+    columns: Mapping[str, wire.TableColumn],
+    names: Mapping[str, str] | None = None,
+    *,
+    labels: pd.Index | None = None,
+) -> pd.DataFrame:
+    """A DataFrame of table columns (arrays, or a ragged list's ``(values, offsets)``), renamed
+    through ``names`` (or labelled ``labels``, an Index a caller keeps for frames of the same
+    columns): a ragged or fixed-length list column holds one numpy array per row."""
+    cells = cells_per_row(columns)
+    if labels is None:
+        labels = pd.Index([names.get(name, name) for name in cells] if names else list(cells))
+    arrays = list(cells.values())
+    rows = len(arrays[0]) if arrays else 0
+    if all(array.dtype in _BLOCK_DTYPES for array in arrays):
+        return _frame_of_blocks(arrays, labels, rows)
+    # pandas' own constructor from checked columns of equal length: it skips the checks and
+    # conversions of DataFrame(dict), and copies the columns into its blocks as it does
+    return pd.DataFrame._from_arrays(  # type: ignore[attr-defined]
+        arrays, columns=labels, index=pd.RangeIndex(rows), verify_integrity=False
+    )
+
+
+#: dtypes a pandas block holds as the numpy array it is given (no extension type, no unit)
+_BLOCK_DTYPES = frozenset(
+    np.dtype(name)
+    for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
+    + ("uint64", "float32", "float64", "object")
+)
+
+
+def _frame_of_blocks(arrays: list[np.ndarray], labels: pd.Index, rows: int) -> pd.DataFrame:
+    """The DataFrame ``DataFrame(dict)`` builds, made as pandas lays it out: one 2-D block per
+    dtype holding copies of that dtype's columns. For a one-session answer, pandas' own
+    constructors spend three times as long finding that layout (which dtypes, which blocks) as
+    everything else the client does with the answer; the layout is pandas 1.x's (the Merlin
+    stack pins pandas below 2), and ``columns_to_frame`` takes it only for plain numpy dtypes."""
+    # pandas' internals, which pandas-stubs leave out
+    from pandas._libs.internals import BlockPlacement  # type: ignore[import-not-found]
+    from pandas.core.internals import BlockManager  # type: ignore[import-not-found]
+    from pandas.core.internals.blocks import new_block  # type: ignore[import-not-found]
+
+    positions: dict[np.dtype, list[int]] = {}
+    for position, array in enumerate(arrays):
+        positions.setdefault(array.dtype, []).append(position)
+    blocks = []
+    for dtype, placed in positions.items():
+        values = np.empty((len(placed), rows), dtype=dtype)
+        for row, position in enumerate(placed):
+            values[row] = arrays[position]
+        blocks.append(new_block(values, BlockPlacement(np.array(placed, dtype=np.intp)), ndim=2))
+    manager = BlockManager(tuple(blocks), [labels, pd.RangeIndex(rows)], verify_integrity=False)
+    return pd.DataFrame(manager)
+
+
+def frame_columns(frame: pd.DataFrame) -> dict:
+    """A DataFrame's columns by name, each as the array pandas holds (numpy, or an extension
+    array), without the Series that ``frame[name]`` builds for each: for a one-session request
+    those cost more than the rest of the request's checks and conversions together."""
+    return {
+        name: frame._get_column_array(i)  # type: ignore[operator]
+        for i, name in enumerate(frame.columns)
+    }
+
+
+def cells_per_row(columns: Mapping[str, wire.TableColumn]) -> dict[str, np.ndarray]:
+    """Each column as one entry per row: a 1-D array as it is, a ragged or fixed-length list
+    column as an object array holding each row's numpy array."""
     data = {}
-    for name, column in table.items():
-        values = np.asarray(column.values)
-        if column.offsets is not None:
-            offsets = np.asarray(column.offsets)
-            cells = np.split(values, offsets[1:-1]) if len(offsets) > 1 else []
-            data[name] = _object_column(cells)
-        elif values.ndim > 1:
-            data[name] = _object_column(list(values))
-        else:
-            data[name] = values
-    frame = pd.DataFrame(data)
-    return frame.rename(columns=dict(names)) if names else frame
+    for name, column in columns.items():
+        if isinstance(column, tuple):
+            values, offsets = np.asarray(column[0]), np.asarray(column[1])
+            data[name] = _object_column(np.split(values, offsets[1:-1]) if len(offsets) > 1 else [])
+            continue
+        values = np.asarray(column)
+        data[name] = _object_column(list(values)) if values.ndim > 1 else values
+    return data
 
 
 def frame_to_table(
@@ -49,7 +121,7 @@ def frame_to_table(
     Without a schema every column is taken as it is; with one, exactly the schema's columns are
     taken, checked and converted to its dtypes.
     """
-    columns = dict(data.items())
+    columns: dict[Any, object] = dict(data.items())
     if schema is None:
         converted = {}
         for name, column in columns.items():
@@ -58,20 +130,25 @@ def frame_to_table(
                 ragged_from_lists(values) if is_list_column(values) else np.asarray(values)
             )
         return TensorTable(converted, _unsafe=True)
-    missing = [c.name for c in schema if c.name not in columns]
-    if missing:
-        raise MissingColumnsError(
-            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in columns]
-        )
-    extra = [name for name in columns if name not in schema.column_names]
-    if extra:
-        raise InputError(
-            str(extra[0]),
-            f"no such column (the inputs are {', '.join(map(repr, schema.column_names))})",
-            "a column of that name",
-            "drop it, or select the inputs with data[input_schema.column_names]",
-        )
-    typed = {c.name: _column_for_schema(columns[c.name], c) for c in schema}
+    return TensorTable(checked_columns(columns, schema), _unsafe=True)
+
+
+def checked_columns(
+    columns: Mapping[str, object],
+    schema: Schema,
+    ready: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, wire.TableColumn]:
+    """Exactly the schema's columns of ``columns`` (name -> Series, array or list), checked and
+    converted to its dtypes and shapes, in schema order (see ``frame_to_table``). ``ready`` holds
+    columns a caller already found to be 1-D arrays of the schema's dtype for a scalar column:
+    they are taken as they are."""
+    if len(columns) != len(schema) or any(c.name not in columns for c in schema):
+        check_columns(list(columns), schema)  # names what is missing or extra
+    ready = ready or {}
+    typed = {
+        c.name: ready[c.name] if c.name in ready else _column_for_schema(columns[c.name], c)
+        for c in schema
+    }
     row_counts = {
         name: len(value[1]) - 1 if isinstance(value, tuple) else len(value)
         for name, value in typed.items()
@@ -85,7 +162,26 @@ def frame_to_table(
                 f"{count}",
                 "every column needs one entry per row",
             )
-    return TensorTable(typed, _unsafe=True)
+    return typed
+
+
+def check_columns(names: list, schema: Schema) -> None:
+    """A ``MissingColumnsError`` naming every input column missing from ``names``, or an
+    ``InputError`` naming the first of ``names`` that is no input (a server refuses a request with
+    an input it does not declare before any step sees it, without naming it)."""
+    missing = [c.name for c in schema if c.name not in names]
+    if missing:
+        raise MissingColumnsError(
+            {name: describe_column(schema[name]) for name in missing}, [str(c) for c in names]
+        )
+    extra = [name for name in names if name not in schema.column_names]
+    if extra:
+        raise InputError(
+            str(extra[0]),
+            f"no such column (the inputs are {', '.join(map(repr, schema.column_names))})",
+            "a column of that name",
+            "drop it, or select the inputs with data[input_schema.column_names]",
+        )
 
 
 def is_list_column(values) -> bool:
@@ -109,7 +205,11 @@ def ragged_from_lists(rows) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _column_for_schema(column, schema: ColumnSchema):
-    values = column.to_numpy() if isinstance(column, pd.Series) else column
+    values = (
+        column.to_numpy()
+        if isinstance(column, (pd.Series, pd.api.extensions.ExtensionArray))
+        else column
+    )
     if not isinstance(values, np.ndarray):
         values = np.asarray(values, dtype=object) if is_list_column(values) else np.asarray(values)
     dims = schema.shape.dims

@@ -36,6 +36,8 @@ from merlin.table import TensorTable
 from numpy.typing import DTypeLike
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
+from merlin_torch_serving.exceptions import InputError
+
 VALUES_SUFFIX = "__values"
 OFFSETS_SUFFIX = "__offsets"
 OFFSETS_DTYPE = np.dtype(np.int32)
@@ -145,37 +147,72 @@ def schema_specs(schema: Schema) -> list[TensorSpec]:
 
 def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
     """Flatten a table to named numpy arrays in the wire format (offsets as int32)."""
-    arrays: dict[str, np.ndarray] = {}
-    for name, column in table.items():
-        values = np.asarray(column.values)
-        if column.offsets is not None:
-            arrays[name + VALUES_SUFFIX] = values
-            arrays[name + OFFSETS_SUFFIX] = np.asarray(column.offsets).astype(
-                OFFSETS_DTYPE, copy=False
-            )
-        else:
-            arrays[name] = values
-    return arrays
+    return columns_to_wire(
+        {
+            name: (column.values, column.offsets) if column.offsets is not None else column.values
+            for name, column in table.items()
+        }
+    )
 
 
 #: a TensorTable column as this package builds one: values, or a ragged list's (values, offsets)
 TableColumn = np.ndarray | tuple[np.ndarray, np.ndarray]
 
 
+def columns_to_wire(columns: Mapping[str, TableColumn]) -> dict[str, np.ndarray]:
+    """Table columns (arrays, or a ragged list's ``(values, offsets)``) as named numpy arrays in
+    the wire format (offsets as int32)."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, column in columns.items():
+        if isinstance(column, tuple):
+            arrays[name + VALUES_SUFFIX] = np.asarray(column[0])
+            arrays[name + OFFSETS_SUFFIX] = np.asarray(column[1]).astype(OFFSETS_DTYPE, copy=False)
+        else:
+            arrays[name] = np.asarray(column)
+    return arrays
+
+
 def from_wire(arrays: Mapping[str, np.ndarray], schema: Schema | None = None) -> TensorTable:
-    """Group wire arrays into a table; with a schema, take exactly its columns, in its order."""
+    """Group wire arrays into a table; with a schema, take exactly its columns, in its order.
+
+    A column whose tensors are not all there is an ``InputError`` naming the column, the tensors it
+    travels as and the ones that came.
+    """
     if schema is None:
         return TensorTable(dict(arrays), _unsafe=True)
     columns: dict[str, TableColumn] = {}
     for column in schema:
-        if is_ragged(column):
-            columns[column.name] = (
-                arrays[column.name + VALUES_SUFFIX],
-                arrays[column.name + OFFSETS_SUFFIX],
-            )
-        else:
-            columns[column.name] = arrays[column.name]
+        try:
+            if is_ragged(column):
+                columns[column.name] = (
+                    arrays[column.name + VALUES_SUFFIX],
+                    arrays[column.name + OFFSETS_SUFFIX],
+                )
+            else:
+                columns[column.name] = arrays[column.name]
+        except KeyError:
+            raise _missing_tensors(column, arrays) from None
     return TensorTable(columns, _unsafe=True)
+
+
+def _missing_tensors(column: ColumnSchema, arrays: Mapping[str, np.ndarray]) -> InputError:
+    if is_ragged(column):
+        names = [column.name + VALUES_SUFFIX, column.name + OFFSETS_SUFFIX]
+        expected = (
+            f"tensors {names[0]!r} (its values) and {names[1]!r} (int32, rows + 1 offsets): a"
+            " ragged list column travels as both"
+        )
+    else:
+        names = [column.name]
+        expected = f"a tensor {column.name!r}"
+    missing = [name for name in names if name not in arrays]
+    came = ", ".join(map(repr, sorted(arrays))) or "none"
+    return InputError(
+        column.name,
+        expected,
+        f"no {' and no '.join(map(repr, missing))} (the tensors are {came})",
+        "send every tensor of the column (see the wire format)",
+    )
 
 
 def lengths(offsets: np.ndarray) -> np.ndarray:

@@ -15,7 +15,9 @@ without a table per request.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +28,9 @@ from merlin_torch_serving.graph import metrics
 
 Arrays = Mapping[str, np.ndarray]
 Answer = dict[str, np.ndarray] | Exception
+#: entered around each call of ``answer``: the indices of the requests it answers, and how many
+#: rows each one's answer has
+Around = Callable[[list[int], list[int]], AbstractContextManager]
 
 
 @dataclass
@@ -57,36 +62,54 @@ def answer_in_runs(
     answer: Callable[[Arrays], dict[str, np.ndarray]],
     keys: Sequence[str] | None,
     max_rows: int,
+    around: Around | None = None,
 ) -> list[Answer]:
     """Per request, its answer or the error it alone gets: the requests merged into runs
     (``plan_runs``; one a run when ``keys`` is None, nothing may merge) and each run answered with
-    one call of ``answer``."""
+    one call of ``answer``, inside ``around`` when given."""
+    around = around or _nothing_around
     if keys is None:
-        return [answer_or_error(answer, request) for request in requests]
+        return [_alone(answer, requests, index, around) for index in range(len(requests))]
     answers: dict[int, Answer] = {}
     for run in plan_runs(requests, keys, max_rows):
-        parts = _answer_run([requests[index] for index in run], answer, keys)
+        parts = _answer_run(requests, run, answer, keys, around)
         answers.update(zip(run, parts, strict=True))
     return [answers[index] for index in range(len(requests))]
 
 
 def _answer_run(
-    run: Sequence[Arrays], answer: Callable[[Arrays], dict[str, np.ndarray]], keys: Sequence[str]
+    requests: Sequence[Arrays],
+    run: list[int],
+    answer: Callable[[Arrays], dict[str, np.ndarray]],
+    keys: Sequence[str],
+    around: Around,
 ) -> list[Answer]:
-    """The answers to one run's requests: of one merged run, or one by one when there is one
-    request or the merged run fails (each request then gets its own error)."""
+    """The answers to one run's requests (``run``: their indices): of one merged run, or one by one
+    when there is one request or the merged run fails (each request then gets its own error)."""
     if len(run) > 1:
+        members = [requests[index] for index in run]
+        counts = [answer_rows(request, keys) for request in members]
         # counted only if it answers: a merged run that fails is run again request by request
         with metrics.tentative() as keep:
             try:
-                merged = answer(concat(run))
-                parts = split(merged, [answer_rows(request, keys) for request in run])
+                with around(run, counts):
+                    merged = answer(concat(members))
+                parts = split(merged, counts)
             except Exception:
                 parts = None
             if parts is not None:
                 keep()
                 return list(parts)
-    return [answer_or_error(answer, request) for request in run]
+    return [_alone(answer, requests, index, around) for index in run]
+
+
+def _alone(answer, requests: Sequence[Arrays], index: int, around: Around) -> Answer:
+    with around([index], [rows(requests[index])]):
+        return answer_or_error(answer, requests[index])
+
+
+def _nothing_around(indices: list[int], answer_rows: list[int]) -> AbstractContextManager:
+    return contextlib.nullcontext()
 
 
 def answer_or_error(answer: Callable[[Arrays], dict[str, np.ndarray]], request: Arrays) -> Answer:

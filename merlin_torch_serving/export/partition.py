@@ -40,6 +40,8 @@ class TritonStep:
     input_schema: Schema = field(default_factory=Schema)
     output_schema: Schema = field(default_factory=Schema)
     torchscript: dict[int, torch.nn.Module] = field(default_factory=dict)
+    #: the ensemble the step is a model of
+    ensemble: str = ""
 
     @property
     def call_indices(self) -> set[int]:
@@ -89,6 +91,7 @@ def partition(plan: Plan, ensemble_name: str) -> list[TritonStep]:
     consumed_by: dict[Ref, set[int]] = {}
     for step in steps:
         step.name = _step_name(ensemble_name, step.index, step.calls)
+        step.ensemble = ensemble_name
         for call in step.calls:
             for ref in call.inputs.values():
                 consumed_by.setdefault(ref, set()).add(step.index)

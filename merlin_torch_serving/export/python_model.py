@@ -9,6 +9,8 @@ at the step's entry (``validation``) before an operator sees it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
 import os
@@ -33,11 +35,12 @@ from merlin_torch_serving.export.config import (
     WARMUP_PARAMETER,
 )
 from merlin_torch_serving.export.manifest import library_version, verify_step
-from merlin_torch_serving.export.step_metrics import StepMetrics, warmup_runs
+from merlin_torch_serving.export.step_metrics import StepMetrics, is_warmup_request, warmup_runs
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
-from merlin_torch_serving.graph import metrics
+from merlin_torch_serving.graph import answering, metrics
 from merlin_torch_serving.graph.executors import torch_threads
 from merlin_torch_serving.graph.plan import OpCall, Ref, run_calls
+from merlin_torch_serving.graph.rehearsal import rehearsing
 from merlin_torch_serving.graph.validation import EntryCheck
 from merlin_torch_serving.ops.base import ServingOperator, operator_class
 
@@ -59,6 +62,10 @@ class HostedStep:
         """``overrides``: by call index (a string), ``config()`` keys its operator takes from the
         model's folder instead (``CONFIG_OVERRIDES_FILE``)."""
         overrides = overrides or {}
+        #: the ensemble the step belongs to, and the version it was exported as (empty and 0 for a
+        #: step exported before they were recorded)
+        ensemble = spec.get("ensemble") or {}
+        self.ensemble, self.ensemble_version = ensemble.get("name", ""), ensemble.get("version", 0)
         self.inputs = {name: Ref(*ref) for name, ref in spec["inputs"].items()}
         self.outputs = {name: Ref(*ref) for name, ref in spec["outputs"].items()}
         self.input_schema = schema_from_json(spec["input_schema"])
@@ -102,15 +109,22 @@ class HostedStep:
         verify_step(step, version_dir, spec)
         return cls(spec, version_dir, max_rows, step, max_batch_rows, overrides)
 
-    def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Wire arrays of the step's inputs in, wire arrays of its outputs out."""
-        return self._answer(self._entry(arrays))
+    def run(
+        self, arrays: Mapping[str, np.ndarray], whom: answering.Answering | None = None
+    ) -> dict[str, np.ndarray]:
+        """Wire arrays of the step's inputs in, wire arrays of its outputs out; ``whom``: what the
+        run answers (``graph.answering``), for the operators that record it."""
+        with answering.answering(whom):
+            return self._answer(self._entry(arrays))
 
     def run_batch(
-        self, requests: Sequence[Mapping[str, np.ndarray]]
+        self,
+        requests: Sequence[Mapping[str, np.ndarray]],
+        whom: answering.Answering | None = None,
     ) -> list[dict[str, np.ndarray] | Exception]:
         """Per request, its answer (wire arrays) or the error it alone gets: requests are checked
-        one by one, then answered in merged runs (see ``merging``)."""
+        one by one, then answered in merged runs (see ``merging``); ``whom``: what the batch
+        answers, one request id per request."""
         answers: dict[int, dict[str, np.ndarray] | Exception] = {}
         checked: dict[int, dict[str, np.ndarray]] = {}
         for index, arrays in enumerate(requests):
@@ -119,14 +133,27 @@ class HostedStep:
             except Exception as error:  # a bad request fails alone
                 answers[index] = error
         indices = list(checked)
+
+        def around(run: list[int], rows: list[int]):
+            if whom is None:
+                return contextlib.nullcontext()
+            return answering.answering(whom.for_requests([indices[i] for i in run], rows))
+
         parts = merging.answer_in_runs(
             [checked[index] for index in indices],
             self._answer,
             self.merge_keys,
             self.max_batch_rows,
+            around,
         )
         answers.update(zip(indices, parts, strict=True))
         return [answers[index] for index in range(len(requests))]
+
+    def close(self) -> None:
+        """Stop what the step's operators run beside requests (an answer log's writer), once
+        their work is done."""
+        for call in self.calls:
+            call.op.close()
 
     def _entry(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The request's wire arrays (text as ``str``), once they are checked."""
@@ -254,6 +281,15 @@ class TritonPythonModel:
         self.metrics = (
             StepMetrics(pb_utils, self.model_name, warmup_runs(config)) if publish else None
         )
+        # Triton's model_warmup requests come first, one per execute: they rehearse (store nothing)
+        self.warmup_left = warmup_runs(config)
+        self._served = answering.Answering(
+            answering.SERVED,
+            ensemble=self.step.ensemble,
+            ensemble_version=self.step.ensemble_version,
+            model=self.model_name,
+            version=int(args["model_version"]),
+        )
         threads = parameters.get(TORCH_THREADS_PARAMETER, {}).get("string_value")
         # applied around each call: the thread count is per calling thread in torch's OpenMP build
         self.torch_threads = int(threads) if threads else None
@@ -270,9 +306,16 @@ class TritonPythonModel:
                 items.append(error)
         good = [i for i, item in enumerate(items) if not isinstance(item, Exception)]
         batch = [item for item in items if not isinstance(item, Exception)]
-        for i, answer in zip(good, self._run(batch), strict=True):
+        # the launcher's warm-up through the whole ensemble (launcher.warmup) rehearses and is
+        # left out of the counts, as Triton's own warm-up is (see step_metrics)
+        traffic = not all(is_warmup_request(request) for request in requests)
+        warming_up, self.warmup_left = self.warmup_left > 0, max(self.warmup_left - len(items), 0)
+        whom = self._whom([requests[i] for i in good])
+        with rehearsing(warming_up or not traffic):
+            answers = self._run(batch, whom, traffic)
+        for i, answer in zip(good, answers, strict=True):
             items[i] = answer
-        if self.metrics is not None:
+        if self.metrics is not None and traffic:
             for _ in range(sum(isinstance(item, Exception) for item in items)):
                 self.metrics.skip_warmup()  # a failed warm-up request is one of them all the same
         responses = [
@@ -283,21 +326,35 @@ class TritonPythonModel:
         return responses
 
     def finalize(self):
-        step_metrics = getattr(self, "metrics", None)  # None also when initialize failed early
+        step = getattr(self, "step", None)  # None when initialize failed early
+        if step is not None:
+            step.close()
+        step_metrics = getattr(self, "metrics", None)
         if step_metrics is not None:
             step_metrics.close()
 
-    def _run(self, batch: list[dict]) -> list:
-        """Per request, its answer or its error: merged when Triton batches the step."""
+    def _whom(self, requests: list) -> answering.Answering:
+        """What a batch of ``requests`` answers: the requests of these ids, by this model."""
+        ids = tuple(request.request_id() for request in requests)
+        return dataclasses.replace(self._served, request_ids=ids)
+
+    def _run(self, batch: list[dict], whom: answering.Answering, counted: bool = True) -> list:
+        """Per request, its answer or its error: merged when Triton batches the step; what they
+        counted is published when ``counted``."""
         counting = metrics.collecting() if self.metrics is not None else contextlib.nullcontext()
         with torch_threads(self.torch_threads), counting as collected:
             answers = (
-                self.step.run_batch(batch)
+                self.step.run_batch(batch, whom)
                 if self.batched
-                else [merging.answer_or_error(self.step.run, arrays) for arrays in batch]
+                else [
+                    merging.answer_or_error(
+                        functools.partial(self.step.run, whom=whom.for_requests([i], [])), arrays
+                    )
+                    for i, arrays in enumerate(batch)
+                ]
             )
         answered = sum(not isinstance(answer, Exception) for answer in answers)
-        if self.metrics is not None and collected is not None and answered:
+        if self.metrics is not None and collected is not None and answered and counted:
             self.metrics.publish(collected, answered)
         return answers
 
@@ -362,10 +419,11 @@ class TritonPythonModel:
             *([renamed_copy(sample, self.step.merge_keys, i) for i in range(n)] for n in (2, 8)),
         ]
         # collecting, as served requests are, so that the operators' counting paths warm up too
-        with torch_threads(self.torch_threads), metrics.collecting():
+        with torch_threads(self.torch_threads), metrics.collecting(), rehearsing():
             for _ in range(int(warmup["count"])):
                 for batch in batches:
-                    self.step.run_batch(batch)
+                    ids = tuple("" for _ in batch)
+                    self.step.run_batch(batch, dataclasses.replace(self._served, request_ids=ids))
 
 
 def renamed_copy(

@@ -29,11 +29,14 @@ def write_python_step(
     sub_graphs: dict[int, list[SubEnsemble]] | None = None,
     model_source: str | None = None,
     request_dim: bool = False,
+    version: int = 0,
 ) -> None:
     """Write ``step`` into ``version_dir``: ``sub_graphs`` by call index (what the export made of
     each call's sub-graphs), ``model_source`` the ``model.py`` Triton imports (none for a step
-    hosted in another)."""
+    hosted in another), ``version`` the export's (recorded with the ensemble's name, for what the
+    step's answers say about where they came from)."""
     spec: dict[str, Any] = {
+        "ensemble": {"name": step.ensemble, "version": version},
         "inputs": {name: [ref.producer, ref.column] for name, ref in step.inputs.items()},
         "outputs": {name: [ref.producer, ref.column] for name, ref in step.outputs.items()},
         "input_schema": schema_to_json(step.input_schema),

@@ -71,7 +71,7 @@ from merlin_torch_serving.export.sub_ensembles import (
     sub_graphs_of,
     write_sub_ensembles,
 )
-from merlin_torch_serving.export.warmup import warmup_inputs
+from merlin_torch_serving.export.warmup import warmup_inputs, write_ensemble_sample
 from merlin_torch_serving.export.warmup_files import (
     WARMUP_DIR,
     write_warmup_arrays,
@@ -213,6 +213,7 @@ def export_ensemble(
                 [ensemble_step(feeder) for feeder in feeders],
             ),
         )
+        write_ensemble_sample(staged / name, plan, warmup, options.warmup_count, options.batching)
         _write_manifest(
             staged / name / str(version) / MANIFEST_FILE,
             name,
@@ -298,7 +299,12 @@ def _write_step(
         )
     else:
         write_python_step(
-            version_dir, step, sub_graphs, _PYTHON_MODEL_SOURCE, request_dim=options.batching
+            version_dir,
+            step,
+            sub_graphs,
+            _PYTHON_MODEL_SOURCE,
+            request_dim=options.batching,
+            version=version,
         )
         config = configs.python_model_config(
             step.name,

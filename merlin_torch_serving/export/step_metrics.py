@@ -2,8 +2,9 @@
 Prometheus endpoint beside Triton's own ``nv_*`` metrics.
 
 Every series carries the step's ``model`` label. Warm-up requests (the ``model_warmup`` runs
-Triton sends each instance while loading it) are left out, so the counts are the traffic's;
-Triton's own ``nv_inference_count`` counts them too.
+Triton sends each instance while loading it, and the launcher's requests through the whole
+ensemble, which carry the request parameter ``WARMUP_REQUEST_PARAMETER``) are left out, so the
+counts are the traffic's; Triton's own ``nv_inference_count`` counts them too.
 
     mts_requests_total{model}                     requests the step answered
     mts_sessions_total{model}                     rows it answered with (one per session)
@@ -21,6 +22,11 @@ Triton's own ``nv_inference_count`` counts them too.
     mts_branch_calls_total{model,branch}          calls of a route's branch (one per request)
     mts_branch_seconds_total{model,branch}        time inside them (mean: seconds / calls)
     mts_branch_errors_total{model,branch}         sessions whose branch failed
+    mts_store_errors_total{model,store}           calls to a store that failed or were skipped
+    mts_unstored_clicks_total{model}              clicks answered from the request alone
+    mts_answer_log_written_total{model}           answers the answer log wrote (one per session)
+    mts_answer_log_dropped_total{model}           answers it dropped: its queue full, writes failing
+    mts_answer_log_failed_flushes_total{model}    its flushes that failed (a full disk, Redis down)
 
 A step that hosts a route counts its sessions per branch that answered them (and per variant,
 with an experiment): ``mts_sessions_total{model,branch[,variant]}``.
@@ -34,6 +40,7 @@ within about a second.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from typing import Any
@@ -43,6 +50,10 @@ from merlin_torch_serving.graph import metrics
 logger = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 1.0
+
+#: a request parameter that marks a warm-up request sent through a whole ensemble (Triton forwards
+#: an ensemble request's parameters to its steps; see ``launcher.warmup``)
+WARMUP_REQUEST_PARAMETER = "mts_warmup"
 
 PREFIX = "mts_"
 REQUESTS = "requests"
@@ -67,11 +78,29 @@ DESCRIPTIONS = {
     metrics.BRANCH_CALLS: "Calls of a route's branch (one per request that sent it sessions)",
     metrics.BRANCH_SECONDS: "Seconds spent inside the calls of a route's branch",
     metrics.BRANCH_ERRORS: "Sessions whose route branch failed (answered by a fallback, or blank)",
+    metrics.STORE_ERRORS: "Calls to a store (sessions, rules, trending) that failed, or skipped",
+    metrics.UNSTORED_CLICKS: "Clicks answered from the request alone: the store did not take them",
+    metrics.ANSWER_LOG_WRITTEN: "Answered sessions the answer log wrote",
+    metrics.ANSWER_LOG_DROPPED: (
+        "Answered sessions the answer log dropped: its queue was full while writes failed"
+    ),
+    metrics.ANSWER_LOG_FAILED_FLUSHES: "Answer log flushes that failed (disk full, Redis down)",
 }
 
 
 def prometheus_name(name: str) -> str:
     return f"{PREFIX}{name}_total"
+
+
+def is_warmup_request(request) -> bool:
+    """Whether the python backend's ``request`` carries ``WARMUP_REQUEST_PARAMETER``."""
+    parameters = getattr(request, "parameters", None)  # python backends before 23.10 have none
+    if parameters is None:
+        return False
+    try:
+        return WARMUP_REQUEST_PARAMETER in json.loads(parameters() or "{}")
+    except (TypeError, ValueError):
+        return False
 
 
 def warmup_runs(model_config: dict) -> int:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from merlin.table import TensorTable
 
 from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
+from merlin_torch_serving.export.warmup_files import write_request_sample
 from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref, run_calls
+from merlin_torch_serving.graph.rehearsal import rehearsing
 
 logger = logging.getLogger("merlin_torch_serving")
 
@@ -73,6 +76,27 @@ def warmup_inputs(plan: Plan, steps, requests: list[TensorTable] | None = None) 
     )
 
 
+def write_ensemble_sample(
+    ensemble_dir: Path, plan: Plan, warmup: WarmupInputs, count: int, request_dim: bool
+) -> None:
+    """Save the request the steps' samples came from in the ensemble's folder, for the launcher to
+    send through the whole ensemble ``count`` times (nothing when no run of it succeeded, or when
+    ``count`` is 0). ``request_dim``: the ensemble batches requests (see ``request_arrays``)."""
+    if warmup.values is not None and count:
+        write_request_sample(ensemble_dir, request_arrays(plan, warmup.values, request_dim), count)
+
+
+def request_arrays(plan: Plan, values: dict, request_dim: bool) -> dict[str, np.ndarray]:
+    """The request of a warm-up run (``WarmupInputs.values``) as the ensemble's input tensors;
+    ``request_dim``: with the leading dimension of 1 a batched ensemble's requests have."""
+    table = TensorTable(
+        {name: values[Ref(REQUEST, name)] for name in plan.input_schema.column_names},
+        _unsafe=True,
+    )
+    arrays = wire.to_wire(table)
+    return {name: array[np.newaxis] for name, array in arrays.items()} if request_dim else arrays
+
+
 def _reads_request(call) -> bool:
     return any(ref.producer == REQUEST for ref in call.inputs.values())
 
@@ -96,7 +120,9 @@ def _complete(candidate: TensorTable, plan: Plan) -> TensorTable:
 
 def _run(plan: Plan, request: TensorTable) -> dict:
     env = {Ref(REQUEST, name): column for name, column in request.items()}
-    run_calls(plan.calls, env, plan.outputs)
+    # a warm-up request is no click and nobody's answer: it stores and logs nothing
+    with rehearsing():
+        run_calls(plan.calls, env, plan.outputs)
     return env
 
 

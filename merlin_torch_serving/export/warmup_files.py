@@ -1,10 +1,13 @@
 """A step's warm-up sample on disk: one file per input in Triton's raw ``input_data_file`` format
 (``model_warmup`` reads them), in the ``warmup`` folder beside the step's versions. Batched python
-steps read the same files back to warm up in their own stub (see ``python_model``).
+steps read the same files back to warm up in their own stub (see ``python_model``). An ensemble's
+folder holds the request the steps' samples came from, in the same form, which the launcher sends
+through the whole ensemble once it loads (``launcher.warmup``; Triton warms no ensemble).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -17,6 +20,8 @@ from merlin_torch_serving.data import wire
 
 #: the folder of a step model (beside its versions) that holds its warm-up sample
 WARMUP_DIR = "warmup"
+#: in an ensemble's WARMUP_DIR: its request sample's files and how many times to send it
+REQUEST_SAMPLE_FILE = "request.json"
 
 
 def write_warmup_files(
@@ -64,6 +69,31 @@ def read_warmup_files(warmup_dir: str, files: Mapping[str, list]) -> dict[str, n
             array = np.frombuffer(data, dtype=numpy_dtype).copy()
         arrays[name] = array.reshape(dims)
     return arrays
+
+
+def write_request_sample(ensemble_dir: Path, arrays: Mapping[str, np.ndarray], count: int) -> None:
+    """Save ``arrays`` (the ensemble's input tensors, as a client sends them) as its request
+    sample, to be sent ``count`` times."""
+    files = write_warmup_arrays(ensemble_dir / WARMUP_DIR, arrays)
+    (ensemble_dir / WARMUP_DIR / REQUEST_SAMPLE_FILE).write_text(
+        json.dumps(
+            {
+                "count": count,
+                "inputs": {
+                    name: [f, dtype, list(dims)] for name, (f, dtype, dims) in files.items()
+                },
+            }
+        )
+    )
+
+
+def read_request_sample(ensemble_dir: Path) -> tuple[dict[str, np.ndarray], int] | None:
+    """The request sample of the ensemble in ``ensemble_dir`` and its count; None without one."""
+    path = ensemble_dir / WARMUP_DIR / REQUEST_SAMPLE_FILE
+    if not path.is_file():
+        return None
+    sample = json.loads(path.read_text())
+    return read_warmup_files(str(ensemble_dir / WARMUP_DIR), sample["inputs"]), int(sample["count"])
 
 
 def _raw_bytes(array: np.ndarray) -> bytes:

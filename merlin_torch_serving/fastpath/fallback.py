@@ -1,17 +1,21 @@
 """Running one operator through NVTabular itself, for the parts of a workflow that are not compiled.
 
 The step's input batch becomes the DataFrame NVTabular's executor would hand the operator, the
-operator's own ``transform`` runs on it, and the result becomes a batch again.
+operator's own ``transform`` runs on it, and the result becomes a batch again. One thing differs,
+as on the fast path (see ``ordering``): NVTabular's ``Groupby`` sorts with rows whose sort keys tie
+kept in the request's order; the rest of its transform is its own.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
 import pandas as pd
 from merlin.dag import ColumnSelector, DataFormats, Node
 from merlin.table import TensorTable
+from nvtabular.ops import Groupby
 
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.fastpath.batch import (
@@ -31,6 +35,12 @@ class NVTabularStep:
         self.op = node.op
         self.label = node.op.label
         self.selection = selection
+        self.stable_sort: tuple[list[str], bool] | None = None
+        if type(node.op).transform is Groupby.transform and node.op.sort_cols:
+            # sorted here, stably, and the operator's own transform run without its sort
+            self.stable_sort = (list(node.op.sort_cols), node.op.ascending)
+            self.op = copy.copy(node.op)
+            self.op.sort_cols = []
         formats = self.op.supported_formats
         self.takes_dataframe = bool(formats & DataFormats.PANDAS_DATAFRAME)
         takes_arrays = formats & (DataFormats.NUMPY_TENSOR_TABLE | DataFormats.NUMPY_DICT_ARRAY)
@@ -42,6 +52,11 @@ class NVTabularStep:
 
     def __call__(self, batch: Batch) -> Batch:
         frame = to_frame(batch)
+        if self.stable_sort is not None:
+            columns, ascending = self.stable_sort
+            frame = frame.sort_values(
+                columns, ascending=ascending, kind="stable", ignore_index=True
+            )
         if self.takes_dataframe:
             result = self.op.transform(self.selection, frame)
         else:

@@ -1,8 +1,11 @@
-"""Row orders exactly as pandas 1.5 makes them, for Groupby's sort and its grouping of keys.
+"""Row orders for Groupby's sort and its grouping of keys, as pandas 1.5 makes them but for ties.
 
-``DataFrame.sort_values`` on one column is an unstable quicksort with nulls last, so ties keep
-whatever order numpy's quicksort gives; it is reproduced by making the same numpy call on the same
-array.
+One difference from pandas is deliberate, and the scripted workflow makes it too: rows whose sort
+keys tie keep the order of the request (pandas' ``sort_values(..., kind="stable")``). NVTabular's
+``DataFrame.sort_values`` on one column is numpy's unstable quicksort, whose order of ties depends
+on every other row of the call (and on the CPU), so a session's tied clicks would come out in
+another order when other sessions share its request. With several sort columns pandas sorts stably
+already. Nulls go last in both directions, as in pandas.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from merlin_torch_serving.fastpath.errors import Delegate
 
 
 def sort_order(keys: list[np.ndarray], ascending: bool) -> np.ndarray:
-    """Row positions in the order ``DataFrame.sort_values`` gives.
+    """Row positions in the order ``DataFrame.sort_values`` gives, ties in row order.
 
-    The call is ``DataFrame.sort_values(by=keys, ascending, na_position="last")``.
+    The call is ``DataFrame.sort_values(by=keys, ascending, na_position="last", kind="stable")``.
     """
     try:
         if len(keys) == 1:
@@ -31,8 +34,9 @@ def sort_order(keys: list[np.ndarray], ascending: bool) -> np.ndarray:
 
 
 def _single_key_order(values: np.ndarray, ascending: bool) -> np.ndarray:
-    # pandas' nargsort: sort the non-null values (reversed first when descending, so that ties
-    # come out the way pandas has them), then append the null rows in their original order.
+    # pandas' nargsort with a stable sort: sort the non-null values (reversed first when
+    # descending, and the order reversed back after, so that ties keep their row order), then
+    # append the null rows in their row order.
     nulls = null_mask(values)
     positions = np.arange(len(values))
     present = values[~nulls]
@@ -40,7 +44,7 @@ def _single_key_order(values: np.ndarray, ascending: bool) -> np.ndarray:
     if not ascending:
         present = present[::-1]
         present_positions = present_positions[::-1]
-    order = present_positions[present.argsort(kind="quicksort")]
+    order = present_positions[present.argsort(kind="stable")]
     if not ascending:
         order = order[::-1]
     return np.concatenate([order, np.flatnonzero(nulls)])

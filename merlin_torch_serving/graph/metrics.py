@@ -31,6 +31,15 @@ FEATURE_SERVER_ERRORS = "feature_server_errors"
 BRANCH_CALLS = "branch_calls"
 BRANCH_SECONDS = "branch_seconds"
 BRANCH_ERRORS = "branch_errors"
+#: stores of state kept between requests (``stores``, ``live``): calls that failed or were
+#: skipped, and clicks answered from the request alone because the store did not take them
+STORE_ERRORS = "store_errors"
+UNSTORED_CLICKS = "unstored_clicks"
+#: the answer log (``answer_log``): records written, dropped (its queue full while its
+#: destination failed) and flushes that failed
+ANSWER_LOG_WRITTEN = "answer_log_written"
+ANSWER_LOG_DROPPED = "answer_log_dropped"
+ANSWER_LOG_FAILED_FLUSHES = "answer_log_failed_flushes"
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 

@@ -33,6 +33,7 @@ from merlin_torch_serving.launcher.locate import (
 )
 from merlin_torch_serving.launcher.running import RunningServer
 from merlin_torch_serving.launcher.supervision import Supervisor
+from merlin_torch_serving.launcher.warmup import warm_up_ensembles
 
 __all__ = [
     "BINARY_ENV_VAR",
@@ -154,7 +155,8 @@ class TritonServer:
     # -- lifetime -----------------------------------------------------------------------------
 
     def start(self) -> TritonServer:
-        """Start the server and return once it serves; on any failure it is stopped, then raised."""
+        """Start the server and return once it serves, its ensembles warmed end to end
+        (``launcher.warmup``); on any failure it is stopped, then raised."""
         if self._running is not None:
             raise ServerError(
                 f"this TritonServer already runs (pid {self._pid}); call stop() before starting it"
@@ -177,6 +179,7 @@ class TritonServer:
             self._running = self._launch(binary, assigned)
             try:
                 self._running.wait_until_serving(deadline)
+                self._warm_up(m.name for m in self._running.admin.models() if m.state == "READY")
                 self._supervisor = Supervisor(
                     self,
                     self._running.admin,
@@ -316,9 +319,11 @@ class TritonServer:
     # -- model control --------------------------------------------------------------------------
 
     def load(self, name: str, timeout_s: float = 120.0) -> None:
-        """Load (or reload) model ``name`` from the repository; needs model_control="explicit"."""
+        """Load (or reload) model ``name`` from the repository, and warm it end to end if it is an
+        ensemble (``launcher.warmup``); needs model_control="explicit"."""
         self._require_explicit("load")
         self._require_running().load(name, timeout_s)
+        self._warm_up([name])
 
     def reload(self, name: str, timeout_s: float = 120.0) -> None:
         """Load model ``name`` anew from the repository, in any model control mode, without a
@@ -342,6 +347,10 @@ class TritonServer:
         self._require_running().unload(name, timeout_s)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _warm_up(self, models) -> None:
+        """Send the ensembles among ``models`` their warm-up requests (``launcher.warmup``)."""
+        warm_up_ensembles(self.repository, models, self.grpc_url, self.http_url)
 
     def _launch(self, binary: Path, assigned_ports: list[int]) -> RunningServer:
         assert self._backend_directory is not None

@@ -21,6 +21,7 @@ from merlin_torch_serving.data import wire
 from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
 from merlin_torch_serving.graph import metrics
+from merlin_torch_serving.live.rules import BlockList
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.topk import single_column
 
@@ -44,6 +45,8 @@ class FilterCandidates(ServingOperator):
         Ids never to show, whatever the session.
     ids_column, scores_column
         Names of the outputs: ragged lists, one per session.
+    block_list
+        A ``BlockList`` kept in a store: ids never to show that change while the graph serves.
     """
 
     def __init__(
@@ -55,8 +58,10 @@ class FilterCandidates(ServingOperator):
         block_ids: Sequence[int] = (),
         ids_column: str = "candidate_ids",
         scores_column: str = "candidate_scores",
+        block_list: BlockList | None = None,
     ):
         super().__init__()
+        self.block_list = block_list
         self.candidates_name = candidates
         self.scores_name = scores
         self.exclude_node = exclude
@@ -138,6 +143,8 @@ class FilterCandidates(ServingOperator):
         refused = np.zeros(len(ids), dtype=bool)
         if self.block_ids:
             refused |= np.isin(ids, np.asarray(self.block_ids, dtype=np.int64))
+        if self.block_list is not None:
+            refused |= np.isin(ids, self.block_list.ids())
         if self.exclude_column is not None:
             refused |= _seen(ids, offsets, *_flat(transformable[self.exclude_column]))
         keep &= ~refused
@@ -163,7 +170,20 @@ class FilterCandidates(ServingOperator):
             "block_ids": self.block_ids,
             "ids_column": self.ids_column,
             "scores_column": self.scores_column,
+            "block_list": self.block_list.config() if self.block_list is not None else None,
         }
+
+    def save_artifacts(self, artifact_path=None) -> None:
+        if self.block_list is not None:
+            self.block_list.save(artifact_path)
+
+    @classmethod
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
+        listed = config.get("block_list")
+        return {**config, "block_list": BlockList.load(listed, artifact_path) if listed else None}
+
+    def services(self) -> list[dict[str, str]]:
+        return self.block_list.services() if self.block_list is not None else []
 
     # ---- helpers -----------------------------------------------------------------------------
 

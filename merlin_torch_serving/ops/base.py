@@ -56,6 +56,10 @@ Sub-graphs (a route's branches, ``merlin_torch_serving.routing``):
   when it loads (``export.config.CONFIG_OVERRIDES_FILE``), so they change with a reload and no new
   export.
 
+Serving: ``close()`` releases what an operator runs beside requests (the answer log's writer
+thread) when its step stops, after finishing its work; ``graph.answering`` tells ``transform``
+whom a run answers (served requests and their ids, batch scoring, or a call in this process).
+
 A minimal fusible operator::
 
     class Scale(ServingOperator):
@@ -228,6 +232,10 @@ class ServingOperator(BaseOperator):
     def filtered_by(self, request) -> str | None:
         """What in this operator drops (part of) ``request``, for messages; None if nothing does."""
         return None
+
+    def close(self) -> None:
+        """Release what the operator holds while it serves (a thread, open files), once its step
+        stops: Triton's ``finalize``. What it wrote must be complete when this returns."""
 
     # ---- export ----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from merlin.table import TensorTable
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.live.rules import BlockList
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.retrieval.exact import seen_pairs
 from merlin_torch_serving.retrieval.selection import best_of_rows
@@ -118,6 +119,9 @@ class TopK(ServingOperator):
         (``CategoryVocabulary.reserved_ids``).
     ids_column, scores_column
         Names of the two outputs.
+    block_list
+        A ``BlockList`` kept in a store: ids never to recommend that change while the graph serves
+        (a TopK with one runs on the python backend, not compiled into the model before it).
     """
 
     def __init__(
@@ -129,10 +133,12 @@ class TopK(ServingOperator):
         exclude_ids: Sequence[int] = (),
         ids_column: str = "item_ids",
         scores_column: str = "item_scores",
+        block_list: BlockList | None = None,
     ):
         super().__init__()
         set_selection(self, k, seen_items, exclude_ids, ids_column, scores_column)
         self.scores_name = scores
+        self.block_list = block_list
 
     @property
     def label(self) -> str:
@@ -191,12 +197,11 @@ class TopK(ServingOperator):
         # the selector lists the expected input columns in order: scores first
         scores = transformable[self.scores_name or col_selector.names[0]].values
         seen_values, seen_offsets = seen_tensors(transformable, self.seen_column)
+        excluded = torch.tensor(self.exclude_ids, dtype=torch.int64)
+        if self.block_list is not None:
+            excluded = torch.unique(torch.cat([excluded, torch.from_numpy(self.block_list.ids())]))
         ids, best = top_k_items(
-            torch.from_numpy(np.asarray(scores)),
-            self.k,
-            torch.tensor(self.exclude_ids, dtype=torch.int64),
-            seen_values,
-            seen_offsets,
+            torch.from_numpy(np.asarray(scores)), self.k, excluded, seen_values, seen_offsets
         )
         return TensorTable(
             {self.ids_column: ids.numpy(), self.scores_column: best.numpy()}, _unsafe=True
@@ -211,9 +216,24 @@ class TopK(ServingOperator):
             "exclude_ids": self.exclude_ids,
             "ids_column": self.ids_column,
             "scores_column": self.scores_column,
+            "block_list": self.block_list.config() if self.block_list is not None else None,
         }
 
-    def torchscript(self, input_schema: Schema) -> TopKSelection:
+    def save_artifacts(self, artifact_path=None) -> None:
+        if self.block_list is not None:
+            self.block_list.save(artifact_path)
+
+    @classmethod
+    def load_arguments(cls, config: dict[str, Any], artifact_path: str) -> dict[str, Any]:
+        listed = config.get("block_list")
+        return {**config, "block_list": BlockList.load(listed, artifact_path) if listed else None}
+
+    def services(self) -> list[dict[str, str]]:
+        return self.block_list.services() if self.block_list is not None else []
+
+    def torchscript(self, input_schema: Schema) -> TopKSelection | None:
+        if self.block_list is not None:
+            return None  # the list is read from a store while serving
         seen = self.seen_column or ""
         ragged = bool(seen) and wire.is_ragged(input_schema[seen])
         return TopKSelection(

@@ -3,9 +3,12 @@
 By default the workflow runs through the compiled fast path (``merlin_torch_serving.fastpath``):
 numpy kernels built once per operator instance, equal to ``workflow.transform`` but without a
 DataFrame per request. The same path runs in-process and inside the served model, so both give
-the same answer. When the workflow groups rows into sessions, the answer has one row per session
-of the request, in the order sessions first appear, including the sessions its filters drop
-(see ``session_rows``); the session id and that mark come back with every answer.
+the same answer. On every path (fast, NVTabular's, TorchScript) a session's clicks that share a
+timestamp keep the request's order, so its answer depends on its own clicks only, whatever other
+sessions share the request (NVTabular's own sort leaves ties in an order that depends on them).
+When the workflow groups rows into sessions, the answer has one row per session of the request, in
+the order sessions first appear, including the sessions its filters drop (see ``session_rows``);
+the session id and that mark come back with every answer.
 """
 
 from __future__ import annotations

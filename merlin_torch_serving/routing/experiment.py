@@ -1,11 +1,12 @@
 """Experiments: sessions split between variants by weight, each session always in the same one.
 
 A session's variant depends on its id and the experiment's salt only: its bucket is a number in
-[0, 1), the first 8 bytes (big-endian) of BLAKE2b(salt + NUL + str(session id)) over 2**64, and
-the weights, in the variants' order, cut [0, 1) into one interval per variant. The same session
-gets the same variant in every request, process and server, and anyone (an analysis job reading
-the logs) can compute it again. Changing the weights moves only the sessions whose bucket lies
-between the old and the new cuts; a new salt draws the split anew.
+[0, 1), the 8-byte BLAKE2b digest (``hashlib.blake2b(data, digest_size=8)``, BLAKE2b-64: not the
+first 8 bytes of the default 64-byte digest) of salt + NUL + str(session id), UTF-8, read
+big-endian over 2**64, and the weights, in the variants' order, cut [0, 1) into one interval per
+variant. The same session gets the same variant in every request, process and server, and anyone
+(an analysis job reading the logs) can compute it again. Changing the weights moves only the
+sessions whose bucket lies between the old and the new cuts; a new salt draws the split anew.
 """
 
 from __future__ import annotations

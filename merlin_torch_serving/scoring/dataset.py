@@ -71,6 +71,8 @@ class ScoringResult:
 
 
 Progress = Callable[[ScoringProgress], None]
+#: where a local cluster listens: this machine only
+LOOPBACK_HOST = "127.0.0.1"
 _PROGRESS_INTERVAL_S = 1.0
 
 
@@ -102,7 +104,9 @@ def score_dataset(
         ``{"user_session": "session_id"}``). A session's rows may be spread over any partitions.
     client
         A ``distributed.Client`` or a scheduler address; None starts a local cluster of
-        ``workers`` processes (default: one per core), one thread each, stopped at the end.
+        ``workers`` processes (default: one per core), one thread each, stopped at the end,
+        listening on loopback only (its dashboards too). To watch a run from elsewhere, start a
+        cluster of your own (``dask scheduler --host ...``) and pass its address.
     partition_rows
         About how many rows (clicks) one partition, and so one part file, holds.
     batch_sessions
@@ -111,7 +115,9 @@ def score_dataset(
     overwrite
         Replace the answers of another run (another export, input or partitioning) found in
         ``output_dir``; without it they are refused. Answers of the same run are always kept:
-        a rerun scores only the partitions missing.
+        a rerun scores only the partitions missing. A folder holding anything scoring does not
+        write (hidden files aside) is refused either way, naming it: the answers would be read
+        back mixed with it.
     progress
         True prints how far it has got on stderr (a line a second at most, and the last one),
         False nothing; or a function called with a ``ScoringProgress`` before the first partition
@@ -132,16 +138,16 @@ def score_dataset(
         _check_spawnable()
     began = time.perf_counter()
     folder = Path(output_dir).absolute()
+    output.refuse_foreign_files(folder)  # before an Ensemble is exported into it
     repository, name = _repository(model, name, folder, overwrite)
     export = read_export(repository, name)
     schemas = export.schemas
     session_columns = _session_columns(export.name, schemas)
     report = _reporter(progress)
+    # read (lazily) before a cluster starts: a missing column or a broken file fails at once
+    frame = inputs.input_frame(data, schemas.input_schema, columns, partition_rows)
     with _cluster(client, workers) as dask_client:
-        placed = inputs.placed(
-            inputs.input_frame(data, schemas.input_schema, columns, partition_rows),
-            schemas.input_schema,
-        )
+        placed = inputs.placed(frame, schemas.input_schema)
         # rows answered one by one keep the input's partitions, so its cut is part of the input
         rows, digest = inputs.input_digest(placed, dask_client.get, cut=not session_columns)
         record = output.RunRecord(
@@ -285,7 +291,12 @@ def _cluster(client, workers: int | None):
                 n_workers=workers or os.cpu_count() or 1,
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address=":0",  # a free port: 8787 may be another cluster's
+                # every socket on loopback, on a free port (8787 may be another cluster's): the
+                # scheduler's and the workers' HTTP servers (dashboard, /info, /metrics) answer
+                # without credentials, so nothing of the cluster listens beyond this machine
+                host=LOOPBACK_HOST,
+                dashboard_address=f"{LOOPBACK_HOST}:0",
+                worker_dashboard_address=f"{LOOPBACK_HOST}:0",
             ) as cluster,
             Client(cluster) as local,
         ):

@@ -17,7 +17,7 @@ from google.protobuf import json_format
 from merlin.schema import Schema
 from merlin.table import TensorTable
 
-from merlin_torch_serving.client.schema_client import ModelSchemas, schemas_from_config
+from merlin_torch_serving.client.model_schemas import ModelSchemas, schemas_from_config
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import ArtifactError
 from merlin_torch_serving.export.config import PADDED_SUFFIX, ROWS_TENSOR, from_pbtxt

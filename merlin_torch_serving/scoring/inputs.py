@@ -15,6 +15,7 @@ scored as they come, each in its order, so part ``i`` answers input partition ``
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import math
 import os
@@ -33,6 +34,8 @@ from merlin_torch_serving.exceptions import MissingColumnsError, ScoringError
 
 #: where each row was in the input: partition and row within it (names no input column takes)
 PLACE_COLUMNS = ("__scoring_input_partition", "__scoring_input_row")
+#: the file names Dask reads in a folder of parquet files
+PARQUET_EXTENSIONS = (".parq", ".parquet", ".pq")
 
 
 def input_frame(data, input_schema: Schema, columns: Mapping[str, str] | None, rows_per_part: int):
@@ -132,6 +135,7 @@ def session_batches(
 
 def _read_parquet(path: str | os.PathLike):
     import dask.dataframe as dd
+    import pyarrow as pa
 
     local = Path(path)
     if "://" not in str(path) and not local.exists() and not any(c in str(path) for c in "*?["):
@@ -139,7 +143,58 @@ def _read_parquet(path: str | os.PathLike):
             "pass a folder of parquet files, a parquet file or a glob:"
             f" {str(path)!r} does not exist"
         )
-    return dd.read_parquet(str(path))
+    if "://" not in str(path):
+        for file in _local_parquet_files(str(path)):
+            _check_parquet_file(file)
+    try:
+        return dd.read_parquet(str(path))
+    except (pa.ArrowException, ValueError, OSError) as error:
+        raise ScoringError(
+            f"check the input's files: {str(path)!r} cannot be read as parquet ({error})"
+        ) from error
+
+
+def _local_parquet_files(path: str) -> list[str]:
+    """The files Dask reads for a local ``path``: a folder's files with a parquet extension, found
+    recursively (or none but its ``_metadata`` when it has one), a glob's matches, or the file."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "_metadata")):
+            return [os.path.join(path, "_metadata")]
+        found = sorted(
+            os.path.join(folder, name)
+            for folder, _, names in os.walk(path)
+            for name in names
+            if name.endswith(PARQUET_EXTENSIONS)
+        )
+        if not found:
+            raise ScoringError(
+                f"pass a folder that holds the input's parquet files: {path!r} holds no file"
+                f" ending in {', '.join(PARQUET_EXTENSIONS)}"
+            )
+        return found
+    if any(c in path for c in "*?["):
+        return sorted(name for name in glob.glob(path) if os.path.isfile(name))
+    return [path]
+
+
+def _check_parquet_file(path: str) -> None:
+    """A ``ScoringError`` naming ``path`` when it is not a readable parquet file (its footer, which
+    every reader reads first, is read here)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    size = os.path.getsize(path)
+    problem = "it is empty (0 bytes)" if size == 0 else None
+    if problem is None:
+        try:
+            pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as error:
+            problem = f"its {size:,} bytes are not a readable parquet file ({error})"
+    if problem is not None:
+        raise ScoringError(
+            f"replace the input file, or remove it from the input: {path!r} cannot be scored:"
+            f" {problem}"
+        )
 
 
 def _placed_partition(partition: pd.DataFrame, schema_json: str, partition_info=None):

@@ -10,6 +10,10 @@ A part is written to a temporary file beside it and renamed into place, so a kil
 no half-written part behind. A part counts as done when its metadata carries the key of the
 current run: the same export (its digest), the same input (its digest) cut into the same number
 of partitions. Readers of the folder (pandas, pyarrow, Dask) skip names starting with ``_``.
+
+Nothing else may be in the folder (hidden files aside), since ``pd.read_parquet(output)`` reads
+every parquet file under it: a folder holding files scoring does not write is refused, naming them,
+and nothing of the user's is ever removed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +35,7 @@ RECORD_FILE = "_scoring.json"
 REPOSITORY_DIR = "_repository"
 PART_METADATA_KEY = b"merlin_torch_serving.scoring"
 _TEMPORARY_SUFFIX = ".writing"
+_PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 
 
 @dataclass(frozen=True)
@@ -57,9 +63,43 @@ def part_name(partition: int) -> str:
     return f"part-{partition:05d}.parquet"
 
 
+def refuse_foreign_files(output: Path) -> None:
+    """A ``ScoringError`` naming what ``output`` holds that scoring does not write (its answers
+    would be read back mixed with it), hidden files aside; nothing when it does not exist."""
+    if not output.is_dir():
+        return
+    foreign = sorted(
+        entry.name + ("/" if entry.is_dir() else "")
+        for entry in output.iterdir()
+        if not _written_by_scoring(entry) and not entry.name.startswith(".")
+    )
+    if foreign:
+        shown = ", ".join(map(repr, foreign[:10]))
+        more = f" and {len(foreign) - 10} more" if len(foreign) > 10 else ""
+        raise ScoringError(
+            f"write into another folder (a new or empty one), or move them out: {str(output)!r}"
+            f" holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} scoring does not"
+            f" write, which readers of the answers (pd.read_parquet of the folder, Dask) would"
+            f" read with them: {shown}{more}"
+        )
+
+
+def _written_by_scoring(entry: Path) -> bool:
+    name = entry.name
+    if entry.is_dir():
+        return name == REPOSITORY_DIR
+    return (
+        name == RECORD_FILE
+        or _PART_NAME.fullmatch(name) is not None
+        or name.endswith(_TEMPORARY_SUFFIX)
+    )
+
+
 def start_run(output: Path, record: RunRecord, *, overwrite: bool) -> None:
     """Make ``output`` ready for ``record``'s run: keep it as it is for a rerun of the same run,
-    empty it of another run's parts with ``overwrite``, refuse otherwise."""
+    empty it of another run's parts with ``overwrite``, refuse otherwise; refuse it whatever
+    ``overwrite`` says when it holds files scoring does not write."""
+    refuse_foreign_files(output)
     output.mkdir(parents=True, exist_ok=True)
     previous = read_record(output)
     parts = sorted(output.glob("part-*.parquet"))

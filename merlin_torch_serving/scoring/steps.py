@@ -26,6 +26,7 @@ from merlin_torch_serving.export.config import (
 )
 from merlin_torch_serving.export.libtorch_batching import flat_batch
 from merlin_torch_serving.export.python_model import HostedStep
+from merlin_torch_serving.graph import answering
 from merlin_torch_serving.graph.executors import torch_threads
 
 
@@ -52,7 +53,8 @@ class PythonStep:
 
     def run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with torch_threads(self.threads):
-            return self.hosted.run(arrays)
+            # scored sessions are shown to nobody: an answer log in the graph records none
+            return self.hosted.run(arrays, answering.Answering(answering.SCORING))
 
 
 class LibtorchStep:

@@ -3,7 +3,8 @@ outputs out, in one module that Triton's pytorch backend serves and this process
 
 ``ScriptedWorkflow(workflow).transform(columns)`` equals ``workflow.transform`` in the wire format
 (as the fast path does, whose per-operator checks it shares), except for the order of clicks whose
-sort keys tie (see ``ordering``). Nodes without a TorchScript form are listed with the reason.
+sort keys tie, which both keep in request order (see ``ordering``). Nodes without a TorchScript
+form are listed with the reason.
 """
 
 from merlin_torch_serving.scripted_workflow.scripted import ScriptedWorkflow

@@ -1,11 +1,11 @@
 """Row orders for the scripted Groupby: the sort NVTabular asks pandas for, and its grouping.
 
-One difference from pandas is deliberate: rows whose sort keys tie keep the order of the request.
-``DataFrame.sort_values`` on one column is numpy's unstable quicksort, whose order of ties depends
-on the CPU (AVX-512 sorting networks on this machine, introsort elsewhere) and on the array's
-length, so NVTabular itself orders tied clicks differently on different machines; the fast path
-reproduces the order of the machine it runs on, and a model exported to libtorch cannot know
-where it will run. With several sort columns pandas sorts stably, and so does this.
+One difference from pandas is deliberate, and the fast path makes it too: rows whose sort keys
+tie keep the order of the request. ``DataFrame.sort_values`` on one column is numpy's unstable
+quicksort, whose order of ties depends on the CPU (AVX-512 sorting networks on this machine,
+introsort elsewhere) and on every other row of the call, so NVTabular orders a session's tied
+clicks differently on different machines and when other sessions share its request. With several
+sort columns pandas sorts stably, and so does this.
 """
 
 # no `from __future__ import annotations`: TorchScript reads the annotations below as types

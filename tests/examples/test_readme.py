@@ -1,8 +1,8 @@
 """The README's complete example, run as a user pastes it: its python block, fed to this
 interpreter at the root of the checkout, then the blocks of the documentation that continue it in
-the same interpreter: the pages on the workflow in TorchScript and on routing. They train, export,
-serve on real tritonservers (one with the pytorch backend alone) and compare the served answers
-with the in-process ones themselves."""
+the same interpreter: the pages on the workflow in TorchScript, on routing and on the answer log.
+They train, export, serve on real tritonservers (one with the pytorch backend alone), compare the
+served answers with the in-process ones and read an experiment out themselves."""
 
 from __future__ import annotations
 
@@ -75,10 +75,12 @@ def test_the_readme_example_runs_as_written_and_serves_what_it_computes_in_proce
     example = readme_example()
     scripted = readme_example("No Python in the serving path: the workflow in TorchScript")
     routing = readme_example("Routing: fallbacks and experiments")
+    answer_log = readme_example("The answer log: what was shown, and did it work")
     assert "TritonServer(" in example
     assert "Client(" in example
     assert ".export(" in example
-    result = run_example("\n".join([example, scripted, routing]), tmp_path, timeout_s=900)
+    chain = "\n".join([example, scripted, routing, answer_log])
+    result = run_example(chain, tmp_path, timeout_s=900)
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 6, result.stdout  # one line per requested session, in each example

@@ -1,12 +1,17 @@
 """Test utilities for the fast path: the NVTabular oracle in wire format, and workflows to compile.
 
 The oracle runs ``workflow.transform`` on a pandas DataFrame and converts its output here, without
-the library's code, so that the comparison does not check the library against itself.
+the library's code, so that the comparison does not check the library against itself. It sorts as
+the library documents: pandas sorting stably, so that rows whose sort keys tie keep the request's
+order (NVTabular's own single-column sort is numpy's unstable quicksort, whose order of ties
+depends on the other rows of the call and on the CPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from unittest import mock
 
 import merlin.io
 import numpy as np
@@ -36,12 +41,31 @@ def request_frame(columns: dict[str, np.ndarray], input_schema: Schema) -> pd.Da
     return pd.DataFrame(frame)
 
 
+@contextlib.contextmanager
+def stable_sorts():
+    """``DataFrame.sort_values`` sorting stably unless told otherwise: ties keep their row order."""
+    sort_values = pd.DataFrame.sort_values
+
+    def stable(self, *args, **kwargs):
+        kwargs.setdefault("kind", "stable")
+        return sort_values(self, *args, **kwargs)
+
+    with mock.patch.object(pd.DataFrame, "sort_values", stable):
+        yield
+
+
+def nvtabular_transform(workflow: nvt.Workflow, frame: pd.DataFrame) -> pd.DataFrame:
+    """``workflow.transform(frame)``, rows whose sort keys tie kept in the frame's order."""
+    with stable_sorts():
+        return workflow.transform(frame)
+
+
 def oracle(workflow: nvt.Workflow, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``workflow.transform`` on the request's DataFrame.
+    """``workflow.transform`` on the request's DataFrame, ties in request order.
 
     The result is in the wire format of the output schema.
     """
-    output = workflow.transform(request_frame(columns, workflow.input_schema))
+    output = nvtabular_transform(workflow, request_frame(columns, workflow.input_schema))
     return wire_from_frame(output, workflow.output_schema)
 
 

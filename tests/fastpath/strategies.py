@@ -18,14 +18,12 @@ def session_requests(
     max_length: int = 30,
     min_longest: int = 1,
     with_price: bool = False,
-    distinct_times: bool = False,
 ):
     """Rows of a few sessions in shuffled order.
 
     Sessions run from 1 row to beyond the ListSlice length; timestamps come from a small range so
-    that sessions have ties (with ``distinct_times``, no two rows share one: NVTabular orders tied
-    rows as numpy's unstable sort leaves them, which the scripted workflow does not reproduce);
-    item ids mix known, never-seen and (for float and string ids) null values.
+    that sessions have ties; item ids mix known, never-seen and (for float and string ids) null
+    values.
     """
     session_count = draw(st.integers(1, max_sessions))
     per_session = {"min_size": session_count, "max_size": session_count}
@@ -51,17 +49,7 @@ def session_requests(
     per_row = {"min_size": rows, "max_size": rows}
     columns = {
         "session_id": np.repeat(np.array(session_ids, dtype=np.int64), lengths)[order],
-        "timestamp": np.array(
-            draw(
-                st.lists(
-                    st.integers(0, 10**6 if distinct_times else 40),
-                    unique=distinct_times,
-                    **per_row,
-                )
-            ),
-            dtype=np.int64,
-        )
-        * 1000,
+        "timestamp": np.array(draw(st.lists(st.integers(0, 40), **per_row)), dtype=np.int64) * 1000,
         "item_id": np.array(items, dtype=item_dtype),
         "category": np.array(draw(st.lists(st.integers(0, 20), **per_row)), dtype=np.int64),
     }

@@ -69,10 +69,8 @@ def by_two_keys_two_sorts():
 
 
 @st.composite
-def grouped_rows(draw, two_keys: bool = False, distinct_times: bool = False):
-    """Rows with repeated keys (some null), and tied and null sort values (with
-    ``distinct_times``, no two non-null sort values tie: the scripted Groupby keeps ties in row
-    order, where pandas' single-column sort leaves them in numpy's unstable order).
+def grouped_rows(draw, two_keys: bool = False):
+    """Rows with repeated keys (some null), and tied and null sort values.
 
     Their floats are of wide magnitude.
     """
@@ -92,9 +90,6 @@ def grouped_rows(draw, two_keys: bool = False, distinct_times: bool = False):
         "v": column(st.integers(-(2**31), 2**31 - 1), np.int32),
         "f": column(floats, np.float64),
     }
-    if distinct_times:
-        present = ~np.isnan(request["t"])
-        request["t"][present] = draw(st.permutations(range(rows)))[: present.sum()]
     if two_keys:
         request["k2"] = column(st.integers(0, 2), np.int64)
     if np.isnan(request["k"]).all():
@@ -146,7 +141,7 @@ def float_key_groupbys():
 
 
 @settings(max_examples=60, deadline=None)
-@given(request=grouped_rows(distinct_times=True))
+@given(request=grouped_rows())
 @pytest.mark.parametrize("name", ["by_k", "by_k_descending"])
 def test_scripted_groupby_equals_nvtabular_on_random_rows(float_key_groupbys, name, request):
     workflow = float_key_groupbys[name]

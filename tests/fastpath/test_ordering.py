@@ -1,6 +1,6 @@
 """Row orders against pandas itself.
 
-Covered: sort_values (ties, nulls, both directions) and groupby's groups.
+Covered: sort_values (ties in row order, nulls, both directions) and groupby's groups.
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ def key_columns(draw, count: int):
 
 @settings(max_examples=150, deadline=None)
 @given(keys=st.integers(1, 3).flatmap(key_columns), ascending=st.booleans())
-def test_sort_order_is_the_order_of_pandas_sort_values(keys, ascending):
+def test_sort_order_is_the_order_of_pandas_stable_sort_values(keys, ascending):
     frame = pd.DataFrame({f"k{i}": values for i, values in enumerate(keys)})
-    expected = frame.sort_values(list(frame.columns), ascending=ascending).index.to_numpy()
+    expected = frame.sort_values(
+        list(frame.columns), ascending=ascending, kind="stable"
+    ).index.to_numpy()
     np.testing.assert_array_equal(sort_order(keys, ascending), expected)
 
 
@@ -65,3 +67,14 @@ def test_group_rows_drops_rows_whose_key_is_null():
     assert groups.keys[0].tolist() == ["a", "b"]
     np.testing.assert_array_equal(groups.rows, [2, 0, 3])
     np.testing.assert_array_equal(groups.counts, [1, 2])
+
+
+def test_sort_order_keeps_tied_rows_in_row_order_whatever_the_other_rows():
+    # numpy's quicksort reorders ties differently as other rows come and go; a stable sort never
+    rng = np.random.default_rng(0)
+    for others in (0, 7, 300):
+        values = rng.permutation(np.concatenate([np.full(40, 5), rng.integers(0, 10, others)]))
+        for ascending in (True, False):
+            order = sort_order([values], ascending)
+            tied = order[values[order] == 5]
+            np.testing.assert_array_equal(tied, np.flatnonzero(values == 5))

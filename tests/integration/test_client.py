@@ -1,5 +1,9 @@
-"""The schema-driven client and the Triton executor against the real tritonserver."""
+"""The schema-driven clients and the Triton executor against the real tritonserver: every test of
+a ``client`` runs on ``Client`` and on ``AsyncClient`` (driven from the test's thread) over both
+protocols, with the same answers and the same errors; ``AsyncClient`` answers a hundred concurrent
+coroutines, and a call cancelled while the server computes it leaves both usable."""
 
+import asyncio
 import socket
 
 import numpy as np
@@ -8,6 +12,7 @@ import pytest
 
 from merlin_torch_serving import (
     AddressError,
+    AsyncClient,
     Client,
     Ensemble,
     InferenceError,
@@ -19,7 +24,7 @@ from merlin_torch_serving import (
 )
 from merlin_torch_serving.data import frames
 from tests import toy_session
-from tests.served import assert_frames_equal
+from tests.served import AwaitedClient, assert_frames_equal
 
 pytestmark = pytest.mark.integration
 
@@ -34,10 +39,20 @@ def served(triton_server, toy_workflow, toy_model):
     return ensemble
 
 
-@pytest.fixture(params=["grpc", "http"])
+CLIENTS = {"Client": Client, "AsyncClient": AwaitedClient}
+
+
+def url_of(server, protocol: str) -> str:
+    return server.grpc_url if protocol == "grpc" else server.http_url
+
+
+@pytest.fixture(
+    params=[(kind, protocol) for kind in CLIENTS for protocol in ("grpc", "http")],
+    ids="-".join,
+)
 def client(request, triton_server):
-    url = triton_server.grpc_url if request.param == "grpc" else triton_server.http_url
-    with Client(url, protocol=request.param) as client:
+    kind, protocol = request.param
+    with CLIENTS[kind](url_of(triton_server, protocol), protocol=protocol) as client:
         yield client
 
 
@@ -63,9 +78,11 @@ def test_client_accepts_a_dict_of_lists_and_safe_casts(served, client):
     assert_frames_equal(client.infer("toy-client", as_dict), served.transform(rows))
 
 
-def test_triton_executor_runs_the_ensemble_through_the_same_call(served, client):
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_triton_executor_runs_the_ensemble_through_the_same_call(served, triton_server, protocol):
     rows = toy_session.interactions(5, seed=23)
-    remote = served.transform(rows, executor=TritonExecutor(client, "toy-client"))
+    with Client(url_of(triton_server, protocol), protocol) as client:
+        remote = served.transform(rows, executor=TritonExecutor(client, "toy-client"))
     assert_frames_equal(remote, served.transform(rows))
 
 
@@ -75,6 +92,15 @@ def test_client_names_a_missing_column(served, client):
         InputError, match="missing input columns: 'timestamp' \\(int64 scalar\\); the request has"
     ):
         client.infer("toy-client", rows)
+
+
+def test_client_names_an_extra_column_of_a_request_table_before_sending(served, client):
+    # a server refuses an input it does not declare in its own words, without naming it
+    rows = toy_session.interactions(2, seed=24).assign(price=1.5)
+    with pytest.raises(
+        InputError, match=r"input column 'price': expected no such column \(the inputs are"
+    ):
+        client.infer_table("toy-client", frames.frame_to_table(rows))
 
 
 def test_client_maps_the_callers_column_names_to_the_inputs_and_back(served, client):
@@ -182,12 +208,12 @@ def slow_model(triton_server):
     return "slow"
 
 
+@pytest.mark.parametrize("kind", CLIENTS)
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(
-    triton_server, slow_model, protocol
+    triton_server, slow_model, protocol, kind
 ):
-    url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
-    with Client(url, protocol, timeout_s=0.5) as client:
+    with CLIENTS[kind](url_of(triton_server, protocol), protocol, timeout_s=0.5) as client:
         client.schemas(slow_model)  # metadata answers at once
         with pytest.raises(
             RequestTimeoutError,
@@ -198,10 +224,10 @@ def test_a_request_slower_than_the_timeout_is_a_request_timeout_error(
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_server_that_is_not_there_is_server_unavailable_after_the_retries(protocol, monkeypatch):
-    from merlin_torch_serving.client import transport
+    from merlin_torch_serving.client import conversation
 
     waits = []
-    monkeypatch.setattr(transport.time, "sleep", waits.append)
+    monkeypatch.setattr(conversation.time, "sleep", waits.append)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
@@ -226,3 +252,78 @@ def test_wait_until_ready_returns_once_the_model_answers_and_says_why_it_gave_up
     first, second = str(gave_up.value).splitlines()[:2]
     assert first.startswith("start a server (`merlin-torch-serving serve REPOSITORY`")
     assert second.startswith(f"tritonserver at {url} is not available: not ready after 0.5 s: ")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_an_async_client_of_a_server_that_is_not_there_says_so_as_client_does(protocol):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens on it
+    for kind in CLIENTS.values():
+        with (
+            kind(url, protocol, retries=1, retry_backoff_s=0.01) as client,
+            pytest.raises(
+                ServerUnavailableError, match=rf"^start a server .*\n.*{url} is not available"
+            ),
+        ):
+            client.infer("toy-client", toy_session.interactions(1))
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_hundred_concurrent_coroutines_of_one_async_client_each_get_their_own_answer(
+    triton_server, served, protocol
+):
+    requests = [
+        toy_session.interactions(1 + index % 7, seed=100 + index, first_session=20_000 + 99 * index)
+        for index in range(100)
+    ]
+
+    async def ask() -> list:
+        async with AsyncClient(url_of(triton_server, protocol), protocol) as client:
+            return await asyncio.gather(*(client.infer("toy-client", rows) for rows in requests))
+
+    answers = asyncio.run(ask())
+    for rows, answer in zip(requests, answers, strict=True):
+        assert_frames_equal(answer, served.transform(rows))
+
+
+@pytest.fixture(scope="module")
+def pausing_model(triton_server):
+    """Answers ``x`` after a second: long enough to cancel a call while the server computes it."""
+    from tests.triton_models import write_python_model
+
+    write_python_model(
+        triton_server.repository,
+        "pausing",
+        inputs={"x": ("TYPE_INT64", [-1])},
+        outputs={"y": ("TYPE_INT64", [-1])},
+        compute="time.sleep(1)\nreturn {'y': inputs['x'] + 1}",
+    )
+    triton_server.load("pausing")
+    return "pausing"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_call_cancelled_while_the_server_computes_it_leaves_server_and_client_usable(
+    triton_server, served, pausing_model, protocol
+):
+    rows = toy_session.interactions(3, seed=41)
+
+    async def cancel_then_ask():
+        async with AsyncClient(url_of(triton_server, protocol), protocol, retries=0) as client:
+            await client.schemas(pausing_model)
+            cancelled = asyncio.create_task(client.infer(pausing_model, {"x": [1, 2]}))
+            await asyncio.sleep(0.3)  # sent, and the model is sleeping on it
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            left_running = asyncio.all_tasks() - {asyncio.current_task()}
+            await client.wait_until_ready(pausing_model, timeout_s=30)
+            return left_running, await asyncio.gather(
+                client.infer(pausing_model, {"x": [5]}), client.infer("toy-client", rows)
+            )
+
+    left_running, (paused, answer) = asyncio.run(cancel_then_ask())
+    assert left_running == set()
+    assert paused["y"].tolist() == [6]
+    assert_frames_equal(answer, served.transform(rows))

@@ -103,7 +103,9 @@ def test_scraped_counters_count_sessions_filtered_sessions_oov_ids_and_fallbacks
     ensemble.export(triton_server.repository, MODEL)
     ensemble.export(triton_server.repository, QUIET, options=ModelOptions(metrics=False))
     for name in (MODEL, QUIET):
-        triton_server.load(name)  # with three warm-up requests each, which the counters leave out
+        # with three warm-up requests to the step, then three through the ensemble over gRPC and
+        # one over HTTP (the launcher's), which the counters leave out
+        triton_server.load(name)
     client = Client(triton_server.grpc_url)
     for _ in range(2):
         answer = client.infer(MODEL, request_rows())
@@ -122,9 +124,9 @@ def test_scraped_counters_count_sessions_filtered_sessions_oov_ids_and_fallbacks
     assert value(text, "mts_fastpath_fallbacks_total", model=STEP, operator="Categorify") is None
     assert value(text, "mts_operator_seconds_total", model=STEP, operator="0:TransformWorkflow") > 0
     # Triton's own counter counts the warm-up runs too
-    assert value(text, "nv_inference_count", model=STEP) == 2 + 3
+    assert value(text, "nv_inference_count", model=STEP) == 2 + 3 + 4
     # metrics=False: the step publishes nothing of its own
     assert f'model="{QUIET_STEP}"' not in "\n".join(
         line for line in text.splitlines() if line.startswith("mts_")
     )
-    assert value(text, "nv_inference_count", model=QUIET_STEP) == 2 + 3
+    assert value(text, "nv_inference_count", model=QUIET_STEP) == 2 + 3 + 4

@@ -18,7 +18,7 @@ from merlin_torch_serving import Client, Ensemble, IVFIndex
 from merlin_torch_serving.graph import metrics
 from tests.integration.test_metrics import scrape
 from tests.multistage_fixtures import multistage_request
-from tests.served import assert_frames_equal
+from tests.served import assert_async_client_answers_as_client, assert_frames_equal
 
 pytestmark = pytest.mark.integration
 
@@ -131,6 +131,19 @@ def test_served_pipeline_answers_as_in_process(
         emptied = served["session_id"] == scenario["session_id"].iloc[0]
         assert counts[emptied.to_numpy()].tolist() == [0]
         assert ((counts > 0) & (counts < K)).any(), "no session was left with fewer than k"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("model", [FEAST, TABLE])
+def test_async_client_answers_what_client_answers(
+    triton_server, ensembles, session_split, multistage_tables, scenario, model, protocol
+):
+    requests = [
+        request(session_split, multistage_tables, scenario, sessions, seed=sessions)
+        for sessions in (1, 7, 64)
+    ]
+    url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
+    assert_async_client_answers_as_client(url, protocol, model, requests)
 
 
 def test_the_counters_count_each_case_the_pipeline_answered_around(

@@ -24,7 +24,7 @@ from merlin_torch_serving.export.step_metrics import FLUSH_INTERVAL_S
 from merlin_torch_serving.routing import set_weights
 from tests import routed_graphs, toy_session
 from tests.integration.test_metrics import scrape, value
-from tests.served import Traffic, assert_frames_equal
+from tests.served import Traffic, assert_async_client_answers_as_client, assert_frames_equal
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +74,13 @@ def test_served_answers_equal_in_process_for_sessions_sent_to_different_branches
     if n_sessions == 32:
         assert set(answer["branch"]) == set(BRANCHES)
         assert (answer["branch_error"] == "").all()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_async_client_answers_what_client_answers(triton_server, served, protocol):
+    requests = [request_rows(sessions, seed=sessions) for sessions in (1, 7, 64)]
+    url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
+    assert_async_client_answers_as_client(url, protocol, NAME, requests)
 
 
 def test_each_branch_and_variant_is_counted_and_timed(triton_server, served):

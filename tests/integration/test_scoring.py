@@ -1,13 +1,15 @@
 """Batch scoring on a local Dask cluster of two worker processes, against the same exports served
 on the real tritonserver: every session's answer equals the served answer and the in-process
 answer bit for bit (unknown items, one-click sessions a filter drops, sessions split between
-input files), however the input is cut; a ranking ensemble's answers come row by row per input
-partition; the ensemble is loaded once per worker; a worker killed mid-run costs nothing but time;
-a rerun scores only what is missing; changed files and another run's answers are refused.
+input files, clicks at the same time), however the input or the client's requests are cut; a
+ranking ensemble's answers come row by row per input partition; the ensemble is loaded once per
+worker; a worker killed mid-run costs nothing but time; a rerun scores only what is missing;
+changed files and another run's answers are refused.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import signal
@@ -187,6 +189,34 @@ def test_a_ranking_ensemble_answers_each_input_partition_row_by_row_as_the_serve
                 ignore_index=True,
             )
             scoring_data.assert_same_answers(pd.read_parquet(part), served)  # in input order
+
+
+def test_clicks_at_the_same_time_answer_as_the_whole_request_however_client_or_score_cut_it(
+    toy, dask_client, triton_server, tmp_path
+):
+    # most clicks share their timestamp with another of their session: each session's answer must
+    # depend on its own clicks in their order only, whichever sessions share a request or partition
+    clicks = toy_session.tied_interactions(150, seed=11, first_session=40_000)
+    clicks = clicks.sample(frac=1.0, random_state=11).reset_index(drop=True)
+    with torch_threads(SERVED_TORCH_THREADS):
+        whole = scoring_data.in_session_order(toy.ensemble.transform(clicks))
+
+    for max_rows in (9, 40, 230):
+        with Client(triton_server.grpc_url, max_rows_per_request=max_rows) as client:
+            answered = client.infer(toy.name, clicks)
+        scoring_data.assert_same_answers(scoring_data.in_session_order(answered), whole)
+    for files, partition_rows in ((3, 35), (1, 300)):
+        folder = tmp_path / f"{files}-{partition_rows}"
+        score_dataset(
+            toy.repository,
+            scoring_data.write_split(clicks, folder / "clicks", files=files),
+            folder / "answers",
+            name=toy.name,
+            client=dask_client,
+            partition_rows=partition_rows,
+            progress=False,
+        )
+        scoring_data.assert_same_answers(scoring_data.read_answers(folder / "answers"), whole)
 
 
 def test_one_click_sessions_and_unknown_items_are_answered_as_the_server_answers_them(
@@ -382,19 +412,32 @@ def test_an_ensemble_is_exported_into_the_output_and_resumed_from_there(toy, das
     assert (again.scored, again.skipped) == (0, first.partitions)
 
 
-def test_without_a_client_a_local_cluster_scores_and_the_environment_is_left_as_it_was(
+def test_without_a_client_a_local_cluster_scores_listening_on_loopback_only(
     toy, toy_output, tmp_path
 ):
+    # what `score --workers 2` runs: the scheduler in this process, each worker a child of it
+    import psutil
+
+    this = psutil.Process()
     before = dict(os.environ)
+    children_before = {child.pid for child in this.children(recursive=True)}
+    listening_before = _listening({this.pid})[this.pid]
+    seen: dict[int, set] = {}
+
+    def look(progress) -> None:  # before the first partition, with the cluster up, and after each
+        cluster = {child.pid for child in this.children(recursive=True)} - children_before
+        for pid, addresses in _listening({this.pid} | cluster).items():
+            new = addresses - listening_before if pid == this.pid else addresses
+            seen.setdefault(pid, set()).update(new)
 
     result = score_dataset(
         toy.repository,
         toy.clicks,
         tmp_path / "answers",
         name=toy.name,
-        workers=1,
+        workers=2,
         partition_rows=PARTITION_ROWS,
-        progress=False,
+        progress=look,
     )
 
     assert dict(os.environ) == before  # the nannies set OMP_NUM_THREADS=1, ... in this process
@@ -402,6 +445,24 @@ def test_without_a_client_a_local_cluster_scores_and_the_environment_is_left_as_
     scoring_data.assert_same_answers(
         scoring_data.read_answers(tmp_path / "answers"), scoring_data.read_answers(toy_output)
     )
+    # the scheduler and both workers were seen listening, and nothing of them beyond loopback
+    assert len([pid for pid, addresses in seen.items() if addresses]) == 3, seen
+    beyond = {
+        pid: sorted(a for a in addresses if not ipaddress.ip_address(a.ip).is_loopback)
+        for pid, addresses in seen.items()
+    }
+    assert {pid: addresses for pid, addresses in beyond.items() if addresses} == {}
+
+
+def _listening(pids: set) -> dict[int, set]:
+    """pid -> the TCP addresses it listens on, for each of ``pids``."""
+    import psutil
+
+    found: dict[int, set] = {pid: set() for pid in pids}
+    for socket in psutil.net_connections(kind="tcp"):
+        if socket.pid in pids and socket.status == psutil.CONN_LISTEN:
+            found[socket.pid].add(socket.laddr)
+    return found
 
 
 def test_the_score_command_shows_progress_and_what_it_wrote(
@@ -438,6 +499,26 @@ def test_the_score_command_shows_progress_and_what_it_wrote(
     answers = scoring_data.read_answers(tmp_path / "answers", key="visit")
     assert list(answers.columns)[:2] == ["filtered_out", "visit"]  # the caller's name comes back
     assert len(answers) == sessions
+
+
+def test_the_score_command_refuses_an_output_with_other_files_and_names_a_corrupt_input(
+    toy, tmp_path, capsys
+):
+    clicks = scoring_data.write_split(toy.clicks, tmp_path / "clicks", files=2)
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    pd.DataFrame({"unrelated": range(3)}).to_parquet(crowded / "other.parquet")
+    command = ["score", str(toy.repository), str(clicks), "--name", toy.name, "--workers", "1"]
+
+    assert main([*command[:3], str(crowded), *command[3:]]) == 1
+    assert "holds 1 entry scoring does not write" in capsys.readouterr().err
+    assert sorted(path.name for path in crowded.iterdir()) == ["other.parquet"]
+
+    (clicks / "clicks-1.parquet").write_bytes(b"PAR1 cut short")
+    assert main([*command[:3], str(tmp_path / "answers"), *command[3:]]) == 1
+    err = capsys.readouterr().err
+    assert f"{str(clicks / 'clicks-1.parquet')!r} cannot be scored: its 14 bytes are not" in err
+    assert not (tmp_path / "answers").exists()
 
 
 def toy_models(served: Served) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 
 from examples.session_based.demo import MODEL_NAME, TOP_K, recommendation_graph
 from merlin_torch_serving import Client, Ensemble
+from tests.served import assert_async_client_answers_as_client
 from tests.session_models import (
     MAX_SEQUENCE_LENGTH,
     SERVED_TORCH_THREADS,
@@ -92,6 +93,14 @@ def test_served_answer_equals_in_process_answer_exactly(
         np.testing.assert_array_equal(
             np.stack(served[name]), np.stack(in_process[name]), err_msg=name
         )
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_async_client_answers_what_client_answers(triton_server, ensemble, session_split, protocol):
+    _, held_out = session_split
+    url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
+    requests = [request_rows(held_out, sessions, seed=sessions) for sessions in (1, 7, 64)]
+    assert_async_client_answers_as_client(url, protocol, MODEL_NAME, requests)
 
 
 def test_merlin_systems_client_helper_gets_the_same_answer(

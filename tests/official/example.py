@@ -77,14 +77,10 @@ def prepare(module: ModuleType, categories_path: str) -> Example:
     return Example(module.__name__.rsplit(".", 1)[-1], module, workflow, processed, model, held_out)
 
 
-def request_rows(
-    example: Example, n_sessions: int, seed: int, distinct_times: bool = False
-) -> pd.DataFrame:
+def request_rows(example: Example, n_sessions: int, seed: int) -> pd.DataFrame:
     """Raw rows of ``n_sessions`` sessions, shuffled: always a one-click session (the Filter drops
     it) and, from two sessions on, an over-long one; about one click in five is an item never
-    seen in training. Session ids are renumbered so that they never collide. ``distinct_times``
-    moves a click that shares its session's timestamp with another one second later (NVTabular
-    orders tied clicks as numpy's unstable sort leaves them; TorchScript keeps their order)."""
+    seen in training. Session ids are renumbered so that they never collide."""
     rng = np.random.default_rng(seed)
     rows = example.held_out
     lengths = rows.groupby("session_id").size()
@@ -104,20 +100,6 @@ def request_rows(
     if "itemid_ts_first" in request.columns:  # an item first seen now
         request.loc[unseen, "itemid_ts_first"] = request.loc[unseen, "timestamp"]
     request = request.sample(frac=1.0, random_state=seed).reset_index(drop=True)
-    return _without_ties(request) if distinct_times and "timestamp" in request else request
-
-
-def _without_ties(request: pd.DataFrame) -> pd.DataFrame:
-    """The request with each click one second after any earlier click of its session at the same
-    time (in time order, ties in row order)."""
-    order = request.sort_values(["session_id", "timestamp"], kind="stable").index
-    sessions = request.loc[order, "session_id"].to_numpy()
-    times = request.loc[order, "timestamp"].to_numpy().copy()
-    for i in range(1, len(times)):
-        if sessions[i] == sessions[i - 1] and times[i] <= times[i - 1]:
-            times[i] = times[i - 1] + 1
-    request = request.copy()
-    request.loc[order, "timestamp"] = times
     return request
 
 

@@ -1,7 +1,8 @@
 """What the eager Transformers4Rec model answers for a request, computed without the library.
 
-NVTabular's own ``workflow.transform`` on the raw rows, each list padded on the right to the
-model's 20 as training padded it, the eager model, then (for a model scoring the whole catalog)
+NVTabular's own ``workflow.transform`` on the raw rows (clicks that share a timestamp in the
+request's order, as the library documents), each list padded on the right to the model's 20 as
+training padded it, the eager model, then (for a model scoring the whole catalog)
 the top k with the reserved ids and the session's own items left out, and raw ids read from the
 vocabulary file. Sessions the workflow filters out have no reference row.
 """
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tests.fastpath.helpers import nvtabular_transform
 from tests.official import training
 from tests.official.example import TOP_K, Example
 from tests.session_models import masked_top_k
@@ -51,7 +53,7 @@ def _nvtabular_sessions(example: Example, rows: pd.DataFrame) -> pd.DataFrame:
     if raw.groupby("session_id").size().max() < example.module.MINIMUM_SESSION_LENGTH:
         # the Filter keeps no session, and NVTabular fails on what follows it
         return pd.DataFrame(columns=example.workflow.output_schema.column_names)
-    return example.workflow.transform(raw)
+    return nvtabular_transform(example.workflow, raw)
 
 
 def _raw_item_ids(example: Example) -> np.ndarray:

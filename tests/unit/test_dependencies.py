@@ -37,8 +37,14 @@ def test_an_install_without_extras_pulls_neither_cuda_python_nor_the_bundled_ser
         "nvtabular",
         "torch",
         "cloudpickle",  # eager models' classes that the server cannot import travel by value
+        "aiohttp",  # AsyncClient over HTTP (tritonclient.http.aio); grpcio has its asyncio client
     } <= closure
     assert not closure & {"cuda-python", "nvidia-pytriton", "perf-analyzer", "tensorflow"}
+    assert not closure & {"fastapi", "uvicorn"}  # the web service example's, in the `web` extra
+
+
+def test_the_web_extra_brings_fastapi_and_uvicorn():
+    assert {"fastapi", "uvicorn"} <= requirement_closure("merlin-torch-serving", frozenset({"web"}))
 
 
 def test_the_server_extra_brings_the_bundled_tritonserver():

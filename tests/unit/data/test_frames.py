@@ -128,3 +128,41 @@ def test_bools_are_not_taken_for_ids():
         InputError, match="'session_id': expected int64 scalar, got bool values; send int64 values"
     ):
         frames.frame_to_table(request(session_id=[True, False]), SCHEMA)
+
+
+@pytest.mark.parametrize("rows", [2, 0])
+def test_a_frame_of_table_columns_equals_the_one_pandas_builds_from_a_dict(rows):
+    table = frames.frame_to_table(
+        pd.DataFrame(request()).head(rows)
+        if rows
+        else request(session_id=[], items=[], embedding=[]),
+        SCHEMA,
+    )
+    built = frames.table_to_frame(table, {"session_id": "visit"})
+    cells = frames.cells_per_row(
+        {
+            name: (c.values, c.offsets) if c.offsets is not None else c.values
+            for name, c in table.items()
+        }
+    )
+    expected = pd.DataFrame(cells).rename(columns={"session_id": "visit"})
+    assert list(built.columns) == ["visit", "items", "embedding"]
+    assert built.dtypes.tolist() == expected.dtypes.tolist()
+    assert built.index.equals(expected.index)
+    for name in expected.columns:
+        for got, want in zip(built[name], expected[name], strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_a_frame_of_table_columns_owns_its_values():
+    values = np.frombuffer(np.array([1, 2], dtype=np.int64).tobytes(), dtype=np.int64)  # read-only
+    built = frames.columns_to_frame({"session_id": values})
+    built.loc[0, "session_id"] = 7
+    assert values.tolist() == [1, 2]
+
+
+def test_a_nullable_integer_column_with_a_missing_value_is_named():
+    frame = pd.DataFrame(request()).astype({"session_id": "Int64"})
+    frame.loc[1, "session_id"] = pd.NA
+    with pytest.raises(InputError, match="'session_id': expected int64 scalar, got missing"):
+        frames.checked_columns(frames.frame_columns(frame), SCHEMA)

@@ -3,6 +3,7 @@ import pytest
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
+from merlin_torch_serving import InputError
 from merlin_torch_serving.data import wire
 
 
@@ -71,6 +72,27 @@ def test_to_wire_and_back_round_trips_ragged_fixed_and_scalar_columns():
     np.testing.assert_array_equal(back["items"].values, [5, 6, 7, 8])
     np.testing.assert_array_equal(back["items"].offsets, [0, 1, 1, 4])
     np.testing.assert_array_equal(back["scores"].values, table["scores"].values)
+
+
+def test_a_missing_tensor_is_an_input_error_naming_the_column_and_what_it_travels_as():
+    schema = Schema(
+        [
+            ColumnSchema("items", dtype="int64", dims=(None, None)),
+            ColumnSchema("session_id", dtype="int64"),
+        ]
+    )
+    arrays = {"items__values": np.array([5, 6]), "session_id": np.array([10, 11])}
+    with pytest.raises(
+        InputError,
+        match=r"input column 'items': expected tensors 'items__values' \(its values\) and"
+        r" 'items__offsets' \(int32, rows \+ 1 offsets\): a ragged list column travels as both,"
+        r" got no 'items__offsets' \(the tensors are 'items__values', 'session_id'\)",
+    ):
+        wire.from_wire(arrays, schema)
+    with pytest.raises(InputError, match=r"column 'session_id': expected a tensor 'session_id'"):
+        wire.from_wire(
+            {"items__values": arrays["items__values"]}, schema.select_by_name(["session_id"])
+        )
 
 
 def test_offsets_from_lengths_start_at_zero():

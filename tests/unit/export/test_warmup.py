@@ -6,9 +6,12 @@ import json
 
 import numpy as np
 import nvtabular as nvt
+import pytest
 from merlin.io import Dataset
 
-from merlin_torch_serving import Ensemble, TransformWorkflow
+from merlin_torch_serving import Ensemble, ModelOptions, TransformWorkflow
+from merlin_torch_serving.data import wire
+from merlin_torch_serving.export.warmup_files import read_request_sample
 from tests import toy_session
 
 
@@ -62,3 +65,36 @@ def test_export_names_the_filter_no_warm_up_request_passes(tmp_path, caplog):
     manifest = json.loads((tmp_path / "repo" / "reco" / "1" / "manifest.json").read_text())
     assert manifest["warmup"] == {"passes_filters": False, "problem": result.warnings[0]}
     assert any("no warm-up request passed" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_the_ensemble_keeps_the_request_its_steps_warmed_up_with_as_a_client_sends_it(
+    tmp_path, batching
+):
+    workflow = filtered_sessions(tmp_path / "vocabulary", minimum_clicks=3)
+    ensemble = Ensemble(TransformWorkflow(workflow), workflow.input_schema)
+    ensemble.export(tmp_path / "repo", "reco", options=ModelOptions(batching=batching))
+
+    arrays, count = read_request_sample(tmp_path / "repo" / "reco")
+    assert count == ModelOptions().warmup_count
+    assert sorted(arrays) == sorted(workflow.input_schema.column_names)
+    lead = [1] if batching else []
+    assert {
+        name: list(array.shape[: len(lead)]) for name, array in arrays.items()
+    } == dict.fromkeys(arrays, lead)
+    request = {name: array.reshape(-1) for name, array in arrays.items()}
+    if not batching:  # a batched python step warms up in its stub, without Triton's sample
+        np.testing.assert_array_equal(
+            request["session_id"], warmup_session(tmp_path / "repo", "reco-0-transformworkflow")
+        )
+    # a whole session of the request the steps were warmed with: it passes the filter
+    answer = ensemble.run(wire.from_wire(request, ensemble.input_schema))
+    assert not np.asarray(answer["filtered_out"].values).any()
+
+
+def test_no_request_is_kept_when_warm_up_is_off(tmp_path):
+    workflow = filtered_sessions(tmp_path / "vocabulary", minimum_clicks=3)
+    Ensemble(TransformWorkflow(workflow), workflow.input_schema).export(
+        tmp_path / "repo", "reco", options=ModelOptions(warmup_count=0)
+    )
+    assert read_request_sample(tmp_path / "repo" / "reco") is None

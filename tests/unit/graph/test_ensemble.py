@@ -11,6 +11,7 @@ from merlin_torch_serving import (
     TransformWorkflow,
 )
 from tests import toy_session
+from tests.fan_out import REQUEST_SCHEMA, fan_out_graph, transforms_counted
 
 
 def test_schemas_propagate_edge_by_edge(toy_workflow, toy_model):
@@ -133,3 +134,12 @@ def test_exporting_never_changes_the_ensemble(toy_workflow, toy_model, tmp_path)
     after = ensemble.transform(rows)
     pd.testing.assert_frame_equal(before, after)
     assert [call.op.label for call in ensemble.plan.calls][1] == "PredictPytorch[pytorch]"
+
+
+def test_a_node_read_by_three_branches_runs_once_per_request_in_process(tmp_path):
+    counter = tmp_path / "transforms"
+    ensemble = Ensemble(fan_out_graph(counter), REQUEST_SCHEMA)
+    for requests in (1, 2, 3):
+        answer = ensemble.transform(pd.DataFrame({"x": [1.0, 2.0, 3.0]}, dtype="float32"))
+        assert transforms_counted(counter) == requests
+    assert answer["tripled"].tolist() == answer["summed"].tolist() == [3.0, 6.0, 9.0]

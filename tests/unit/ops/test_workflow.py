@@ -1,6 +1,8 @@
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from merlin.table import TensorTable
 
 from merlin_torch_serving import Ensemble, TransformWorkflow
@@ -64,6 +66,57 @@ def test_fast_path_and_nvtabular_path_give_the_same_table(toy_workflow):
             np.asarray(cell).tolist() for cell in slow[name]
         ], name
     assert fast["item_id-list"].map(len).sum() > 0
+
+
+@pytest.fixture(scope="module")
+def tied_clicks():
+    """Clicks of 200 sessions, most of a session's clicks sharing their timestamp, shuffled."""
+    rows = toy_session.tied_interactions(200, seed=3)
+    return rows.sample(frac=1.0, random_state=3).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def workflow_paths(toy_workflow, tied_clicks):
+    """fast path or not -> (the ensemble, its answer to all of ``tied_clicks`` by session)."""
+    paths = {}
+    for fast_path in (True, False):
+        ensemble = Ensemble(
+            TransformWorkflow(toy_workflow, fast_path=fast_path), toy_workflow.input_schema
+        )
+        paths[fast_path] = (ensemble, ensemble.transform(tied_clicks).set_index("session_id"))
+    return paths
+
+
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast_path", "nvtabular"])
+def test_a_sessions_features_depend_only_on_its_own_clicks_whatever_shares_the_request(
+    workflow_paths, tied_clicks, fast_path, data
+):
+    ensemble, whole = workflow_paths[fast_path]
+    sessions = tied_clicks["session_id"].unique()
+    pieces = data.draw(st.integers(2, 8), label="pieces")
+    piece_of = dict(
+        zip(
+            sessions,
+            data.draw(
+                st.lists(
+                    st.integers(0, pieces - 1), min_size=len(sessions), max_size=len(sessions)
+                ),
+                label="piece of each session",
+            ),
+            strict=True,
+        )
+    )
+    for piece in range(pieces):
+        rows = tied_clicks[tied_clicks["session_id"].map(piece_of) == piece]
+        if rows.empty:
+            continue
+        answer = ensemble.transform(rows).set_index("session_id")
+        expected = whole.loc[answer.index]
+        for name in answer.columns:
+            for session, got, want in zip(answer.index, answer[name], expected[name], strict=True):
+                np.testing.assert_array_equal(got, want, err_msg=f"{name!r} of session {session}")
 
 
 def test_loaded_transform_workflow_is_compiled_before_its_first_request(toy_workflow, tmp_path):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from merlin_torch_serving.routing import Experiment, session_buckets
+from tests.examples.test_readme import python_blocks, section
 
 SESSIONS = np.arange(500_000, 510_000)  # 10,000 distinct session ids
 
@@ -15,6 +16,31 @@ def test_a_session_bucket_is_the_documented_blake2b_of_salt_and_id():
     expected = int.from_bytes(digest, "big") / 2**64
     assert session_buckets(np.array([123456]), "salt")[0] == expected
     assert session_buckets(np.array(["123456"], dtype=object), "salt")[0] == expected
+
+
+def test_the_routing_guides_recipe_computes_every_sessions_variant_as_the_route_does():
+    [recipe] = python_blocks(section("A session's variant, computed again"))
+    assert "merlin_torch_serving" not in recipe  # computed without the library
+    namespace: dict = {}
+    exec(recipe, namespace)
+    variant = namespace["variant"]
+    sessions = np.arange(700_000, 704_000)
+    for salt, weights in (
+        ("model-test", {"current": 0.7, "candidate": 0.2, "baseline": 0.1}),
+        ("second run", {"a": 3, "b": 0, "c": 1}),
+    ):
+        experiment = Experiment("model-test", weights, salt=salt)
+        assigned = [experiment.variants[i] for i in experiment.assign(sessions)]
+        assert [variant(int(s), salt, weights) for s in sessions] == assigned
+        assert [variant(str(s), salt, weights) for s in sessions] == assigned  # text ids alike
+
+    # and the guide warns rightly: the first 8 bytes of the 64-byte digest are other buckets
+    def truncated(session_id):
+        digest = hashlib.blake2b(b"salt\x00" + str(session_id).encode()).digest()[:8]
+        return int.from_bytes(digest, "big") / 2**64
+
+    buckets = session_buckets(sessions, "salt")
+    assert np.mean([truncated(s) == b for s, b in zip(sessions, buckets, strict=True)]) == 0
 
 
 def test_ten_thousand_sessions_split_80_20_within_two_points_and_keep_their_variant():

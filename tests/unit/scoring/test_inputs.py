@@ -117,3 +117,27 @@ def test_runs_hold_a_fixed_number_of_whole_sessions_within_the_row_limit(
     for batch in limited:
         keys = np.asarray(batch["session_id"].values)
         assert len(keys) <= 12 or len(set(keys)) == 1  # a longer session goes alone
+
+
+def test_an_empty_or_corrupt_input_file_is_named_with_what_is_wrong(
+    rows, filtered_toy_workflow, tmp_path
+):
+    schema = filtered_toy_workflow.input_schema
+    folder = scoring_data.write_split(rows, tmp_path / "clicks", files=2)
+    (folder / "clicks-2.parquet").write_bytes(b"")
+    with pytest.raises(ScoringError, match=r"'.*clicks-2\.parquet' cannot be scored: it is empty"):
+        inputs.input_frame(folder, schema, None, rows_per_part=100)
+
+    (folder / "clicks-2.parquet").write_bytes(b"not parquet, but long enough for a footer")
+    for data in (folder, folder / "clicks-2.parquet", str(folder / "*.parquet")):
+        with pytest.raises(
+            ScoringError,
+            match=r"'.*clicks-2\.parquet' cannot be scored: its 41 bytes are not a readable parquet"
+            r" file \(.*magic bytes",
+        ):
+            inputs.input_frame(data, schema, None, rows_per_part=100)
+
+    (tmp_path / "no_parquet").mkdir()
+    (tmp_path / "no_parquet" / "clicks.csv").write_text("session_id\n1\n")
+    with pytest.raises(ScoringError, match=r"'.*no_parquet' holds no file ending in \.parq"):
+        inputs.input_frame(tmp_path / "no_parquet", schema, None, rows_per_part=100)

@@ -112,3 +112,28 @@ def test_part_files_no_run_recorded_are_refused(tmp_path):
     pq.write_table(answers.empty_answer(SCHEMA), tmp_path / output.part_name(0))
     with pytest.raises(ScoringError, match="holds 1 part files that no scoring run recorded"):
         output.start_run(tmp_path, RECORD, overwrite=False)
+
+
+def test_a_folder_holding_files_scoring_does_not_write_is_refused_naming_them_even_to_overwrite(
+    tmp_path,
+):
+    output.start_run(tmp_path, RECORD, overwrite=False)
+    output.write_part(
+        tmp_path, 0, answers.arrow_answer(_answer_table(), SCHEMA), {"run": RECORD.key}
+    )
+    pd.DataFrame({"other": range(5)}).to_parquet(tmp_path / "other.parquet")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / ".hidden").write_text("readers skip hidden files")
+
+    for overwrite in (False, True):
+        with pytest.raises(
+            ScoringError,
+            match=r"write into another folder .* holds 2 entries scoring does not write, which"
+            r" readers of the answers .* would read with them: 'notes/', 'other.parquet'",
+        ):
+            output.start_run(tmp_path, RECORD, overwrite=overwrite)
+    assert (tmp_path / "other.parquet").is_file()  # nothing of the user's removed
+    (tmp_path / "other.parquet").unlink()
+    (tmp_path / "notes").rmdir()
+    output.start_run(tmp_path, RECORD, overwrite=False)  # the run's own files: a rerun resumes
+    assert set(output.done_parts(tmp_path, RECORD)) == {0}
