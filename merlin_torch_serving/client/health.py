@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
@@ -188,6 +189,30 @@ def failed_requests(
         // (ENSEMBLE_FAILURE_COUNTS if entry["name"] in ensembles else 1)
         for entry in statistics.get("model_stats", [])
     }
+
+
+#: a failover standby's name (``launcher.standby``): ``<model>-standby``, ``<model>-standby-<n>``
+STANDBY_NAME = re.compile(r"^(.+)-standby(?:-(\d+))?$")
+
+
+def standbys_run(configs: Iterable[Mapping]) -> dict[str, str]:
+    """``model -> its standby`` for each model whose standby an ensemble among ``configs`` runs in
+    its place (the launcher's failover switched it there)."""
+    found = {}
+    for config in configs:
+        for step in config.get("ensemble_scheduling", {}).get("step", []):
+            match = STANDBY_NAME.match(step.get("model_name", ""))
+            if match:
+                found[match.group(1)] = match.group(0)
+    return found
+
+
+def standby_error(standby: str) -> str:
+    """What a model's health says while its ensembles run its standby ``standby``."""
+    return (
+        f"its ensembles run its standby {standby!r} until it answers again (the launcher switches"
+        " them back once all its stubs run)"
+    )
 
 
 def expected_stubs(config: Mapping) -> int | None:

@@ -19,13 +19,13 @@ standby made anew), a switch first reloads the standby.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
 
+from merlin_torch_serving.client.health import STANDBY_NAME
 from merlin_torch_serving.deployment.locations import download_model_folder
 
 STANDBY_SUFFIX = "-standby"
@@ -35,7 +35,6 @@ CONFIG_FILE = "config.pbtxt"
 OVERRIDES_FILE = "config_overrides.json"
 #: files of a model folder the library replaces while the model serves: copied, never linked
 _COPIED = frozenset({OVERRIDES_FILE})
-_STANDBY_NAME = re.compile(rf"^(.+){re.escape(STANDBY_SUFFIX)}(?:-(\d+))?$")
 
 
 def standby_name(model: str, generation: int = 0) -> str:
@@ -44,12 +43,12 @@ def standby_name(model: str, generation: int = 0) -> str:
 
 
 def is_standby(name: str) -> bool:
-    return _STANDBY_NAME.match(name) is not None
+    return STANDBY_NAME.match(name) is not None
 
 
 def model_of(name: str) -> str | None:
     """The model a standby stands in for; None when ``name`` is no standby."""
-    match = _STANDBY_NAME.match(name)
+    match = STANDBY_NAME.match(name)
     return match.group(1) if match else None
 
 

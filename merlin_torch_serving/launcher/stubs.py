@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from merlin_torch_serving.backends.layout import STUB_NAME
-from merlin_torch_serving.client.health import ModelHealth, ModelStatus
+from merlin_torch_serving.client.health import ModelHealth, ModelStatus, standby_error
 from merlin_torch_serving.launcher.process import ProcessInfo, describe_exit
 
 
@@ -124,10 +124,7 @@ def assess(
                 error += "; every request to it fails until it is reloaded"
         standby = standbys.get(status.name, "") if status.state == "READY" else ""
         if standby and not error:
-            error = (
-                f"its ensembles run its standby {standby!r} until it answers again (the launcher"
-                " switches them back once all its stubs run)"
-            )
+            error = standby_error(standby)
         report.append(
             ModelHealth(
                 name=status.name,

@@ -10,6 +10,7 @@ from merlin_torch_serving.client.health import (
     failed_requests,
     model_statuses,
     probe_request,
+    standbys_run,
 )
 
 # as tritonclient returns them: a list over HTTP, a message as JSON over gRPC
@@ -96,3 +97,12 @@ def test_the_probe_of_a_python_step_is_a_request_without_rows():
         for name, (_, shape) in {n: (a.dtype, a.shape) for n, a in probe.items()}.items()
     }
     assert probe_request({"platform": "ensemble"}) is None
+
+
+def test_a_model_whose_standby_an_ensemble_runs_is_found_in_the_ensembles_config():
+    def ensemble(*steps):
+        return {"ensemble_scheduling": {"step": [{"model_name": step} for step in steps]}}
+
+    configs = [ensemble("reco-0-step-standby-2", "reco-1-model"), ensemble("other-0-step")]
+    assert standbys_run(configs) == {"reco-0-step": "reco-0-step-standby-2"}
+    assert standbys_run([ensemble("reco-0-step"), {"backend": "python"}]) == {}
