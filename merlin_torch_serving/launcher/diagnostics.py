@@ -42,6 +42,7 @@ _LOADING = re.compile(r'"loading: (.+?):\d+"')
 #: what a stopping tritonserver logs once no request is in flight, before it unloads its models
 _REQUESTS_DRAINED = "All models are stopped, unloading models"
 _LOAD_ENDED = re.compile(r"(successfully loaded|failed to load) '([^']+)'")
+_UNLOADED = re.compile(r"successfully unloaded '([^']+)'")
 
 
 def log_tail(log: str, lines: int = TAIL_LINES) -> str:
@@ -100,6 +101,11 @@ def still_loading(log: str) -> list[str]:
 def requests_drained(log: str) -> bool:
     """Whether a stopping server has answered every request it had (it unloads its models next)."""
     return _REQUESTS_DRAINED in log
+
+
+def unloaded(log: str) -> set[str]:
+    """The models the log says were unloaded (a version of each, at least)."""
+    return set(_UNLOADED.findall(log))
 
 
 def load_outcome(log: str, name: str) -> bool | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from merlin_torch_serving.client.health import ModelStatus
@@ -66,18 +66,24 @@ class RunningServer:
     def log_tail(self) -> str:
         return diagnostics.log_tail(self.log.text())
 
-    def stop(self, *, graceful: bool, timeout_s: float, after_death: bool = False) -> None:
-        """End the server (``ServerProcess.stop``). ``after_death``: a python-backend stub died
-        while it ran, and tritonserver never unloads the model version that stub served, so it
-        would wait out its exit timeout: it is ended as soon as its requests in flight are
-        answered."""
+    def stop(
+        self, *, graceful: bool, timeout_s: float, unloading: Iterable[str] | None = None
+    ) -> None:
+        """End the server (``ServerProcess.stop``). ``unloading``, after a python-backend stub
+        died: the models that will unload. tritonserver never unloads the model version a dead stub
+        served, so it would wait out its exit timeout; the server is ended as soon as its requests
+        in flight are answered and those models unloaded (their steps closed what they hold)."""
         offset = self.log.size()
+        expected = set(unloading or ())
 
-        def drained() -> bool:
-            return diagnostics.requests_drained(self.log.since(offset))
+        def settled() -> bool:
+            log = self.log.since(offset)
+            return diagnostics.requests_drained(log) and expected <= diagnostics.unloaded(log)
 
         self.process.stop(
-            graceful=graceful, timeout_s=timeout_s, settled=drained if after_death else None
+            graceful=graceful,
+            timeout_s=timeout_s,
+            settled=settled if unloading is not None else None,
         )
 
     # -- starting -------------------------------------------------------------------------------

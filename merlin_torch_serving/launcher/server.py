@@ -383,17 +383,16 @@ class TritonServer:
             return
         access.remove_key_files(self._key_files, self.config.admin_key)
         self._key_files = []
-        after_death = False
+        unloading = None
         if self._supervisor is not None:
+            if graceful and self._supervisor.saw_death:
+                unloading = self._supervisor.unloading()
             # before the server goes: its stubs ending now is no failure to repair
-            after_death = self._supervisor.saw_death
             self._supervisor.stop(self.config.stop_timeout_s)
             self._supervisor = None
         if graceful:
             close_idle_http_connections(self._port("http"))
-        running.stop(
-            graceful=graceful, timeout_s=self.config.stop_timeout_s, after_death=after_death
-        )
+        running.stop(graceful=graceful, timeout_s=self.config.stop_timeout_s, unloading=unloading)
         if self._standby_repository is not None:
             shutil.rmtree(self._standby_repository, ignore_errors=True)
             self._standby_repository = None

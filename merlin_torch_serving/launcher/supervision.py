@@ -108,6 +108,15 @@ class Supervisor:
         the model version that stub served, nor lets a graceful stop end before its exit timeout."""
         return self._saw_death
 
+    def unloading(self) -> list[str] | None:
+        """The models a graceful stop of the server will unload: the READY ones whose stubs all
+        run (a version whose stub died never unloads); None when it cannot be told."""
+        try:
+            report = self.health()
+        except MerlinTorchServingError:
+            return None
+        return [m.name for m in report if m.state == "READY" and m.stubs_alive is not False]
+
     def load_config(self, model: str) -> str | None:
         """The config (JSON) a reload of ``model`` should load it with (``Failover.load_config``),
         None for its config.pbtxt as it is."""

@@ -284,3 +284,9 @@ def test_a_stopping_server_has_answered_its_requests_once_it_starts_unloading_it
     unloading = log.index("All models are stopped, unloading models")
     assert not diagnostics.requests_drained(log[:unloading])
     assert diagnostics.requests_drained(log)
+
+
+def test_the_models_a_stopping_server_unloaded_are_read_from_its_log():
+    log = recorded("stop_after_stub_death.log")  # the retired version of the dead stub stays
+    assert diagnostics.unloaded(log) == {"reco", "doubler", "doubler-standby"}
+    assert "doubler" not in diagnostics.unloaded(log[: log.index("unloaded 'doubler'")])
