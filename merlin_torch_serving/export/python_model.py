@@ -35,6 +35,7 @@ from merlin_torch_serving.export.config import (
     WARMUP_PARAMETER,
 )
 from merlin_torch_serving.export.manifest import library_version, verify_step
+from merlin_torch_serving.export.overrides import read_config_overrides
 from merlin_torch_serving.export.step_metrics import StepMetrics, is_warmup_request, warmup_runs
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from merlin_torch_serving.graph import answering, metrics
@@ -221,30 +222,6 @@ def _load_operator(
             "remove them from the file, or re-export the ensemble with the new settings",
         )
     return cls.load({**call["config"], **overrides}, artifact_path)
-
-
-def read_config_overrides(model_dir: str | os.PathLike, step: str) -> dict:
-    """The settings ``CONFIG_OVERRIDES_FILE`` in step ``step``'s folder holds ({} without one);
-    ``ArtifactError`` naming the file when it holds no JSON object of objects."""
-    path = os.path.join(model_dir, CONFIG_OVERRIDES_FILE)
-    try:
-        with open(path) as file:
-            text = file.read()
-    except FileNotFoundError:
-        return {}
-    hint = "fix the file or remove it (routing.set_weights writes it whole)"
-    try:
-        overrides = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ArtifactError(step, f"its {path!r} is not valid JSON ({error})", hint) from None
-    if not isinstance(overrides, dict) or not all(isinstance(v, dict) for v in overrides.values()):
-        raise ArtifactError(
-            step,
-            f"its {path!r} holds {text.strip()[:80]!r}, where an object of call index -> settings"
-            " was expected",
-            hint,
-        )
-    return overrides
 
 
 class TritonPythonModel:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
-from merlin_torch_serving.export.python_model import STEP_FILE, read_config_overrides
+from merlin_torch_serving.export.overrides import read_config_overrides
+from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.routing.experiment import checked_weights
 from merlin_torch_serving.routing.route import Route
 
