@@ -378,15 +378,16 @@ class TritonServer:
         )
 
     def _shut_down(self, *, graceful: bool) -> None:
-        running, self._running = self._running, None
+        running = self._running
         if running is None:
             return
+        unloading = None
+        if graceful and self._supervisor is not None and self._supervisor.saw_death:
+            unloading = self._supervisor.unloading()  # asks the server: while it still runs
+        self._running = None
         access.remove_key_files(self._key_files, self.config.admin_key)
         self._key_files = []
-        unloading = None
         if self._supervisor is not None:
-            if graceful and self._supervisor.saw_death:
-                unloading = self._supervisor.unloading()
             # before the server goes: its stubs ending now is no failure to repair
             self._supervisor.stop(self.config.stop_timeout_s)
             self._supervisor = None
