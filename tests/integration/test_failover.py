@@ -1,14 +1,13 @@
 """A python stub that dies fails only the request inside it, at every kill: raw tritonclient callers
 under load see no other failure, a request the dead stub held fails within seconds, and every
-answer stays equal to in-process. Reloads are never taken for deaths: new weights reloaded under
-load (a stub killed on the way) always reach the answers, and no ensemble stays on a standby. A
-server that saw stubs die stops in seconds."""
+answer stays equal to in-process. A server that saw stubs die stops in seconds."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import os
+import re
 import signal
 import threading
 import time
@@ -19,24 +18,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from merlin_torch_serving import Client, Ensemble, TritonServer
+from merlin_torch_serving import Ensemble, TritonServer
 from merlin_torch_serving.launcher.standby import standby_name
-from merlin_torch_serving.routing import set_weights
-from tests import routed_graphs, toy_session
-from tests.served import Traffic, assert_frames_equal
+from tests import toy_session
 
 pytestmark = pytest.mark.integration
 
 CLIENTS = 8
 KILLS = 3
 REQUEST_COLUMNS = ("session_id", "item_id", "category", "timestamp")
-ROUTED = "routed"
-#: the weights the route is reloaded with, one after the other
-WEIGHTS = (
-    {"current": 1.0, "candidate": 0.0},
-    {"current": 0.0, "candidate": 1.0},
-    {"current": 0.3, "candidate": 0.7},
-)
 #: how long a request the dead stub held may take to fail, and stop() after stub deaths: the
 #: python backend fails such a request after its one-second health check, and a stop ends once
 #: the requests in flight are answered (both well under a second on a quiet machine); the rest is
@@ -46,30 +36,19 @@ STOP_BOUND_S = 8.0
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, toy_workflow, toy_model, filtered_toy_workflow):
-    """A failover server on the toy session ensemble and a routed one (its branches inline: one
-    python step), once every python model has its standby."""
+def served(tmp_path_factory, toy_workflow, toy_model):
+    """A failover server on the toy session ensemble, once every python model has its standby."""
     repository = tmp_path_factory.mktemp("failover") / "repository"
     ensemble = Ensemble(
         toy_session.session_graph(toy_workflow, toy_model), toy_workflow.input_schema
     )
     (step,) = [model for model in ensemble.export(repository, "reco").models if model != "reco"]
-    workflow = filtered_toy_workflow
-    graph = routed_graphs.routed(
-        workflow,
-        toy_session.scripted_model(workflow),
-        weights=WEIGHTS[-1],
-        inline=("current", "candidate", "popular"),
-    )
-    routed = Ensemble(graph, workflow.input_schema)
-    exported = routed.export(repository, ROUTED).models
-    (route_step,) = [model for model in exported if model != ROUTED]
     # the default stop timeout: a stop that waited for tritonserver's exit timeout takes 15 s
     server = TritonServer(repository, failover=True, start_timeout_s=180)
     server.start()
     try:
-        assert server.wait_for_failover(timeout_s=180) == {step, route_step}
-        yield server, ensemble, step, (routed, graph.op, route_step)
+        assert server.wait_for_failover(timeout_s=180) == {step}
+        yield server, ensemble, step
     finally:
         server.stop()
 
@@ -115,16 +94,8 @@ def wait_until_repaired(server, model: str, restarts: int, timeout_s: float = 12
         time.sleep(0.25)
 
 
-def wait_for_standby(server, model: str, generation: int, timeout_s: float = 120.0) -> None:
-    """Until ``model``'s standby made after its ``generation``-th reload with other files runs."""
-    name, deadline = standby_name(model, generation), time.monotonic() + timeout_s
-    while not any(m.name == name and m.healthy for m in server.health()):
-        assert time.monotonic() < deadline, f"no {name!r} within {timeout_s:g} s"
-        time.sleep(0.25)
-
-
 def test_every_python_model_runs_two_instances_and_an_idle_standby(served):
-    server, _, step, _ = served
+    server, _, step = served
     assert len(stubs_of(server, step)) == 2
     assert len(stubs_of(server, standby_name(step))) == 1
     health = {model.name: model for model in server.health()}
@@ -134,7 +105,7 @@ def test_every_python_model_runs_two_instances_and_an_idle_standby(served):
 
 
 def test_each_of_three_stub_kills_fails_at_most_the_request_inside_it_under_load(served):
-    server, ensemble, step, _ = served
+    server, ensemble, step = served
     requests = [toy_session.interactions(1, seed=seed) for seed in range(CLIENTS)]
     expected = [ensemble.transform(request) for request in requests]
     outcomes: list[tuple[float, float, str | None]] = []
@@ -185,21 +156,27 @@ def test_each_of_three_stub_kills_fails_at_most_the_request_inside_it_under_load
 
     windows = [*killed_at, float("inf")]
     for kill, (start, end) in enumerate(itertools.pairwise(windows), start=1):
-        # (sent after the kill, how long it took, the error) of the requests it failed: sent in
-        # its window, or sent before it and still in flight
-        failed = [
+        # (sent after the kill, how long it took, the error) of the requests that failed: in
+        # flight at the kill (taken by the dead stub's instance before it died), or sent after it
+        held = [
             (sent - start, ended - sent, error)
             for sent, ended, error in outcomes
-            if error and (start <= sent < end or sent < start < ended)
+            if error and sent < start < ended
         ]
-        print(f"kill {kill}: failed (sent after the kill, took) {[f[:2] for f in failed]}")
-        # One request: the one the stub was running (sent before the kill), or, killed between
-        # two requests, the next one its instance took in the ~0.1 s the kernel takes to end a
-        # process of 400 MB, before the death can be seen. Nothing sent later fails.
-        assert len(failed) <= 1, (kill, failed)
-        assert all(sent < 0.2 for sent, _, _ in failed), (kill, failed)
-        assert all("is not healthy" in error for _, _, error in failed), (kill, failed)
-        assert all(took < HELD_REQUEST_BOUND_S for _, took, _ in failed), (kill, failed)
+        after = [
+            (sent - start, ended - sent, error)
+            for sent, ended, error in outcomes
+            if error and start <= sent < end and not sent < end < ended  # (the next kill's)
+        ]
+        print(f"kill {kill}: in flight {[h[:2] for h in held]}, after {[a[:2] for a in after]}")
+        # Killed between two requests, the next one its instance took in the ~0.1 s the kernel
+        # takes to end a process of 400 MB, before the death can be seen; nothing sent later.
+        assert len(after) <= 1, (kill, after)
+        assert all(sent < 0.2 for sent, _, _ in after), (kill, after)
+        # each failed with the dead stub's error, within the bound
+        instances = {re.search(r"Stub process '([^']+)'", error)[1] for _, _, error in held + after}
+        assert len(instances) <= 1, (kill, held, after)
+        assert all(took < HELD_REQUEST_BOUND_S for _, took, _ in held + after), (kill, held, after)
     assert not [error for _, ended, error in outcomes if error and ended < killed_at[0]]
     answered_after = [sent for sent, _, error in outcomes if not error and sent > killed_at[-1]]
     assert len(answered_after) > 100
@@ -208,51 +185,19 @@ def test_each_of_three_stub_kills_fails_at_most_the_request_inside_it_under_load
 
 
 def test_after_the_repairs_the_ensemble_runs_the_model_again_with_two_instances(served):
-    server, _, step, _ = served
+    server, _, step = served
     assert ensemble_steps(server, "reco") == [step]
     assert len(stubs_of(server, step)) == 2
 
 
-def test_new_weights_reloaded_under_load_always_reach_the_answers_and_no_standby_stays(served):
-    server, _, _, (routed, route, step) = served
-    requests = [
-        toy_session.interactions(n, seed=60 + n, first_session=100_000 * n) for n in (1, 7, 32)
-    ]
-    urls = {"grpc": server.grpc_url, "http": server.http_url}
-    before = [routed.transform(rows) for rows in requests]
-    with Client(server.grpc_url) as client:
-        for cycle, weights in enumerate([*WEIGHTS, WEIGHTS[0]]):
-            route.set_weights(weights)
-            after = [routed.transform(rows) for rows in requests]
-            killed = cycle == 2  # a stub dies just before this reload
-            if killed:  # its standby answers as the model did (with the weights of the last cycle)
-                wait_for_standby(server, step, generation=cycle)
-            with Traffic(urls, ROUTED, requests, list(zip(before, after, strict=True))) as load:
-                load.wait_for(20)
-                set_weights(server.repository, ROUTED, weights)
-                if killed:
-                    os.kill(stubs_of(server, step)[0].pid, signal.SIGKILL)
-                server.reload(step)
-                if killed:  # the repair may still run: its ensemble runs the model again after
-                    wait_until_repaired(server, step, restarts=1)
-                for rows, expected in zip(requests, after, strict=True):
-                    assert_frames_equal(client.infer(ROUTED, rows), expected)
-                load.wait_for(20)
-            assert len(load.errors) <= (1 if killed else 0), (cycle, load.errors[:3])
-            assert load.mismatches == [], (cycle, load.mismatches[:3])
-            health = {m.name: m for m in server.health()}[step]
-            assert (health.standby, health.healthy) == ("", True), (cycle, health)
-            assert ensemble_steps(server, ROUTED) == [step]
-            before = after
-
-
 def test_a_server_whose_stubs_died_stops_within_seconds(served):
-    server, _, _, _ = served
+    server, _, _ = served
     started = time.monotonic()
     server.stop()
     took = time.monotonic() - started
-    assert took < STOP_BOUND_S, f"stop() took {took:.1f} s"
-    print(f"stop() after {KILLS + 1} stub deaths took {took:.2f} s")
+    log = server.logs()
+    assert took < STOP_BOUND_S, f"stop() took {took:.1f} s: {log[log.rfind('Signal (2)') :]}"
+    print(f"stop() after {KILLS} stub kills took {took:.2f} s")
     assert not psutil.pid_exists(server.pid)
 
 
