@@ -1,11 +1,12 @@
-"""Logged graphs for the answer log's tests, a small real filesystem to fill up, and comparing a
-log with the answers it should hold."""
+"""Logged graphs for the answer log's tests, answers made up for its writer, a small real
+filesystem to fill up, and comparing a log with the answers it should hold."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,44 @@ import pandas as pd
 import pytest
 
 from merlin_torch_serving import Ensemble, LogAnswers, TransformWorkflow
+from merlin_torch_serving.answer_log import records
 from merlin_torch_serving.routing import Experiment
-from tests import routed_graphs
+from tests import routed_graphs, toy_session
 
 SESSION = "session_id"
+
+
+def rows(n_sessions: int, seed: int, first: int = 1000) -> pd.DataFrame:
+    """Raw clicks of ``n_sessions`` toy sessions, numbered from ``first``."""
+    return toy_session.interactions(n_sessions, seed=seed, first_session=first)
+
+
+class Columns:
+    """A list column as ``LogAnswers`` receives it."""
+
+    def __init__(self, values, offsets=None):
+        self.values, self.offsets = values, offsets
+
+
+def made_up_answers(first_session: int, sessions: int = 4, k: int = 3) -> records.Answers:
+    """What ``LogAnswers`` hands its writer for ``sessions`` sessions numbered from
+    ``first_session``, ``k`` items each."""
+    ids = np.arange(sessions * k, dtype=np.int64).reshape(sessions, k) + first_session
+    return records.taken(
+        None,
+        None,
+        None,
+        np.arange(first_session, first_session + sessions),
+        Columns(ids),
+        Columns(ids.astype(np.float32) / 7),
+    )
+
+
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def logged_routed(workflow, model, destination, *, inline=("popular",), **options):

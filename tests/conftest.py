@@ -4,7 +4,8 @@
 repository; tests write model folders into ``triton_server.repository`` (see
 tests/triton_models.py) or export ensembles there, and load them by name.
 ``toy_workflow`` / ``toy_model``: the small session-based setup of tests/toy_session.py;
-``filtered_toy_workflow`` the same workflow with a Filter that drops one-click sessions.
+``filtered_toy_workflow`` the same workflow with a Filter that drops one-click sessions;
+``toy_client`` its graph served as "toy-client" on ``triton_server``.
 ``session_split`` / ``session_workflow`` / ``xlnet`` / ``gpt2`` / ``torchscript_model``: the
 session-based example's clicks, workflow and three next-item models (tests/session_models.py).
 ``pytorch_backend``: Triton's pytorch backend built for this torch; a test that needs it fails,
@@ -112,6 +113,20 @@ def filtered_toy_workflow(tmp_path_factory):
 def toy_model(toy_workflow):
     """(TorchScript model, input schema, output schema)."""
     return toy_session.scripted_model(toy_workflow)
+
+
+@pytest.fixture(scope="session")
+def toy_client(triton_server, toy_workflow, toy_model):
+    """The toy session graph (top 5) served as "toy-client" on the shared server, for the tests
+    that only ask it (the clients', the web service example's): its Ensemble."""
+    from merlin_torch_serving import Ensemble
+
+    ensemble = Ensemble(
+        toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema
+    )
+    ensemble.export(triton_server.repository, "toy-client")
+    triton_server.load("toy-client")
+    return ensemble
 
 
 @pytest.fixture(scope="session")

@@ -158,17 +158,23 @@ def requests_answered(url: str, admin_key: str | None) -> dict[str, int]:
     return {entry["name"]: int(entry["inference_stats"]["success"]["count"]) for entry in stats}
 
 
+def raw_inputs(module, arrays: dict) -> list:
+    """tritonclient's (``module``'s) input tensors, one per array exactly as given (no checks, no
+    casts)."""
+    inputs = []
+    for name, array in arrays.items():
+        tensor = module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
 def raw_infer(module, url: str, model: str, arrays: dict, output_names) -> dict:
     """A raw tritonclient request, one tensor per array exactly as given (no checks, no casts)."""
     client = module.InferenceServerClient(url)
     try:
-        inputs = []
-        for name, array in arrays.items():
-            tensor = module.InferInput(name, list(array.shape), wire.triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
         outputs = [module.InferRequestedOutput(name) for name in output_names]
-        result = client.infer(model, inputs, outputs=outputs)
+        result = client.infer(model, raw_inputs(module, arrays), outputs=outputs)
         return {name: result.as_numpy(name) for name in output_names}
     finally:
         client.close()

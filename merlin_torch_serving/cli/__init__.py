@@ -10,10 +10,12 @@ merlin-torch-serving bundle REPOSITORY OUT  a copy for servers whose Python lack
 merlin-torch-serving deploy-files OUT      a Dockerfile, Kubernetes and KServe manifests
 merlin-torch-serving build-backend pytorch [--sources PATH]
                                            build Triton's libtorch backend for this torch
-merlin-torch-serving sessions forget --store STORE SESSION...
-                                           erase what a store keeps of sessions
+merlin-torch-serving sessions forget|show --store STORE SESSION...
+                                           erase (or count) what a store keeps of sessions
 merlin-torch-serving rules block|unblock|show --store STORE [--list NAME] [ITEM...]
                                            change the block lists graphs read while serving
+merlin-torch-serving evaluate LOG --clicks CLICKS
+                                           read out an answer log: per variant, per branch
 """
 
 from __future__ import annotations

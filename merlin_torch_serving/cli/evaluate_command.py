@@ -31,7 +31,6 @@ def add_evaluate_command(commands, common: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--window",
         type=pd.Timedelta,
-        default=pd.Timedelta(minutes=30),
         help="how long after an answer a click counts (default 30min)",
     )
     sub.add_argument(
@@ -69,11 +68,12 @@ def evaluate(args) -> int:
     from merlin_torch_serving.evaluation.impressions import write_impressions
 
     key = os.environ.get(args.session_id_key_env) if args.session_id_key_env else None
+    # what is not given takes evaluate_answers' defaults
+    given = {"window": args.window, "ks": args.ks}
     readout = evaluate_answers(
         _log(args),
         args.clicks,
-        window=args.window,
-        ks=args.ks or (5, 10),
+        **{name: value for name, value in given.items() if value is not None},
         catalog=args.catalog,
         control=args.control,
         columns=ClickColumns(args.session_column, args.item_column, args.time_column),

@@ -21,7 +21,7 @@ from merlin_torch_serving.client.model_schemas import ModelSchemas
 from merlin_torch_serving.client.schema_client import Protocol
 
 
-class AsyncClient:
+class AsyncClient(conversation.ClientSettings):
     """Talks to one tritonserver over gRPC (default) or HTTP from an event loop:
     ``await client.infer(model, rows)`` answers what ``Client.infer`` answers.
 
@@ -61,18 +61,6 @@ class AsyncClient:
             admin_key=admin_key,
         )
         self._connection = AsyncConnection(self.url, protocol, self.timeout_s, max_connections)
-
-    @property
-    def url(self) -> str:
-        return self._conversation.url
-
-    @property
-    def protocol(self) -> str:
-        return self._conversation.protocol
-
-    @property
-    def timeout_s(self) -> float:
-        return self._conversation.timeout_s
 
     async def close(self) -> None:
         """Close the connections (tritonserver waits, when it stops, for open HTTP ones)."""

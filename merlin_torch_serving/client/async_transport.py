@@ -1,13 +1,16 @@
 """How ``AsyncClient`` reaches tritonserver: tritonclient's asyncio client of one server
 (``tritonclient.grpc.aio``: one HTTP/2 channel that carries every call at once;
-``tritonclient.http.aio``: aiohttp's pool of up to ``max_connections`` connections). Its errors
-are mapped and retried by the same code as ``Client``'s (``conversation``, ``transport``).
+``tritonclient.http.aio``: aiohttp's pool of up to ``max_connections`` connections, and for
+inference requests a leaner pool of as many, ``async_http``). Its errors are mapped and retried by
+the same code as ``Client``'s (``conversation``, ``transport``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from merlin_torch_serving.client.async_http import AsyncHttpInference
 
 
 class AsyncConnection:
@@ -22,6 +25,7 @@ class AsyncConnection:
         self.url, self.protocol = url, protocol
         self.timeout_s, self.max_connections = timeout_s, max_connections
         self._client: Any = None
+        self._inference: AsyncHttpInference | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def call(self, method: str, *args, **kwargs):
@@ -29,11 +33,16 @@ class AsyncConnection:
         client = self._client
         if client is None or asyncio.get_running_loop() is not self._loop:
             client = self._open()
+        if method == "infer" and self._inference is not None:
+            return await self._inference.infer(*args, **kwargs)
         return await getattr(client, method)(*args, **kwargs)
 
     async def close(self) -> None:
         """Close the channel or the pool; the next call opens new ones."""
         client, self._client, self._loop = self._client, None, None
+        inference, self._inference = self._inference, None
+        if inference is not None:
+            await inference.close()
         if client is not None:
             await client.close()
 
@@ -55,5 +64,6 @@ class AsyncConnection:
             self._client = http_aio.InferenceServerClient(
                 self.url, conn_limit=self.max_connections, conn_timeout=self.timeout_s
             )
+            self._inference = AsyncHttpInference(self.url, self.timeout_s, self.max_connections)
         self._loop = loop
         return self._client

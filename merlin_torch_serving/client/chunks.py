@@ -16,7 +16,7 @@ import pandas as pd
 from merlin.table import TensorTable
 
 from merlin_torch_serving.data.tables import num_rows, take_rows
-from merlin_torch_serving.data.wire import TableColumn
+from merlin_torch_serving.data.wire import TableColumn, table_columns
 
 #: a request's columns by name, as a client builds them (a ragged list as ``(values, offsets)``)
 Columns = dict[str, TableColumn]
@@ -33,14 +33,6 @@ def split_columns(
         table_columns(part)
         for part in split(TensorTable(columns, _unsafe=True), group_columns, max_rows)
     ]
-
-
-def table_columns(table: TensorTable) -> Columns:
-    """A table's columns by name, a ragged list as ``(values, offsets)``."""
-    return {
-        name: (column.values, column.offsets) if column.offsets is not None else column.values
-        for name, column in table.items()
-    }
 
 
 def columns_rows(columns: Columns) -> int:

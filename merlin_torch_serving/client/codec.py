@@ -58,9 +58,9 @@ class ModelCodec:
             )
             for column in schemas.output_schema
         ]
-        #: tritonclient's requested outputs: read-only once built, so every call shares them
         #: the answer frames' column labels, per mapping of the caller's column names
         self._labels: dict[tuple, pd.Index] = {}
+        #: tritonclient's requested outputs: read-only once built, so every call shares them
         self.requested_outputs = [
             module.InferRequestedOutput(sent) for _, _, pairs in self._outputs for _, sent in pairs
         ]
@@ -109,7 +109,7 @@ class ModelCodec:
         """The answers to a request's parts, one after the other."""
         if len(answers) == 1:
             return answers[0]
-        return chunks.table_columns(
+        return wire.table_columns(
             tables.concat([TensorTable(answer, _unsafe=True) for answer in answers])
         )
 

@@ -37,7 +37,7 @@ from merlin_torch_serving.client.health import (
     with_services,
 )
 from merlin_torch_serving.client.model_schemas import ModelSchemas, schemas_from_config
-from merlin_torch_serving.data import frames
+from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.exceptions import (
     AddressError,
     InferenceError,
@@ -296,7 +296,7 @@ class Conversation:
     ) -> Steps[TensorTable]:
         codec = self._codecs.get(model) or (yield from self.codec(model))
         frames.check_columns(list(request.columns), codec.schemas.input_schema)
-        columns = chunks.table_columns(request)
+        columns = wire.table_columns(request)
         answer = yield from self._send(model, codec, columns, progress, request_id)
         return TensorTable(answer, _unsafe=True)
 
@@ -379,6 +379,33 @@ class Conversation:
             answered = stub_answered(str(mapped))
             return answered, "" if answered else str(mapped)
         return True, ""
+
+
+class ClientSettings:
+    """The settings a client (``Client``, ``AsyncClient``) was made with, as its conversation
+    holds them."""
+
+    _conversation: Conversation
+
+    @property
+    def url(self) -> str:
+        return self._conversation.url
+
+    @property
+    def protocol(self) -> str:
+        return self._conversation.protocol
+
+    @property
+    def timeout_s(self) -> float:
+        return self._conversation.timeout_s
+
+    @property
+    def max_rows_per_request(self) -> int | None:
+        return self._conversation.max_rows_per_request
+
+    @property
+    def retry_policy(self) -> transport.RetryPolicy:
+        return self._conversation.retry_policy
 
 
 def checked_address(url: str, protocol: str) -> str:

@@ -128,27 +128,34 @@ def names_services(config: Mapping) -> bool:
 def service_health(config: Mapping) -> tuple[ServiceHealth, ...]:
     """Whether each outside service a model config names answers: an HTTP service its health
     endpoint (``<url>/health``) within ``SERVICE_TIMEOUT_S``, a store ``store_error``'s check, a
-    folder (``file://``) whether it can be written to (``folder_error``)."""
+    folder (``file://``) whether it can be written to (``folder_error``). Services at one URL (the
+    store a step's sessions, rules and trending counts share) are asked once."""
     listed = config.get("parameters", {}).get(SERVICES_PARAMETER, {}).get("string_value")
     if not listed:
         return ()
+    errors: dict[str, str | None] = {}
     report = []
     for service in json.loads(listed):
         url = service["url"].rstrip("/")
-        if url.startswith("file://"):  # a folder a model writes (an answer log's)
-            error = folder_error(urllib.parse.urlparse(url).path)
-            if error is None:
-                continue  # not on this machine: it cannot be told from here
-        elif not url.startswith(("http://", "https://")):  # a store: Redis, or an embedded file
-            error = store_error(url, SERVICE_TIMEOUT_S)
-        else:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
-                    error = "" if answer.status == 200 else f"HTTP {answer.status} from /health"
-            except OSError as failure:
-                error = f"{type(failure).__name__}: {failure}"
-        report.append(ServiceHealth(service["name"], url, not error, error))
+        if url not in errors:
+            errors[url] = _service_error(url)
+        error = errors[url]
+        if error is not None:  # None: not on this machine, it cannot be told from here
+            report.append(ServiceHealth(service["name"], url, not error, error))
     return tuple(report)
+
+
+def _service_error(url: str) -> str | None:
+    """Why the service at ``url`` does not answer ("" when it does; see ``service_health``)."""
+    if url.startswith("file://"):  # a folder a model writes (an answer log's)
+        return folder_error(urllib.parse.urlparse(url).path)
+    if not url.startswith(("http://", "https://")):  # a store: Redis, or an embedded file
+        return store_error(url, SERVICE_TIMEOUT_S)
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=SERVICE_TIMEOUT_S) as answer:
+            return "" if answer.status == 200 else f"HTTP {answer.status} from /health"
+    except OSError as failure:
+        return f"{type(failure).__name__}: {failure}"
 
 
 #: a folder a model writes to (an answer log's) with less free space than this is full

@@ -29,7 +29,7 @@ Protocol = Literal["grpc", "http"]
 __all__ = ["Client", "ModelSchemas", "Progress", "Protocol", "schemas_from_config"]
 
 
-class Client:
+class Client(conversation.ClientSettings):
     """Talks to one tritonserver over gRPC (default) or HTTP.
 
     The HTTP client is not safe to share between threads: give each thread a Client of its own
@@ -83,26 +83,6 @@ class Client:
             admin_key=admin_key,
         )
         self._connection = transport.Connection(self.url, protocol, self.timeout_s)
-
-    @property
-    def url(self) -> str:
-        return self._conversation.url
-
-    @property
-    def protocol(self) -> str:
-        return self._conversation.protocol
-
-    @property
-    def timeout_s(self) -> float:
-        return self._conversation.timeout_s
-
-    @property
-    def max_rows_per_request(self) -> int | None:
-        return self._conversation.max_rows_per_request
-
-    @property
-    def retry_policy(self) -> transport.RetryPolicy:
-        return self._conversation.retry_policy
 
     def close(self) -> None:
         """Close the connection (tritonserver waits, when it stops, for open HTTP connections)."""

@@ -9,6 +9,7 @@ column. A list column may hold empty lists, and a request may have no rows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,11 +28,7 @@ def table_to_frame(table: TensorTable, names: Mapping[str, str] | None = None) -
 
     List columns hold one numpy array per row.
     """
-    columns = {
-        name: (column.values, column.offsets) if column.offsets is not None else column.values
-        for name, column in table.items()
-    }
-    return columns_to_frame(columns, names)
+    return columns_to_frame(wire.table_columns(table), names)
 
 
 def columns_to_frame(
@@ -42,20 +39,51 @@ def columns_to_frame(
 ) -> pd.DataFrame:
     """A DataFrame of table columns (arrays, or a ragged list's ``(values, offsets)``), renamed
     through ``names`` (or labelled ``labels``, an Index a caller keeps for frames of the same
-    columns): a ragged or fixed-length list column holds one numpy array per row."""
+    columns): a ragged or fixed-length list column holds one numpy array per row. It equals
+    ``pd.DataFrame(dict)`` of the same cells, whichever way it is built (``PANDAS_INTERNALS``)."""
     cells = cells_per_row(columns)
     if labels is None:
         labels = pd.Index([names.get(name, name) for name in cells] if names else list(cells))
     arrays = list(cells.values())
     rows = len(arrays[0]) if arrays else 0
-    if all(array.dtype in _BLOCK_DTYPES for array in arrays):
-        return _frame_of_blocks(arrays, labels, rows)
-    # pandas' own constructor from checked columns of equal length: it skips the checks and
-    # conversions of DataFrame(dict), and copies the columns into its blocks as it does
-    return pd.DataFrame._from_arrays(  # type: ignore[attr-defined]
-        arrays, columns=labels, index=pd.RangeIndex(rows), verify_integrity=False
-    )
+    if PANDAS_INTERNALS and all(array.dtype in _BLOCK_DTYPES for array in arrays):
+        try:
+            return _frame_of_blocks(arrays, labels, rows)
+        except (ImportError, AttributeError, TypeError):  # internals moved: the public way
+            pass
+    frame = pd.DataFrame(dict(enumerate(arrays)), index=pd.RangeIndex(rows))
+    frame.columns = labels  # set after: labels may repeat, which a dict cannot hold
+    return frame
 
+
+def _pandas_internals() -> bool:
+    """Whether ``_frame_of_blocks`` and ``frame_columns`` may use pandas' internals: pandas 1.x
+    (the Merlin stack pins it below 2), whose block layout they reproduce, with its internals where
+    they were. Any other pandas gets its public constructors, slower and the same."""
+    if not pd.__version__.startswith("1."):
+        return False
+    try:
+        _internals()
+    except ImportError:
+        return False
+    return callable(getattr(pd.DataFrame, "_get_column_array", None))
+
+
+@functools.cache
+def _internals() -> tuple:
+    """The pandas internals ``_frame_of_blocks`` builds with (pandas-stubs leave them out),
+    imported once."""
+    from pandas._libs.internals import BlockPlacement  # type: ignore[import-not-found]
+    from pandas.core.internals import BlockManager  # type: ignore[import-not-found]
+    from pandas.core.internals.blocks import get_block_type  # type: ignore[import-not-found]
+
+    return BlockPlacement, BlockManager, get_block_type
+
+
+#: whether answers and requests are turned into and out of DataFrames through pandas' private
+#: internals (see ``_pandas_internals``), where pandas' public ways spend most of a one-session
+#: request's client time
+PANDAS_INTERNALS = _pandas_internals()
 
 #: dtypes a pandas block holds as the numpy array it is given (no extension type, no unit)
 _BLOCK_DTYPES = frozenset(
@@ -65,34 +93,51 @@ _BLOCK_DTYPES = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=256)
+def _block_layout(dtypes: tuple[np.dtype, ...]) -> tuple[tuple[type, np.dtype, tuple, Any], ...]:
+    """pandas 1.x's blocks for columns of ``dtypes``: per dtype in order of first appearance,
+    the block class, the dtype, the columns' positions and their ``BlockPlacement`` (which
+    pandas never changes in place, so frames of the same dtypes share them)."""
+    block_placement, _, get_block_type = _internals()
+    positions: dict[np.dtype, list[int]] = {}
+    for position, dtype in enumerate(dtypes):
+        positions.setdefault(dtype, []).append(position)
+    return tuple(
+        (
+            get_block_type(dtype),
+            dtype,
+            tuple(placed),
+            block_placement(np.array(placed, dtype=np.intp)),
+        )
+        for dtype, placed in positions.items()
+    )
+
+
 def _frame_of_blocks(arrays: list[np.ndarray], labels: pd.Index, rows: int) -> pd.DataFrame:
     """The DataFrame ``DataFrame(dict)`` builds, made as pandas lays it out: one 2-D block per
     dtype holding copies of that dtype's columns. For a one-session answer, pandas' own
     constructors spend three times as long finding that layout (which dtypes, which blocks) as
-    everything else the client does with the answer; the layout is pandas 1.x's (the Merlin
-    stack pins pandas below 2), and ``columns_to_frame`` takes it only for plain numpy dtypes."""
-    # pandas' internals, which pandas-stubs leave out
-    from pandas._libs.internals import BlockPlacement  # type: ignore[import-not-found]
-    from pandas.core.internals import BlockManager  # type: ignore[import-not-found]
-    from pandas.core.internals.blocks import new_block  # type: ignore[import-not-found]
-
-    positions: dict[np.dtype, list[int]] = {}
-    for position, array in enumerate(arrays):
-        positions.setdefault(array.dtype, []).append(position)
+    everything else the client does with the answer, so the layout is worked out once per
+    sequence of dtypes (``_block_layout``); it is pandas 1.x's, and ``columns_to_frame`` takes it
+    only there (``PANDAS_INTERNALS``) and for plain numpy dtypes."""
+    _, block_manager, _ = _internals()
     blocks = []
-    for dtype, placed in positions.items():
+    for block_type, dtype, placed, placement in _block_layout(tuple(a.dtype for a in arrays)):
         values = np.empty((len(placed), rows), dtype=dtype)
         for row, position in enumerate(placed):
             values[row] = arrays[position]
-        blocks.append(new_block(values, BlockPlacement(np.array(placed, dtype=np.intp)), ndim=2))
-    manager = BlockManager(tuple(blocks), [labels, pd.RangeIndex(rows)], verify_integrity=False)
-    return pd.DataFrame(manager)
+        blocks.append(block_type(values, ndim=2, placement=placement))
+    index = pd.RangeIndex._simple_new(range(rows))  # type: ignore[attr-defined]
+    return pd.DataFrame(block_manager(tuple(blocks), [labels, index], verify_integrity=False))
 
 
 def frame_columns(frame: pd.DataFrame) -> dict:
     """A DataFrame's columns by name, each as the array pandas holds (numpy, or an extension
     array), without the Series that ``frame[name]`` builds for each: for a one-session request
-    those cost more than the rest of the request's checks and conversions together."""
+    those cost more than the rest of the request's checks and conversions together. Without
+    ``PANDAS_INTERNALS``, the Series (which the checks take as well)."""
+    if not PANDAS_INTERNALS:
+        return {name: frame.iloc[:, i] for i, name in enumerate(frame.columns)}
     return {
         name: frame._get_column_array(i)  # type: ignore[operator]
         for i, name in enumerate(frame.columns)

@@ -147,16 +147,19 @@ def schema_specs(schema: Schema) -> list[TensorSpec]:
 
 def to_wire(table: TensorTable) -> dict[str, np.ndarray]:
     """Flatten a table to named numpy arrays in the wire format (offsets as int32)."""
-    return columns_to_wire(
-        {
-            name: (column.values, column.offsets) if column.offsets is not None else column.values
-            for name, column in table.items()
-        }
-    )
+    return columns_to_wire(table_columns(table))
 
 
 #: a TensorTable column as this package builds one: values, or a ragged list's (values, offsets)
 TableColumn = np.ndarray | tuple[np.ndarray, np.ndarray]
+
+
+def table_columns(table: TensorTable) -> dict[str, TableColumn]:
+    """A table's columns by name, a ragged list as ``(values, offsets)``."""
+    return {
+        name: (column.values, column.offsets) if column.offsets is not None else column.values
+        for name, column in table.items()
+    }
 
 
 def columns_to_wire(columns: Mapping[str, TableColumn]) -> dict[str, np.ndarray]:

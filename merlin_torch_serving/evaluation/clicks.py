@@ -58,13 +58,18 @@ def _frame(source) -> pd.DataFrame:
     path = Path(source)
     if not path.exists():
         raise AnswerLogError(f"no clicks at {str(path)!r}; pass a parquet or CSV file of clicks")
-    if path.is_dir() or path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix == ".csv":
-        return pd.read_csv(path)
-    raise AnswerLogError(
-        f"the clicks file {str(path)!r} is neither parquet nor CSV; pass a .parquet or .csv file"
-    )
+    if not (path.is_dir() or path.suffix in (".parquet", ".csv")):
+        raise AnswerLogError(
+            f"the clicks file {str(path)!r} is neither parquet nor CSV; pass a .parquet or .csv"
+            " file"
+        )
+    try:
+        return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    except (OSError, ValueError) as error:  # pyarrow's and pandas' errors of a broken file
+        raise AnswerLogError(
+            f"the clicks at {str(path)!r} cannot be read ({type(error).__name__}: {error}); pass"
+            " a whole parquet or CSV file of clicks"
+        ) from error
 
 
 def _utc(times: pd.Series, name: str) -> pd.Series:

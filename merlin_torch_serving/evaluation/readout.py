@@ -37,6 +37,7 @@ from merlin_torch_serving.evaluation.findings import (
 from merlin_torch_serving.evaluation.impressions import impressions
 from merlin_torch_serving.evaluation.join import Joined
 from merlin_torch_serving.evaluation.report import table
+from merlin_torch_serving.exceptions import AnswerLogError
 
 
 @dataclass(frozen=True)
@@ -78,16 +79,14 @@ def read_out(
         control = max(variants, key=lambda g: (g.sessions, [-ord(c) for c in g.name])).name
     comparisons = []
     if variants and control not in {g.name for g in variants}:
-        from merlin_torch_serving.exceptions import AnswerLogError
-
         raise AnswerLogError(
             f"the log has no variant {control!r} to compare with; pick one of"
             f" {', '.join(repr(g.name) for g in variants)}"
         )
+    base = next((g for g in variants if g.name == control), None)
     for treated in variants:
-        if treated.name == control:
+        if base is None or treated is base:
             continue
-        base = next(g for g in variants if g.name == control)
         for metric in metric_names(joined.ks):
             comparisons.append(
                 Comparison(

@@ -50,7 +50,9 @@ class ClickCodec:
         self.columns = list(schema.column_names)
         self.record = np.dtype(fixed)
         description = repr([(c.name, str(wire.column_numpy_dtype(c))) for c in schema])
-        self.fingerprint = hashlib.blake2b(description.encode(), digest_size=4).digest()
+        self.fingerprint = hashlib.blake2b(
+            description.encode(), digest_size=FINGERPRINT_BYTES
+        ).digest()
 
     def pack(self, columns: dict[str, np.ndarray]) -> list[bytes]:
         """One payload per row of ``columns`` (name -> 1-D values, every column of the schema)."""
@@ -84,9 +86,6 @@ class ClickCodec:
                 values[:] = [row[index] for row in texts]
                 columns[name] = values
         return {name: columns[name] for name in self.columns}
-
-    def is_readable(self, payload: bytes) -> bool:
-        return payload[:FINGERPRINT_BYTES] == self.fingerprint
 
 
 def click_keys(payloads: Sequence[bytes], event_ids: np.ndarray | None) -> list[bytes]:

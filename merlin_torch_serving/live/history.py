@@ -31,7 +31,6 @@ from merlin_torch_serving.stores import (
     GuardedStore,
     StoreSettings,
     settings_from_config,
-    shared_store,
     store_settings,
     text_key,
 )
@@ -99,20 +98,12 @@ class SessionHistory(ServingOperator):
             raise ValueError(f"ttl_s must be above 0 seconds, got {ttl_s!r}")
         self._check_columns()
         self.codec = ClickCodec(clicks, self.label)
-        self._guard: GuardedStore | None = None
+        #: the store, as the step calls it (opened on first use, shared in this process)
+        self.guard = GuardedStore(self.settings, retry_after_s=self.retry_after_s, label="sessions")
 
     @property
     def label(self) -> str:
         return "SessionHistory"
-
-    @property
-    def guard(self) -> GuardedStore:
-        """The store, as the step calls it (opened on first use, shared in this process)."""
-        if self._guard is None:
-            self._guard = GuardedStore(
-                shared_store(self.settings), retry_after_s=self.retry_after_s, label="sessions"
-            )
-        return self._guard
 
     # ---- graph building ----------------------------------------------------------------------
 

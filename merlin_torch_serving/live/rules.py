@@ -11,19 +11,16 @@ last list read in force and fails no request.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from typing import Any
 
 import numpy as np
 
-from merlin_torch_serving.graph.rehearsal import is_rehearsal
 from merlin_torch_serving.live.encoding import RawIdEncoder
 from merlin_torch_serving.stores import (
     GuardedStore,
+    Refreshed,
     StoreSettings,
     settings_from_config,
-    shared_store,
     store_settings,
 )
 
@@ -67,33 +64,19 @@ class BlockList:
         self.encoder = (
             RawIdEncoder.from_vocabulary(vocabulary, column) if vocabulary is not None else None
         )
-        self._ids = np.zeros(0, dtype=np.int64)
-        self._read_at = -np.inf
-        self._lock = threading.Lock()
-        self._guard: GuardedStore | None = None
-
-    @property
-    def guard(self) -> GuardedStore:
-        if self._guard is None:
-            self._guard = GuardedStore(
-                shared_store(self.settings), retry_after_s=self.retry_after_s, label="rules"
-            )
-        return self._guard
+        self.guard = GuardedStore(self.settings, retry_after_s=self.retry_after_s, label="rules")
+        self._ids = Refreshed(
+            self.guard,
+            lambda store: store.blocked(self.name),
+            self._as_ids,
+            np.zeros(0, dtype=np.int64),
+            self.refresh_s,
+        )
 
     def ids(self) -> np.ndarray:
         """The blocked ids (int64, sorted), read again when the last read is ``refresh_s`` old;
         one caller reads while the others keep the list they have."""
-        if is_rehearsal():
-            return self._ids
-        if time.monotonic() - self._read_at >= self.refresh_s and self._lock.acquire(False):
-            try:
-                items = self.guard.call(lambda store: store.blocked(self.name), None)
-                self._read_at = time.monotonic()
-                if items is not None:
-                    self._ids = self._as_ids(items)
-            finally:
-                self._lock.release()
-        return self._ids
+        return self._ids.value()
 
     def _as_ids(self, items: list[str]) -> np.ndarray:
         if self.encoder is not None:

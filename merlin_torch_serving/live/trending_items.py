@@ -10,8 +10,6 @@ first read: sessions then get -1 ids scored -inf, as ``TopK`` pads).
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -20,16 +18,15 @@ from merlin.table import TensorTable
 
 from merlin_torch_serving.data import tables
 from merlin_torch_serving.exceptions import SchemaError
-from merlin_torch_serving.graph.rehearsal import is_rehearsal
 from merlin_torch_serving.live.encoding import RawIdEncoder
 from merlin_torch_serving.live.trending import Trending
 from merlin_torch_serving.ops.base import ServingOperator
 from merlin_torch_serving.ops.topk import check_seen_items, ranked_items_schema
 from merlin_torch_serving.stores import (
     GuardedStore,
+    Refreshed,
     StoreSettings,
     settings_from_config,
-    shared_store,
     store_settings,
 )
 
@@ -79,22 +76,18 @@ class TrendingItems(ServingOperator):
         self.refresh_s = float(refresh_s)
         self.retry_after_s = float(retry_after_s)
         self.encoder = RawIdEncoder.from_vocabulary(workflow, trending.item)
-        self._ranking = (np.zeros(0, np.int64), np.zeros(0, np.float32))
-        self._read_at = -np.inf
-        self._lock = threading.Lock()
-        self._guard: GuardedStore | None = None
+        self.guard = GuardedStore(self.settings, retry_after_s=self.retry_after_s, label="trending")
+        self._ranking = Refreshed(
+            self.guard,
+            lambda store: store.trending_counts(trending.name, trending.window),
+            lambda counts: self._encoded(*trending.ranked(counts)),
+            (np.zeros(0, np.int64), np.zeros(0, np.float32)),
+            self.refresh_s,
+        )
 
     @property
     def label(self) -> str:
         return f"TrendingItems(k={self.k})"
-
-    @property
-    def guard(self) -> GuardedStore:
-        if self._guard is None:
-            self._guard = GuardedStore(
-                shared_store(self.settings), retry_after_s=self.retry_after_s, label="trending"
-            )
-        return self._guard
 
     def expected_input_schema(self, input_schema: Schema) -> Schema:
         if self.seen_items not in input_schema.column_names:
@@ -125,20 +118,7 @@ class TrendingItems(ServingOperator):
     def ranking(self) -> tuple[np.ndarray, np.ndarray]:
         """(encoded ids, scores) of the trending items, best first, read again when ``refresh_s``
         old."""
-        if is_rehearsal():
-            return self._ranking
-        if time.monotonic() - self._read_at >= self.refresh_s and self._lock.acquire(False):
-            try:
-                counts = self.guard.call(
-                    lambda store: store.trending_counts(self.trending.name, self.trending.window),
-                    None,
-                )
-                self._read_at = time.monotonic()
-                if counts is not None:
-                    self._ranking = self._encoded(*self.trending.ranked(counts))
-            finally:
-                self._lock.release()
-        return self._ranking
+        return self._ranking.value()
 
     def _encoded(self, items: list[str], weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         known = self.encoder.ids_of(items)

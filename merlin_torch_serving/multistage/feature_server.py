@@ -8,21 +8,19 @@ environment of its own; this module speaks its JSON API (``POST /get-online-feat
 
 A call that fails (refused, timed out, an error status, an answer that does not parse) returns
 None, remembers why, and makes the calls of the next ``retry_after_s`` skip the server, so that a
-server that hangs costs one timeout, not one per request; the state is what health reports.
+server that hangs costs one timeout, not one per request; the state is what health reports. Both
+are ``stores.guard.Outages``', as for a store.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import urllib3
 
-logger = logging.getLogger("merlin_torch_serving")
+from merlin_torch_serving.stores.guard import Outages, ServiceState
 
 ONLINE_FEATURES_PATH = "/get-online-features"
 HEALTH_PATH = "/health"
@@ -35,19 +33,6 @@ class OnlineFeatures:
 
     values: dict[str, list]
     found: dict[str, list[bool]]
-
-
-@dataclass(frozen=True)
-class ServerState:
-    """What the last calls to a feature server showed."""
-
-    url: str
-    #: whether the last call was answered
-    reachable: bool
-    #: why the last failing call failed ("" while it answers)
-    last_error: str
-    #: when the state last changed (``time.time()``)
-    since: float
 
 
 class FeatureServerClient:
@@ -69,7 +54,6 @@ class FeatureServerClient:
             raise ValueError(f"timeout_s must be above 0, got {timeout_s!r}")
         self.url = url.rstrip("/")
         self.timeout_s = float(timeout_s)
-        self.retry_after_s = float(retry_after_s)
         self._pool = urllib3.PoolManager(
             num_pools=1,
             maxsize=pool_size,
@@ -77,20 +61,23 @@ class FeatureServerClient:
             retries=False,
             timeout=urllib3.Timeout(total=self.timeout_s),
         )
-        self._lock = threading.Lock()
-        self._state = ServerState(self.url, True, "", time.time())
-        self._skip_until = 0.0
+        self.outages = Outages(
+            self.url,
+            retry_after_s=retry_after_s,
+            what="the feature server",
+            meanwhile="features get their defaults",
+        )
 
     @property
-    def state(self) -> ServerState:
-        return self._state
+    def state(self) -> ServiceState:
+        return self.outages.state
 
     def online_features(
         self, references: Sequence[str], entity: str, keys: list
     ) -> OnlineFeatures | None:
         """The features ``references`` (``"view:feature"``) of ``keys`` of ``entity``, or None when
         the server did not answer (or is being skipped after a failure)."""
-        if time.monotonic() < self._skip_until:
+        if self.outages.skipping():
             return None
         body = json.dumps({"features": list(references), "entities": {entity: keys}})
         try:
@@ -104,43 +91,22 @@ class FeatureServerClient:
                 raise ValueError(f"HTTP {response.status}: {response.data[:300]!r}")
             answer = _parse(json.loads(response.data), [r.split(":", 1)[-1] for r in references])
         except Exception as error:  # any failure is answered with the defaults, never raised
-            self._failed(f"{type(error).__name__}: {error}")
+            self.outages.failed(f"{type(error).__name__}: {error}")
             return None
-        self._answered()
+        self.outages.answered()
         return answer
 
-    def check(self) -> ServerState:
+    def check(self) -> ServiceState:
         """Ask the server's health endpoint now (bounded by the timeout) and return the state."""
         try:
             response = self._pool.request("GET", self.url + HEALTH_PATH)
             if response.status != 200:
                 raise ValueError(f"HTTP {response.status} from {HEALTH_PATH}")
         except Exception as error:
-            self._failed(f"{type(error).__name__}: {error}", skip=False)
+            self.outages.failed(f"{type(error).__name__}: {error}", skip=False)
         else:
-            self._answered()
-        return self._state
-
-    def _failed(self, reason: str, skip: bool = True) -> None:
-        with self._lock:
-            if skip:
-                self._skip_until = time.monotonic() + self.retry_after_s
-            if self._state.reachable:
-                logger.warning(
-                    "the feature server at %s does not answer (%s); features get their defaults"
-                    " until it does",
-                    self.url,
-                    reason,
-                )
-                self._state = ServerState(self.url, False, reason, time.time())
-            elif reason != self._state.last_error:
-                self._state = ServerState(self.url, False, reason, self._state.since)
-
-    def _answered(self) -> None:
-        with self._lock:
-            if not self._state.reachable:
-                logger.warning("the feature server at %s answers again", self.url)
-                self._state = ServerState(self.url, True, "", time.time())
+            self.outages.answered()
+        return self.outages.state
 
 
 def _parse(answer: dict, features: list[str]) -> OnlineFeatures:

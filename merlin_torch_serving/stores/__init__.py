@@ -9,7 +9,7 @@ from merlin_torch_serving.stores.base import (
     TrendingWindow,
     text_key,
 )
-from merlin_torch_serving.stores.guard import GuardedStore, StoreState
+from merlin_torch_serving.stores.guard import GuardedStore, Outages, Refreshed, ServiceState
 from merlin_torch_serving.stores.opening import open_store, shared_store
 from merlin_torch_serving.stores.settings import (
     EmbeddedSettings,
@@ -23,10 +23,12 @@ __all__ = [
     "Click",
     "EmbeddedSettings",
     "GuardedStore",
+    "Outages",
     "RedisSettings",
+    "Refreshed",
+    "ServiceState",
     "Store",
     "StoreSettings",
-    "StoreState",
     "TrendingCounts",
     "TrendingWindow",
     "open_store",

@@ -6,8 +6,8 @@ write, and the file outlives every process. A call waits at most ``timeout_s`` f
 process's write (SQLite's busy timeout), then fails with ``StoreError``.
 
 A session keeps all its clicks until it expires (reads take the last ``keep`` through an index);
-expired sessions are dropped when read and swept from the file once a minute by the process
-that appends.
+an expired session reads as empty, loses its clicks at its next append, and is swept from the file
+once a minute by the process that appends.
 """
 
 from __future__ import annotations

@@ -18,25 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from merlin_torch_serving import Client, Ensemble
+from merlin_torch_serving import Client
 from tests import toy_session
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = "toy-web-service"
+MODEL = "toy-client"  # the toy graph the clients' tests serve (tests/conftest.py)
 STARTED = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 START_TIMEOUT_S = 120.0
-
-
-@pytest.fixture(scope="module")
-def served(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(
-        toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema
-    )
-    ensemble.export(triton_server.repository, MODEL)
-    triton_server.load(MODEL)
-    return ensemble
 
 
 class Uvicorn:
@@ -97,7 +87,7 @@ def post(url: str, body: dict) -> tuple[int, dict]:
 
 
 def test_the_web_service_answers_a_sessions_clicks_with_the_top_k_client_answers(
-    triton_server, served
+    triton_server, toy_client
 ):
     # one start of the service (its imports take seconds): gRPC, its default; AsyncClient's two
     # protocols are compared with Client's in tests/integration

@@ -38,6 +38,7 @@ from tests import toy_session
 from tests.answer_logs import fill, logged_routed, small_filesystem
 from tests.integration.test_metrics import scrape, value
 from tests.redis_fixtures import fresh_redis_server
+from tests.served import raw_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -73,11 +74,23 @@ def served(triton_server, toy_workflow, toy_model, small_disk):
     triton_server.unload(NAME)
 
 
-def send(url: str, protocol: str, rows, request_id: str, model: str = NAME) -> dict:
-    """The served answer of ``model`` to ``rows``, sent through ``Client`` under
-    ``request_id``: one array per output column."""
-    with Client(url, protocol, retries=0) as client:
-        return client.infer_columns(model, rows, request_id=request_id)
+@pytest.fixture(scope="module")
+def clients(triton_server):
+    """A ``Client`` of the shared server per protocol, for the module's tests (the gRPC one is
+    shared by threads)."""
+    opened = {
+        "grpc": Client(triton_server.grpc_url, "grpc", retries=0),
+        "http": Client(triton_server.http_url, "http", retries=0),
+    }
+    yield opened
+    for client in opened.values():
+        client.close()
+
+
+def send(client: Client, rows, request_id: str, model: str = NAME) -> dict:
+    """The served answer of ``model`` to ``rows``, sent through ``client`` under ``request_id``:
+    one array per output column."""
+    return client.infer_columns(model, rows, request_id=request_id)
 
 
 def logged_under(folder, request_ids, sessions: int, timeout_s: float = 60.0):
@@ -96,13 +109,12 @@ def logged_under(folder, request_ids, sessions: int, timeout_s: float = 60.0):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("n_sessions", [1, 7, 64])
 def test_every_answer_is_logged_once_under_its_request_id_with_its_exact_items_and_scores(
-    triton_server, served, protocol, n_sessions
+    served, clients, protocol, n_sessions
 ):
     folder = served
-    url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
     rows = toy_session.interactions(n_sessions, seed=n_sessions, first_session=10_000 * n_sessions)
     request_id = f"{protocol}-{n_sessions}"
-    answer = send(url, protocol, rows, request_id)
+    answer = send(clients[protocol], rows, request_id)
     logged = logged_under(folder, [request_id], n_sessions).set_index("session_id")
 
     assert sorted(logged.index) == sorted(answer["session_id"].tolist())  # each session once
@@ -119,7 +131,7 @@ def test_every_answer_is_logged_once_under_its_request_id_with_its_exact_items_a
     assert set(logged["ensemble_version"]) == set(logged["model_version"]) == {1}
 
 
-def test_files_are_published_whole_and_the_log_reads_while_the_server_writes(triton_server, served):
+def test_files_are_published_whole_and_the_log_reads_while_the_server_writes(served, clients):
     folder = served
     rows = toy_session.interactions(7, seed=3, first_session=500_000)
     sent, stop = [], threading.Event()
@@ -127,7 +139,7 @@ def test_files_are_published_whole_and_the_log_reads_while_the_server_writes(tri
     def traffic():
         while not stop.is_set() and len(sent) < 400:
             request_id = f"rotation-{len(sent)}"
-            send(triton_server.grpc_url, "grpc", rows, request_id)
+            send(clients["grpc"], rows, request_id)
             sent.append(request_id)
 
     thread = threading.Thread(target=traffic)
@@ -156,7 +168,7 @@ def test_files_are_published_whole_and_the_log_reads_while_the_server_writes(tri
 
 
 def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
-    triton_server, served, small_disk
+    triton_server, served, clients, small_disk
 ):
     folder = served
     time.sleep(3 * FLUSH_S)  # what earlier tests queued is written: nothing is pending
@@ -167,16 +179,16 @@ def test_a_full_disk_fails_no_request_counts_the_drops_and_health_says_so(
             toy_session.interactions(64, seed=s, first_session=600_000 + 100 * s) for s in range(20)
         ]
         for index, rows in enumerate(requests):  # 1,280 sessions: the queue holds 1,000
-            answer = send(triton_server.grpc_url, "grpc", rows, f"full-{index}")
+            answer = send(clients["grpc"], rows, f"full-{index}")
             assert len(answer["session_id"]) == 64
-        (step,) = [h for h in Client(triton_server.grpc_url).health() if h.name == STEP]
+        (step,) = [h for h in clients["grpc"].health() if h.name == STEP]
         (log,) = step.services
         assert not log.reachable
         assert "is full" in log.error
         assert step.degraded
         assert step.healthy
         # drops are counted as they happen, failed flushes with the next request
-        send(triton_server.grpc_url, "grpc", requests[0][:1], "full-last")
+        send(clients["grpc"], requests[0][:1], "full-last")
         assert counted(triton_server, STEP, "mts_answer_log_failed_flushes_total", before) > 0
         dropped = counted(triton_server, STEP, "mts_answer_log_dropped_total", before)
         # a request's answers are queued whole or dropped whole; how many fit depends on what the
@@ -200,7 +212,7 @@ REDIS_STEP = f"{REDIS_LOGGED}-0-transformworkflow_route_loganswers"
 
 
 def test_a_redis_stream_logs_every_answer_and_redis_stopped_fails_no_request(
-    triton_server, toy_workflow, toy_model, tmp_path
+    triton_server, clients, toy_workflow, toy_model, tmp_path
 ):
     """The served graph logging to a Redis stream of its own redis-server: answers read back
     exactly; the server stopped: every request answered, the drops counted, health degraded;
@@ -219,7 +231,7 @@ def test_a_redis_stream_logs_every_answer_and_redis_stopped_fails_no_request(
         triton_server.load(REDIS_LOGGED)
         try:
             rows = toy_session.interactions(7, seed=21, first_session=700_000)
-            answer = send(triton_server.grpc_url, "grpc", rows, "r-1", REDIS_LOGGED)
+            answer = send(clients["grpc"], rows, "r-1", REDIS_LOGGED)
             logged = _stream_records(stream, 7).set_index("session_id")
             for row, session in enumerate(answer["session_id"]):
                 record = logged.loc[session]
@@ -230,7 +242,7 @@ def test_a_redis_stream_logs_every_answer_and_redis_stopped_fails_no_request(
             redis.stop()
             before = scrape(triton_server.metrics_url)
             for index in range(20):  # 140 sessions: 98 fit the queue (14 requests), 42 do not
-                sent = send(triton_server.grpc_url, "grpc", rows, f"down-{index}", REDIS_LOGGED)
+                sent = send(clients["grpc"], rows, f"down-{index}", REDIS_LOGGED)
                 assert len(sent["session_id"]) == 7
             (step,) = [h for h in triton_server.health() if h.name == REDIS_STEP]
             assert step.degraded
@@ -386,13 +398,7 @@ class Load:
                 arrays = self.arrays[count % len(self.arrays)]
                 request_id = f"{self.prefix}-{thread}-{count}"
                 count += 1
-                inputs = []
-                for name, array in arrays.items():
-                    tensor = tritonclient.grpc.InferInput(
-                        name, list(array.shape), wire.triton_dtype(array.dtype)
-                    )
-                    tensor.set_data_from_numpy(array)
-                    inputs.append(tensor)
+                inputs = raw_inputs(tritonclient.grpc, arrays)
                 try:
                     client.infer(KILLED, inputs, request_id=request_id, client_timeout=10)
                 except Exception:  # the server is gone or stopping: not acknowledged

@@ -14,13 +14,13 @@ from merlin_torch_serving import (
     AddressError,
     AsyncClient,
     Client,
-    Ensemble,
     InferenceError,
     InputError,
     RequestTimeoutError,
     ServerUnavailableError,
     TritonExecutor,
     UnknownModelError,
+    WrongProtocolError,
 )
 from merlin_torch_serving.data import frames
 from tests import toy_session
@@ -30,13 +30,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def served(triton_server, toy_workflow, toy_model):
-    ensemble = Ensemble(
-        toy_session.session_graph(toy_workflow, toy_model, k=5), toy_workflow.input_schema
-    )
-    ensemble.export(triton_server.repository, "toy-client")
-    triton_server.load("toy-client")
-    return ensemble
+def served(toy_client):
+    return toy_client
 
 
 CLIENTS = {"Client": Client, "AsyncClient": AwaitedClient}
@@ -327,3 +322,109 @@ def test_a_call_cancelled_while_the_server_computes_it_leaves_server_and_client_
     assert left_running == set()
     assert paused["y"].tolist() == [6]
     assert_frames_equal(answer, served.transform(rows))
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_client_on_the_other_protocols_port_is_told_so_as_client_is(triton_server, protocol):
+    other = "http" if protocol == "grpc" else "grpc"
+    url = url_of(triton_server, other)  # protocol's client on the other protocol's port
+    for kind in CLIENTS.values():
+        with (
+            kind(url, protocol, retries=0) as client,
+            pytest.raises(WrongProtocolError, match=rf"does not answer {protocol}: .*{other} port"),
+        ):
+            client.infer("toy-client", toy_session.interactions(1))
+
+
+class IdleClosingProxy:
+    """A TCP proxy in front of the server that closes a connection idle for ``idle_s`` (as load
+    balancers do): the kept-alive connections of a client's pool die between its requests."""
+
+    def __init__(self, upstream: str, idle_s: float):
+        self.host, _, port = upstream.rpartition(":")
+        self.port, self.idle_s = int(port), idle_s
+        self.closed = 0
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc_info):
+        self.server.close()
+
+    async def _serve(self, client_reader, client_writer):
+        upstream_reader, upstream_writer = await asyncio.open_connection(self.host, self.port)
+        active = asyncio.Event()
+
+        async def pipe(reader, writer):
+            while data := await reader.read(65536):
+                active.set()
+                writer.write(data)
+                await writer.drain()
+
+        pipes = [
+            asyncio.create_task(pipe(client_reader, upstream_writer)),
+            asyncio.create_task(pipe(upstream_reader, client_writer)),
+        ]
+        while True:
+            active.clear()
+            try:
+                await asyncio.wait_for(active.wait(), self.idle_s)
+            except TimeoutError:
+                break
+        for task in pipes:
+            task.cancel()
+        self.closed += 1
+        client_writer.close()
+        upstream_writer.close()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_an_async_client_whose_idle_connections_were_closed_answers_on_new_ones(
+    triton_server, served, protocol
+):
+    requests = [toy_session.interactions(1 + index, seed=60 + index) for index in range(3)]
+
+    async def ask_with_pauses():
+        proxy = IdleClosingProxy(url_of(triton_server, protocol), idle_s=0.2)
+        async with proxy as url, AsyncClient(url, protocol, retries=0) as client:
+            answers = []
+            for rows in requests:
+                answers.append(await client.infer("toy-client", rows))
+                await asyncio.sleep(0.6)  # the proxy closes the connection meanwhile
+            return answers, proxy.closed
+
+    answers, closed = asyncio.run(ask_with_pauses())
+    assert closed >= len(requests)  # every request after the first found its connection closed
+    for rows, answer in zip(requests, answers, strict=True):
+        assert_frames_equal(answer, served.transform(rows))
+
+
+def test_an_async_clients_unused_http_connections_are_closed_after_a_while(
+    triton_server, served, monkeypatch
+):
+    import psutil
+
+    from merlin_torch_serving.client import async_http
+
+    monkeypatch.setattr(async_http, "KEEP_IDLE_S", 0.3)
+    port = int(triton_server.http_url.rpartition(":")[2])
+
+    def open_to_server() -> int:
+        return sum(
+            1
+            for connection in psutil.Process().net_connections("tcp")
+            if connection.raddr
+            and connection.raddr.port == port
+            and connection.status == psutil.CONN_ESTABLISHED
+        )
+
+    async def ask_then_wait():
+        async with AsyncClient(triton_server.http_url, "http") as client:
+            await client.infer("toy-client", toy_session.interactions(2, seed=7))
+            after_answer = open_to_server()
+            await asyncio.sleep(1.0)
+            return after_answer, open_to_server()
+
+    after_answer, after_wait = asyncio.run(ask_then_wait())
+    assert after_wait == after_answer - 1  # the inference connection; metadata's is aiohttp's

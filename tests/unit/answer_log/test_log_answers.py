@@ -21,12 +21,8 @@ from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
 from merlin_torch_serving.graph import answering
 from merlin_torch_serving.graph.rehearsal import rehearsing
-from tests import routed_graphs, toy_session
-from tests.answer_logs import answered_sessions, assert_logged_once, logged_routed
-
-
-def rows(n_sessions: int, seed: int, first: int = 1000):
-    return toy_session.interactions(n_sessions, seed=seed, first_session=first)
+from tests import routed_graphs
+from tests.answer_logs import answered_sessions, assert_logged_once, logged_routed, rows
 
 
 def test_every_session_of_an_answer_is_logged_once_with_its_items_scores_branch_and_variant(

@@ -22,33 +22,14 @@ from merlin_torch_serving.answer_log.parquet_sink import FolderSink
 from merlin_torch_serving.answer_log.writer import AnswerWriter
 from merlin_torch_serving.client.health import folder_error
 from tests import toy_session
-from tests.answer_logs import fill, folder_files, logged_routed, small_filesystem
-
-
-class Columns:
-    """A list column as the operator receives it."""
-
-    def __init__(self, values, offsets=None):
-        self.values, self.offsets = values, offsets
-
-
-def answers(first_session: int, sessions: int = 4, k: int = 3) -> records.Answers:
-    ids = np.arange(sessions * k, dtype=np.int64).reshape(sessions, k) + first_session
-    return records.taken(
-        None,
-        None,
-        None,
-        np.arange(first_session, first_session + sessions),
-        Columns(ids),
-        Columns(ids.astype(np.float32) / 7),
-    )
-
-
-def wait_until(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+from tests.answer_logs import (
+    fill,
+    folder_files,
+    logged_routed,
+    small_filesystem,
+    wait_until,
+)
+from tests.answer_logs import made_up_answers as answers
 
 
 def test_a_journal_is_published_as_a_parquet_file_once_it_reaches_its_size(tmp_path):

@@ -5,7 +5,6 @@ and what was queued is written once it is back. A real redis-server, never a fak
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pandas as pd
@@ -14,20 +13,15 @@ from merlin_torch_serving import RedisSettings, RedisStream, read_answers
 from merlin_torch_serving.answer_log import records
 from merlin_torch_serving.answer_log.redis_sink import StreamSink
 from merlin_torch_serving.client.health import SERVICES_PARAMETER, service_health
-from tests import toy_session
-from tests.answer_logs import answered_sessions, assert_logged_once, logged_routed
+from tests.answer_logs import (
+    answered_sessions,
+    assert_logged_once,
+    logged_routed,
+    made_up_answers,
+    rows,
+    wait_until,
+)
 from tests.redis_fixtures import fresh_redis_server, unique_prefix
-
-
-def rows(n_sessions: int, seed: int, first: int = 1000):
-    return toy_session.interactions(n_sessions, seed=seed, first_session=first)
-
-
-def wait_until(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_answers_logged_to_a_stream_over_tls_read_back_as_they_were_answered(
@@ -55,15 +49,7 @@ def test_answers_logged_to_a_stream_over_tls_read_back_as_they_were_answered(
 def test_a_flush_retried_after_its_reply_was_lost_is_added_once(redis_server):
     stream = RedisStream(redis_server.url, stream=f"{unique_prefix()}:answers")
     sink = StreamSink(stream)
-    ids = np.arange(6, dtype=np.int64).reshape(2, 3)
-
-    class Column:
-        values, offsets = ids, None
-
-    class Scores:
-        values, offsets = (ids / 3).astype(np.float32), None
-
-    table = records.to_table([records.taken(None, None, None, np.array([7, 8]), Column, Scores)])
+    table = records.to_table([made_up_answers(7, sessions=2)])
     sink.write(table, 1)
     sink.write(table, 1)  # the same flush again: Redis had added it, the reply never came
     sink.write(table, 2)

@@ -1,5 +1,6 @@
 """The client's conversation, carried out by the blocking driver (``Client``'s) and the awaiting
-one (``AsyncClient``'s): the same retries, the same errors, and a cancelled caller stops it."""
+one (``AsyncClient``'s): the same retries, the same errors, and a cancelled caller stops it; both
+clients hold their settings in it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import threading
 
 import pytest
 
-from merlin_torch_serving import RequestTimeoutError, ServerUnavailableError
+from merlin_torch_serving import AsyncClient, Client, RequestTimeoutError, ServerUnavailableError
 from merlin_torch_serving.client import conversation
+from merlin_torch_serving.client.transport import RetryPolicy
 
 
 def talk(retries: int = 3, backoff_s: float = 0.1) -> conversation.Conversation:
@@ -105,3 +107,25 @@ def test_a_cancelled_caller_stops_the_steps_where_they_wait():
     asyncio.run(main())
     assert sent == [0]
     assert stopped == [True]
+
+
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
+def test_both_clients_report_the_settings_they_were_made_with(kind):
+    made = Client if kind == "Client" else AsyncClient
+    client = made(
+        "127.0.0.1:1",
+        "http",
+        timeout_s=2.5,
+        max_rows_per_request=10,
+        retries=1,
+        retry_backoff_s=0.5,
+    )
+    try:
+        assert (client.url, client.protocol, client.timeout_s) == ("127.0.0.1:1", "http", 2.5)
+        assert client.max_rows_per_request == 10
+        assert client.retry_policy == RetryPolicy(retries=1, backoff_s=0.5)
+    finally:
+        if isinstance(client, AsyncClient):
+            asyncio.run(client.close())
+        else:
+            client.close()

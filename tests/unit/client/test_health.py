@@ -1,15 +1,22 @@
 """What the launcher and the client both read of a model: the repository index, the statistics,
-and the probe that tells a client whether a python model's stub answers."""
+the probe that tells a client whether a python model's stub answers, and the outside services a
+model's config names, each URL asked once."""
 
 from __future__ import annotations
+
+import http.server
+import json
+import threading
 
 import numpy as np
 
 from merlin_torch_serving.client.health import (
+    SERVICES_PARAMETER,
     ModelStatus,
     failed_requests,
     model_statuses,
     probe_request,
+    service_health,
     standbys_run,
 )
 
@@ -106,3 +113,31 @@ def test_a_model_whose_standby_an_ensemble_runs_is_found_in_the_ensembles_config
     configs = [ensemble("reco-0-step-standby-2", "reco-1-model"), ensemble("other-0-step")]
     assert standbys_run(configs) == {"reco-0-step": "reco-0-step-standby-2"}
     assert standbys_run([ensemble("reco-0-step"), {"backend": "python"}]) == {}
+
+
+def test_services_at_one_url_are_asked_once_and_each_reported():
+    asked = []
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        names = ["session store", "rules store", "trending store"]
+        listed = json.dumps([{"name": name, "url": url} for name in names])
+        report = service_health({"parameters": {SERVICES_PARAMETER: {"string_value": listed}}})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [(s.name, s.reachable, s.error) for s in report] == [
+        (name, False, "HTTPError: HTTP Error 503: Service Unavailable") for name in names
+    ]
+    assert asked == ["/health"]

@@ -4,7 +4,7 @@ import pytest
 from merlin.schema import ColumnSchema, Schema
 
 from merlin_torch_serving import InputError, MissingColumnsError
-from merlin_torch_serving.data import frames
+from merlin_torch_serving.data import frames, wire
 
 SCHEMA = Schema(
     [
@@ -130,8 +130,29 @@ def test_bools_are_not_taken_for_ids():
         frames.frame_to_table(request(session_id=[True, False]), SCHEMA)
 
 
+def assert_same_frame(built: pd.DataFrame, expected: pd.DataFrame) -> None:
+    """``built`` is ``expected`` column for column, dtype for dtype, cell for cell."""
+    assert list(built.columns) == list(expected.columns)
+    assert built.dtypes.tolist() == expected.dtypes.tolist()
+    assert built.index.equals(expected.index)
+    for position in range(expected.shape[1]):
+        got, want = built.iloc[:, position], expected.iloc[:, position]
+        for got_cell, want_cell in zip(got, want, strict=True):
+            np.testing.assert_array_equal(got_cell, want_cell)
+
+
+@pytest.fixture(params=[True, False], ids=["pandas internals", "public constructors"])
+def internals(request, monkeypatch):
+    """Both ways ``frames`` builds and reads DataFrames: through pandas' internals (pandas 1.x,
+    as pinned) and through its public constructors (any other pandas)."""
+    if request.param and not frames.PANDAS_INTERNALS:
+        pytest.fail(f"pandas {pd.__version__} is not the pinned 1.x: its internals are not used")
+    monkeypatch.setattr(frames, "PANDAS_INTERNALS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("rows", [2, 0])
-def test_a_frame_of_table_columns_equals_the_one_pandas_builds_from_a_dict(rows):
+def test_a_frame_of_table_columns_equals_the_one_pandas_builds_from_a_dict(rows, internals):
     table = frames.frame_to_table(
         pd.DataFrame(request()).head(rows)
         if rows
@@ -139,29 +160,61 @@ def test_a_frame_of_table_columns_equals_the_one_pandas_builds_from_a_dict(rows)
         SCHEMA,
     )
     built = frames.table_to_frame(table, {"session_id": "visit"})
-    cells = frames.cells_per_row(
-        {
-            name: (c.values, c.offsets) if c.offsets is not None else c.values
-            for name, c in table.items()
-        }
-    )
+    cells = frames.cells_per_row(wire.table_columns(table))
     expected = pd.DataFrame(cells).rename(columns={"session_id": "visit"})
     assert list(built.columns) == ["visit", "items", "embedding"]
-    assert built.dtypes.tolist() == expected.dtypes.tolist()
-    assert built.index.equals(expected.index)
-    for name in expected.columns:
-        for got, want in zip(built[name], expected[name], strict=True):
-            np.testing.assert_array_equal(got, want)
+    assert_same_frame(built, expected)
 
 
-def test_a_frame_of_table_columns_owns_its_values():
+def test_columns_of_other_dtypes_and_repeated_names_are_framed_as_pandas_frames_them(internals):
+    columns = {
+        "at": np.array(["2024-01-01T00:00:01", "2024-01-02"], dtype="datetime64[ns]"),
+        "count": np.array([3, 4], dtype=np.int64),
+        "half": np.array([0.5, 1.5], dtype=np.float16),
+    }
+    built = frames.columns_to_frame(columns, {"half": "count"})
+    expected = pd.DataFrame(columns)
+    expected.columns = ["at", "count", "count"]
+    assert built["at"].dtype == np.dtype("datetime64[ns]")
+    assert_same_frame(built, expected)
+
+
+def test_a_frames_columns_are_checked_alike_whichever_way_they_are_read(internals):
+    frame = pd.DataFrame(request()).astype({"session_id": "int32"})
+    checked = frames.checked_columns(frames.frame_columns(frame), SCHEMA)
+    assert checked["session_id"].dtype == np.int64
+    assert checked["items"][0].tolist() == [3, 4, 5, 6]
+    assert checked["embedding"].shape == (2, 2)
+
+
+def test_a_frame_of_table_columns_owns_its_values(internals):
     values = np.frombuffer(np.array([1, 2], dtype=np.int64).tobytes(), dtype=np.int64)  # read-only
     built = frames.columns_to_frame({"session_id": values})
     built.loc[0, "session_id"] = 7
     assert values.tolist() == [1, 2]
 
 
-def test_a_nullable_integer_column_with_a_missing_value_is_named():
+def test_frames_of_the_same_dtypes_stay_apart_when_one_is_changed(internals):
+    # frames of one sequence of dtypes share their block layout: changing one frame's columns
+    # (inserting, dropping, retyping) must leave the other as it was
+    def answer(first: int) -> dict:
+        return {
+            "session_id": np.array([first, first + 1], dtype=np.int64),
+            "items": (np.arange(first, first + 4, dtype=np.int64), np.array([0, 1, 4])),
+            "rank": np.array([1, 2], dtype=np.int64),
+            "scores": (np.array([0.5, 0.25, 0.125, 0.0625]), np.array([0, 3, 4])),
+        }
+
+    changed, kept = frames.columns_to_frame(answer(10)), frames.columns_to_frame(answer(20))
+    changed.insert(0, "first", 1.5)
+    changed.drop(columns=["items"], inplace=True)
+    changed["rank"] = changed["rank"].astype(np.float32)
+    changed["session_id"] = ["a", "b"]
+    assert list(changed.columns) == ["first", "session_id", "rank", "scores"]
+    assert_same_frame(kept, pd.DataFrame(frames.cells_per_row(answer(20))))
+
+
+def test_a_nullable_integer_column_with_a_missing_value_is_named(internals):
     frame = pd.DataFrame(request()).astype({"session_id": "Int64"})
     frame.loc[1, "session_id"] = pd.NA
     with pytest.raises(InputError, match="'session_id': expected int64 scalar, got missing"):

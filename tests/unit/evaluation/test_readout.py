@@ -4,6 +4,8 @@ difference, the impressions dataset, hashed session ids, and the errors that say
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -101,6 +103,16 @@ def test_clicks_without_the_named_columns_say_which_and_how_to_name_them():
     columns = ClickColumns(session="user_session", item="product", time="ts")
     readout = evaluate_answers(pd.DataFrame([answer(1, 0, [2])]), frame, columns=columns)
     assert readout.group("overall").judged == 0  # its click came before the answer
+
+
+@pytest.mark.parametrize("name", ["clicks.parquet", "clicks.csv"])
+def test_a_broken_clicks_file_is_named(tmp_path, name):
+    broken = tmp_path / name
+    broken.write_bytes(b"PAR1 cut short" if name.endswith("parquet") else b"")
+    with pytest.raises(
+        AnswerLogError, match=rf"the clicks at '{re.escape(str(broken))}' cannot be read \("
+    ):
+        evaluate_answers(pd.DataFrame([answer(1, 0, [2])]), broken)
 
 
 def test_the_chart_is_a_png(tmp_path):
