@@ -66,10 +66,10 @@ class DeathWatch:
         for descriptor in (self._wake_read, self._wake_write):
             with contextlib.suppress(OSError):
                 os.close(descriptor)
-        for _, descriptor in self._watched.values():
-            if descriptor is not None:
+        for _, pidfd in self._watched.values():
+            if pidfd is not None:
                 with contextlib.suppress(OSError):
-                    os.close(descriptor)
+                    os.close(pidfd)
         self._watched.clear()
 
     def ignore(self, pid: int) -> None:
