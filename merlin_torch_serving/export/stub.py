@@ -5,17 +5,9 @@ only completes the model's config (``auto_complete_config``), then in each insta
 step's own module (``python_model``) needs merlin-core, torch and the operators' libraries, seconds
 of imports; here they happen in ``initialize``, which only instance stubs run, so the first stub
 starts and exits in a moment and loading a step pays those imports once.
-
-A stub also ends quickly: once its step has closed what it holds, ``finalize`` ends the process
-where it stands. The python backend has had its answer and only waits for the process to go, and
-tearing the interpreter down (torch, pandas, NVTabular) took a stub seconds of CPU on a busy
-machine, which tritonserver waits out at every reload and stop, one instance after another.
 """
 
 from __future__ import annotations
-
-import os
-import sys
 
 
 class TritonPythonModel:
@@ -29,13 +21,3 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return self._model.execute(requests)
-
-    def finalize(self):
-        try:
-            model = getattr(self, "_model", None)  # None in a stub that never initialized it
-            if model is not None:
-                model.finalize()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            os._exit(0)
