@@ -15,6 +15,7 @@ from pathlib import Path
 from benchmarks import (
     async_load,
     breakdown,
+    compiled,
     floor,
     inprocess,
     interleaved,
@@ -35,6 +36,7 @@ from benchmarks.results import (
     LIBTORCH,
     MERLIN,
     MIXED,
+    PACKAGE,
     PROJECT,
     SYSTEM_LABELS,
     Measurement,
@@ -111,6 +113,7 @@ class Benchmark:
         #: sessions per request -> the timed copy of Merlin's executor model: p50 and breakdown
         self.merlin_breakdown: dict[str, dict] = {}
         self.tritonserver_version: str | None = None
+        self.compiled: dict = {}
         self.began = time.perf_counter()
 
     # ---- the run ------------------------------------------------------------------------------
@@ -139,15 +142,24 @@ class Benchmark:
         self._measure_shared(
             shared_repository, [system for system in served if system.key in ALONE.values()]
         )
+        progress.step("the model's step compiled ahead of time against TorchScript, in-process")
+        self.compiled = compiled.measure(self.workload, self.mode.part_repetitions, progress)
         self.wall_s = time.perf_counter() - self.began
-        self.targets = targets.evaluate(self.measurements, self.starts)
+        self.targets = targets.evaluate(self.measurements, self.starts, self.compiled)
 
     def write(self, output_dir: Path, stem: str) -> list[Path]:
         output_dir.mkdir(parents=True, exist_ok=True)
         run = self._run_record()
         paths = [output_dir / f"{stem}.{suffix}" for suffix in ("json", "md", "png")]
         report.write_json(paths[0], run, self.measurements, self.starts, self.targets)
-        report.write_markdown(paths[1], run, self.measurements, self.starts, self.targets)
+        report.write_markdown(
+            paths[1],
+            run,
+            self.measurements,
+            self.starts,
+            self.targets,
+            compiled.markdown(self.compiled) if self.compiled else [],
+        )
         if self.client_only:
             return paths[:2]
         report.write_chart(paths[2], self.measurements)
@@ -170,6 +182,16 @@ class Benchmark:
         libtorch_exported = libtorch.export(
             libtorch_repository, systems.LIBTORCH_MODEL, overwrite=True
         )
+        packaged = systems.project_ensemble(
+            workload, backend="pytorch", workflow_backend="pytorch", compiled="package"
+        )
+        package_repository = self.work_dir / "package"
+        self.progress.step("(g): exporting the all-libtorch graph compiled ahead of time")
+        began = time.perf_counter()
+        package_exported = packaged.export(
+            package_repository, systems.PACKAGE_MODEL, overwrite=True
+        )
+        package_export_s = time.perf_counter() - began
         shared_repository = self.work_dir / "shared"
         ensemble.export(shared_repository, systems.PROJECT_MODEL, overwrite=True)
         mixed.export(shared_repository, systems.MIXED_MODEL, overwrite=True)
@@ -219,6 +241,19 @@ class Benchmark:
             " the model, TopK and DecodeItemIds in one libtorch model, served by a tritonserver"
             " whose backend folder holds Triton's pytorch backend alone (no python backend); same"
             " requests, same `ModelOptions()`."
+        )
+        package_steps = "; ".join(
+            f"{model}: {', '.join(ops)}" for model, ops in package_exported.fused.items()
+        )
+        self.notes.append(
+            "(g) this project, all libtorch, compiled ahead of time: the same graph as (f) with"
+            ' `compiled="package"`, exported as'
+            f" `{systems.PACKAGE_MODEL}` ({package_steps}): the workflow, the model, TopK and"
+            " DecodeItemIds exported with torch.export and compiled by AOTInductor into one .pt2"
+            " package (for this CPU, one thread), served by the same pytorch-only tritonserver"
+            f" with the project's change to its backend; its export took {package_export_s:.0f} s"
+            " (the compile itself, when its package is not in the cache yet, is most of it; see"
+            " the section on the compiled step)."
         )
         self.notes.append(
             "(c) / (e) sharing a server: both exports loaded in one tritonserver, each sent"
@@ -277,6 +312,13 @@ class Benchmark:
                 request_schema,
                 pytorch_backend_directory(),
                 asynchronous=True,
+            ),
+            systems.project_system(
+                PACKAGE,
+                package_repository,
+                systems.PACKAGE_MODEL,
+                request_schema,
+                pytorch_backend_directory(),
             ),
             systems.ServedSystem(
                 MERLIN,
@@ -638,6 +680,7 @@ class Benchmark:
                 },
             },
             "in_process_parts": self.in_process_parts,
+            "compiled_step": self.compiled,
             "in_process_parts_other_cpu_cores": self.in_process_parts_other_cpu_cores,
             "merlin_breakdown": self.merlin_breakdown,
             "notes": self.notes,

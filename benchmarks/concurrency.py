@@ -53,13 +53,16 @@ RESULTS_DIR = REPOSITORY_ROOT / "benchmarks" / "results"
 CONCURRENCIES = (1, 8, 32, 64)
 PROTOCOLS = ("grpc", "http")
 CLIENT_PROCESSES = 2  # one per core: more only adds interpreters that compete with the server
-EXPORTS = {  # name -> (model backend, workflow backend, batching)
-    "python-off": ("python", "python", False),
-    "python-on": ("python", "python", True),
-    "mixed-off": ("pytorch", "python", False),
-    "mixed-on": ("pytorch", "python", True),
-    "libtorch-off": ("pytorch", "pytorch", False),
-    "libtorch-on": ("pytorch", "pytorch", True),
+EXPORTS = {  # name -> (model backend, workflow backend, batching, what the libtorch step is)
+    "python-off": ("python", "python", False, "torchscript"),
+    "python-on": ("python", "python", True, "torchscript"),
+    "mixed-off": ("pytorch", "python", False, "torchscript"),
+    "mixed-on": ("pytorch", "python", True, "torchscript"),
+    "libtorch-off": ("pytorch", "pytorch", False, "torchscript"),
+    "libtorch-on": ("pytorch", "pytorch", True, "torchscript"),
+    # the all-libtorch export compiled ahead of time (a batched one answers request by request)
+    "package-off": ("pytorch", "pytorch", False, "package"),
+    "package-on": ("pytorch", "pytorch", True, "package"),
 }
 #: one-session requests of different sessions: each client sends its own (64 clients, 4 each), as
 #: many users would; clients that sent the same session at once could not share a merged run
@@ -148,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         schema = workload.workflow.input_schema
         repository = work / "repository"
-        for export, (backend, workflow_backend, batching) in EXPORTS.items():
-            project_ensemble(workload, backend, workflow_backend).export(
+        for export, (backend, workflow_backend, batching, compiled) in EXPORTS.items():
+            project_ensemble(workload, backend, workflow_backend, compiled).export(
                 repository / export, export, options=ModelOptions(batching=batching)
             )
         plain = [
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 lambda start: start.other_cpu_cores,
             )
-            for export, (_, workflow, batching) in EXPORTS.items()
+            for export, (_, workflow, batching, _) in EXPORTS.items()
         ]
         for start, attempts in cold:
             start.attempts = attempts
@@ -224,7 +227,7 @@ def _sweep(
                 batches = {export: [] for export in EXPORTS}
                 repeated = dict.fromkeys(EXPORTS, 0)
                 for _ in range(ROUNDS):
-                    for export, (_, _, batching) in EXPORTS.items():
+                    for export, (_, _, batching, _) in EXPORTS.items():
 
                         def window(
                             export=export,
@@ -264,7 +267,7 @@ def _sweep(
             job = AlternatingJob(
                 url,
                 protocol,
-                [(export, forms[batching]) for export, (_, _, batching) in EXPORTS.items()],
+                [(export, forms[batching]) for export, (_, _, batching, _) in EXPORTS.items()],
                 OUTPUTS,
                 ALTERNATING_ROUNDS,
                 warmup_rounds=20,

@@ -53,6 +53,7 @@ def targets(
                     + _disturbed(on1, off1)
                 )
     lines += _libtorch_targets(found, cold)
+    lines += _package_targets(found)
     for start in cold:
         ratio = start.first_request_ms / start.steady_p50_ms
         in_server = start.server_first_ms / start.server_steady_mean_ms
@@ -104,6 +105,30 @@ def _libtorch_targets(found: dict, cold) -> list[str]:
                 f" {theirs.start_to_ready_s} s, x{ratio:.2f} (target <= 0.5):"
                 f" {'met' if ratio <= 0.5 else 'NOT met'}"
             )
+    return lines
+
+
+def _package_targets(found: dict) -> list[str]:
+    """The all-libtorch export compiled ahead of time against its TorchScript, unbatched and
+    batched, at every client count: sessions/s (target >= 1.2 at 32 clients) and p50."""
+    lines = []
+    for state in ("off", "on"):
+        for protocol in sorted({protocol for _, protocol, _ in found}):
+            for clients in sorted({clients for _, _, clients in found}):
+                ours = found.get((f"package-{state}", protocol, clients))
+                theirs = found.get((f"libtorch-{state}", protocol, clients))
+                if not (ours and theirs):
+                    continue
+                ratio = ours.sessions_per_s / theirs.sessions_per_s
+                verdict = ""
+                if clients == 32:
+                    verdict = f" (target >= 1.2): {'met' if ratio >= 1.2 else 'NOT met'}"
+                lines.append(
+                    f"package-{state} vs libtorch-{state} {protocol}, {clients} clients:"
+                    f" sessions/s {ours.sessions_per_s} vs {theirs.sessions_per_s},"
+                    f" x{ratio:.2f}{verdict}; p50 {ours.p50_ms} vs {theirs.p50_ms} ms"
+                    + _disturbed(ours, theirs)
+                )
     return lines
 
 

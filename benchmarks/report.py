@@ -5,6 +5,7 @@ latest.png (this project against Merlin Systems, see ``chart``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import chart
@@ -12,6 +13,7 @@ from benchmarks.environment import BUSY_MACHINE_CORES
 from benchmarks.results import (
     LIBTORCH,
     MIXED,
+    PACKAGE,
     PROJECT,
     SYSTEM_LABELS,
     Measurement,
@@ -62,6 +64,7 @@ def write_markdown(
     measurements: list[Measurement],
     starts: list[ServerStart],
     targets: list[Target],
+    compiled_section: Sequence[str] = (),
 ) -> None:
     machine = run["environment"]
     uncommitted = " with uncommitted changes" if machine["uncommitted_changes"] else ""
@@ -170,6 +173,10 @@ def write_markdown(
             "",
             *_mixed_beside_python(measurements, starts),
         ]
+    if any(m.system == PACKAGE for m in measurements):
+        lines += ["", *_package_beside_torchscript(measurements, starts)]
+    if compiled_section:
+        lines += ["", *compiled_section]
     if any(m.client == ASYNC_CLIENT for m in measurements):
         lines += ["", "## What the clients cost", "", *_client_cost(measurements)]
     if run["in_process_parts"]:
@@ -233,6 +240,40 @@ def _mixed_beside_python(measurements: list[Measurement], starts: list[ServerSta
             ("RSS after ready MB", "rss_after_ready_mb", 0),
         ):
             values = [getattr(start[system], field) for system in systems]
+            lines.append(_ratio_row(label, values, digits))
+    return lines
+
+
+def _package_beside_torchscript(
+    measurements: list[Measurement], starts: list[ServerStart]
+) -> list[str]:
+    """(g) against (f): the same all-libtorch graph, an AOTInductor package against TorchScript."""
+    lines = [
+        "## The all-libtorch export compiled ahead of time beside its TorchScript",
+        "",
+        "Same requests, same `ModelOptions()`, same pytorch-only server; `Client` over gRPC.",
+        "",
+        "| | (f) TorchScript | (g) package | (g) / (f) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for sessions, concurrency in sorted(
+        {(m.sessions, m.concurrency) for m in measurements if m.system == PACKAGE}
+    ):
+        found = [
+            find(measurements, s, "grpc", sessions, concurrency, "Client")
+            for s in (LIBTORCH, PACKAGE)
+        ]
+        setting = f"{sessions} session(s), {concurrency} client(s)"
+        lines.append(_ratio_row(f"p50 ms, {setting}", [m.p50_ms for m in found], 2))
+        lines.append(_ratio_row(f"sessions/s, {setting}", [m.sessions_per_s for m in found], 0))
+    start = {s.system: s for s in starts}
+    if LIBTORCH in start and PACKAGE in start:
+        for label, field, digits in (
+            ("start to ready s", "start_to_ready_s", 2),
+            ("first request after ready ms", "first_request_ms", 2),
+            ("RSS after ready MB", "rss_after_ready_mb", 0),
+        ):
+            values = [getattr(start[system], field) for system in (LIBTORCH, PACKAGE)]
             lines.append(_ratio_row(label, values, digits))
     return lines
 

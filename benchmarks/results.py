@@ -12,6 +12,7 @@ FLOOR = "triton-floor"
 PROJECT = "merlin-torch-serving"
 MIXED = "merlin-torch-serving-mixed"
 LIBTORCH = "merlin-torch-serving-libtorch"
+PACKAGE = "merlin-torch-serving-package"
 MERLIN = "merlin-systems"
 PROJECT_SHARED = "merlin-torch-serving-shared"
 MIXED_SHARED = "merlin-torch-serving-mixed-shared"
@@ -22,6 +23,7 @@ SYSTEM_LABELS = {
     PROJECT: "(c) this project, all python",
     MIXED: "(e) this project, mixed",
     LIBTORCH: "(f) this project, all libtorch",
+    PACKAGE: "(g) this project, all libtorch, compiled ahead of time",
     MERLIN: "(d) Merlin Systems 23.08",
     PROJECT_SHARED: "(c) sharing a server with (e)",
     MIXED_SHARED: "(e) sharing a server with (c)",

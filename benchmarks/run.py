@@ -1,9 +1,11 @@
 """``./run bench``: build the session-based example once, then measure side by side the in-process
 limit, the Triton floor, this project's all-python and mixed exports (alone, then sharing one
-server), its all-libtorch export (on a server with the pytorch backend alone) and Merlin Systems
-23.08, and write benchmarks/results/latest.{json,md,png} (``--quick``:
-a smoke run, written as quick.*; ``--only client``: what Client and AsyncClient cost on the mixed
-and all-libtorch exports, written as client.*).
+server), its all-libtorch export as TorchScript and compiled ahead of time (each on a server with
+the pytorch backend alone) and Merlin Systems 23.08, then the model's step compiled ahead of time
+against its TorchScript in-process, and write benchmarks/results/latest.{json,md,png}
+(``--quick``: a smoke run, written as quick.*; ``--only client``: what Client and AsyncClient cost
+on the mixed and all-libtorch exports, written as client.*; ``--only compiled``: the model's step
+compiled ahead of time against its TorchScript alone, written as compiled.*).
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             + (["--quick"] if arguments.quick else [])
             + ["--output-dir", str(arguments.output_dir)]
         )
+    if arguments.only == "compiled":
+        from benchmarks import compiled
+
+        return compiled.main(rest + ["--output-dir", str(arguments.output_dir)])
     if arguments.only == "merging":
         from benchmarks import inprocess_merging
 
@@ -164,9 +170,9 @@ def _measurement_count(client_only: bool = False) -> int:
     awaited = 2 * len(PROTOCOLS) * (len(ASYNC_SESSIONS) * len(ASYNC_CONCURRENCIES) + 3)
     if client_only:  # those two exports through Client and prebuilt, and AsyncClient
         return 2 * len(PROTOCOLS) * 2 * len(CLIENT_SESSION_COUNTS) * len(CONCURRENCIES) + awaited
-    # in-process once; floor, this project's three exports (Client and prebuilt each) and Merlin
+    # in-process once; floor, this project's four exports (Client and prebuilt each) and Merlin
     # per protocol; then two exports sharing a server, one client each, per request size
-    per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 2 + 2 + 1)
+    per_setting = 1 + len(PROTOCOLS) * (1 + 2 + 2 + 2 + 2 + 1)
     return (
         len(SESSION_COUNTS) * len(CONCURRENCIES) * per_setting + 2 * len(SESSION_COUNTS) + awaited
     )
@@ -179,13 +185,15 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["catalog", "client", "idle", "log", "merging", "multistage", "routing", "scoring"]
-        + ["sessions"],
+        choices=["catalog", "client", "compiled", "idle", "log", "merging", "multistage", "routing"]
+        + ["scoring", "sessions"],
         help=(
             "run only what Client and AsyncClient cost on the mixed and all-libtorch exports"
             " (the client rows of the full run; writes client.*), the catalog sweep"
             " (benchmarks/catalog.py; its own options follow, e.g."
-            " --sizes, --index), the cost of a pause without requests (benchmarks/idle.py),"
+            " --sizes, --index), the model's step compiled ahead of time against its TorchScript,"
+            " in-process, and its compile times (benchmarks/compiled.py), the cost of a pause"
+            " without requests (benchmarks/idle.py),"
             " what the answer log costs the requests it logs (benchmarks/answer_log.py),"
             " concurrent in-process calls, merged or not (benchmarks/inprocess_merging.py), the"
             " multi-stage pipeline against Merlin Systems' (benchmarks/multistage.py), what a"

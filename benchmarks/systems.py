@@ -31,6 +31,7 @@ from merlin_torch_serving.data import frames, wire
 PROJECT_MODEL = "session_recs"
 MIXED_MODEL = "session_recs_mixed"
 LIBTORCH_MODEL = "session_recs_libtorch"
+PACKAGE_MODEL = "session_recs_package"
 # A request that takes longer than this fails the run rather than stalling it.
 REQUEST_TIMEOUT_S = 60.0
 
@@ -65,20 +66,24 @@ class ServedSystem:
 
 
 def project_ensemble(
-    workload: Workload, backend: str = "python", workflow_backend: str = "python"
+    workload: Workload,
+    backend: str = "python",
+    workflow_backend: str = "python",
+    compiled: str = "torchscript",
 ) -> Ensemble:
     """The example's graph: raw clicks in; per session its id and the k best raw item ids not
     yet clicked, with their scores (as in examples/session_based/demo.py). ``backend="pytorch"``
     makes the mixed export: the model, TopK and DecodeItemIds in one libtorch model; with
     ``workflow_backend="pytorch"`` too, the all-libtorch export: the workflow's TorchScript with
-    them, one libtorch model from raw clicks to raw item ids."""
+    them, one libtorch model from raw clicks to raw item ids. ``compiled="package"`` makes that
+    libtorch model an AOTInductor package instead of TorchScript."""
     workflow = workload.workflow
     session_features = workflow.input_schema.column_names >> TransformWorkflow(
-        workflow, backend=workflow_backend
+        workflow, backend=workflow_backend, compiled=compiled
     )
     recommendations = (
         session_features
-        >> PredictPytorch(workload.session_model, backend=backend)
+        >> PredictPytorch(workload.session_model, backend=backend, compiled=compiled)
         >> TopK(TOP_K, seen_items=session_features["item_id-list"], exclude_ids=list(RESERVED_IDS))
         >> DecodeItemIds(workflow, source_column="item_id")
     )

@@ -12,6 +12,7 @@ from benchmarks.results import (
     LIBTORCH,
     MERLIN,
     MIXED,
+    PACKAGE,
     PROJECT,
     SYSTEM_LABELS,
     Measurement,
@@ -27,6 +28,11 @@ SHARED_P99_LIMIT = 2.0
 LIBTORCH_P50_LIMIT = 0.7
 LIBTORCH_READY_LIMIT = 0.5
 LIBTORCH_RSS_LIMIT = 0.6
+#: the all-libtorch export compiled ahead of time against its TorchScript: the step's forward
+#: in-process, one session's p50 through Client, 32 sessions from 8 clients
+PACKAGE_FORWARD_LIMIT = 0.5
+PACKAGE_P50_LIMIT = 0.8
+PACKAGE_THROUGHPUT_LIMIT = 1.2
 #: the clients' own cost, on the exports where it weighs most (mixed, all libtorch): Client's
 #: one-session p50 above a prebuilt tritonclient request's; AsyncClient's above Client's; and the
 #: sessions/s of ASYNC_COROUTINES coroutines of one event loop against CLIENT_THREADS threads
@@ -73,7 +79,9 @@ class Target:
         )
 
 
-def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list[Target]:
+def evaluate(
+    measurements: list[Measurement], starts: list[ServerStart], compiled: dict | None = None
+) -> list[Target]:
     def project(protocol: str, sessions: int, concurrency: int) -> Measurement:
         return find(measurements, PROJECT, protocol, sessions, concurrency, PROJECT_CLIENT)
 
@@ -88,6 +96,7 @@ def evaluate(measurements: list[Measurement], starts: list[ServerStart]) -> list
     return [
         *_shared_server_targets(measurements),
         *_libtorch_targets(measurements, starts),
+        *_package_targets(measurements, compiled or {}),
         *client_targets(measurements),
         Target(
             "1 session, 1 client: p50 of (c) gRPC <= 1.5 x (in-process (a) + Triton floor (b))",
@@ -255,3 +264,52 @@ def _peak_rss(measurements: list[Measurement], system: str) -> float:
     return max(
         m.server_rss_mb for m in measurements if m.system == system and m.server_rss_mb is not None
     )
+
+
+def _package_targets(measurements: list[Measurement], compiled: dict) -> list[Target]:
+    """(g) against (f), and the compiled step's forward against its TorchScript in-process."""
+    found = {
+        (m.system, m.sessions, m.concurrency): m
+        for m in measurements
+        if m.protocol == "grpc" and m.client == PROJECT_CLIENT
+    }
+    targets = []
+    forward = compiled.get("forward_ms", {}).get("1")
+    if forward:
+        targets.append(
+            Target(
+                "1 session, one thread: the model's step forward in-process, package <= 0.5 x"
+                " TorchScript",
+                forward["package"] / forward["torchscript"],
+                PACKAGE_FORWARD_LIMIT,
+                True,
+                f"package {forward['package']:.3f} ms vs TorchScript {forward['torchscript']:.3f}"
+                f" ms (eager {forward['eager']:.3f} ms; package for x86-64-v3"
+                f" {forward['package x86-64-v3']:.3f} ms)",
+            )
+        )
+    one = found.get((PACKAGE, 1, 1)), found.get((LIBTORCH, 1, 1))
+    if one[0] and one[1]:
+        targets.append(
+            Target(
+                "1 session, 1 client: p50 of (g) gRPC (Client) <= 0.8 x (f)",
+                one[0].p50_ms / one[1].p50_ms,
+                PACKAGE_P50_LIMIT,
+                True,
+                f"(g) {one[0].p50_ms:.2f} ms vs (f) {one[1].p50_ms:.2f} ms",
+                disturbed=_disturbed(*one),
+            )
+        )
+    busy = found.get((PACKAGE, 32, 8)), found.get((LIBTORCH, 32, 8))
+    if busy[0] and busy[1]:
+        targets.append(
+            Target(
+                "32 sessions, 8 clients: sessions/s of (g) gRPC (Client) >= 1.2 x (f)",
+                busy[0].sessions_per_s / busy[1].sessions_per_s,
+                PACKAGE_THROUGHPUT_LIMIT,
+                False,
+                f"(g) {busy[0].sessions_per_s:.0f} vs (f) {busy[1].sessions_per_s:.0f} sessions/s",
+                disturbed=_disturbed(*busy),
+            )
+        )
+    return targets

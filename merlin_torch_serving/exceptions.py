@@ -23,6 +23,7 @@
     │   └── ModelLoadError          one or more models failed to load
     │       └── BackendNotAvailableError  a model needs a backend this server lacks
     ├── BackendBuildError           the pytorch backend could not be built
+    ├── PackageError                an AOTInductor package cannot be compiled, or run on this CPU
     ├── BundleError                 a repository could not be made self-sufficient (bundle)
     ├── ScoringError                scoring a dataset could not start or finish
     ├── StoreError                  a store (sessions, rules, trending) failed or is unreachable
@@ -385,17 +386,16 @@ class BackendNotAvailableError(ModelLoadError):
 
 
 class BackendBuildError(MerlinTorchServingError):
-    """Building Triton's pytorch backend failed.
+    """Building Triton's pytorch backend failed: a missing tool, bad sources, or the compiler."""
 
-    The cause is a missing tool, bad sources, or the compiler's error.
-    """
+
+class PackageError(MerlinTorchServingError):
+    """A model could not be compiled ahead of time, or its package cannot run here."""
 
 
 class BundleError(MerlinTorchServingError):
-    """A repository could not be bundled with its Python environment.
-
-    The message says what is missing and how to get it.
-    """
+    """A repository could not be bundled with its Python environment (the message says what is
+    missing and how to get it)."""
 
 
 class ScoringError(MerlinTorchServingError):

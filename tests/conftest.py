@@ -12,6 +12,8 @@ session-based example's clicks, workflow and three next-item models (tests/sessi
 naming the command that builds it, when it is not. ``pytorch_only_server``: a second tritonserver
 whose backend folder holds that backend alone, for exports with no python step.
 ``ranking``: the ranking example (examples/ranking) at test size, trained once.
+``tiny_package``: a tiny model's AOTInductor package (tests/aot_models.py), compiled once (and
+cached by content across runs).
 
 Servers run without failover (``MTS_FAILOVER=0``) unless a test asks for it: each would start two
 more stubs per python model.
@@ -39,6 +41,9 @@ from tests import session_models, toy_session
 # Failover gives every python model two more stubs, and the suite starts some fifty servers: off
 # here (servers started by tests and the commands they run read it), on where it is tested.
 os.environ.setdefault("MTS_FAILOVER", "0")
+# An AOTInductor package takes a minute to compile: libtorch steps stay TorchScript unless a test
+# asks for a package (compiled="auto" or "package"), as the tests of packages do.
+os.environ.setdefault("MTS_COMPILED", "torchscript")
 
 
 @pytest.fixture(autouse=True)
@@ -146,6 +151,13 @@ def pytorch_backend():
             pytrace=False,
         )
     return built
+
+
+@pytest.fixture(scope="session")
+def tiny_package():
+    from tests import aot_models
+
+    return aot_models.tiny_package()
 
 
 @pytest.fixture(scope="session")

@@ -165,7 +165,11 @@ def masked_top_k(scores: np.ndarray, seen_lists, k: int) -> np.ndarray:
 
 
 def assert_same_recommendations(
-    answer: pd.DataFrame, expected: pd.DataFrame, workflow, decoded: bool
+    answer: pd.DataFrame,
+    expected: pd.DataFrame,
+    workflow,
+    decoded: bool,
+    tolerance: float = SCORE_TOLERANCE,
 ) -> None:
     """Same ids in the same order, except where two eager scores are closer than the tolerance
     (a near tie may swap); scores within the tolerance."""
@@ -181,13 +185,13 @@ def assert_same_recommendations(
             scores,
             want["item_scores"],
             rtol=0,
-            atol=SCORE_TOLERANCE,
+            atol=tolerance,
             err_msg=f"session {session_id}",
         )
         for position, (got, wanted) in enumerate(zip(ids, want["item_ids"], strict=True)):
             if got != wanted:
                 eager_score_of_got = want["all_scores"][encode[int(got)] if decoded else int(got)]
-                assert abs(eager_score_of_got - want["item_scores"][position]) <= SCORE_TOLERANCE, (
+                assert abs(eager_score_of_got - want["item_scores"][position]) <= tolerance, (
                     f"session {session_id}, rank {position + 1}: served item {got}, eager item"
                     f" {wanted}"
                 )

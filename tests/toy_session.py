@@ -100,6 +100,14 @@ class PositionalSessionModel(torch.nn.Module):
         return session @ self.items.T
 
 
+def eager_model(workflow, max_sequence_length: int = MAX_SEQUENCE_LENGTH) -> torch.nn.Module:
+    """The model ``scripted_model`` scripts, eager (what torch.export compiles into a package)."""
+    output = workflow.output_schema
+    catalog = int(output["item_id-list"].properties["domain"]["max"]) + 1
+    categories = int(output["category-list"].properties["domain"]["max"]) + 1
+    return PositionalSessionModel(catalog, categories, max_sequence_length).eval()
+
+
 def scripted_model(workflow, max_sequence_length: int = MAX_SEQUENCE_LENGTH):
     """The TorchScript model and its input/output schemas, sized from the workflow's domains."""
     output = workflow.output_schema

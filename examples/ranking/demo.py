@@ -29,12 +29,20 @@ from merlin_torch_serving import Client, Ensemble, PredictPytorch, TransformWork
 MODEL_NAME = "ctr"
 
 
-def scoring_graph(workflow, ctr_model, *, backend: str = "pytorch"):
-    """Raw impression rows in; the click probability of each row out, in request order."""
+def scoring_graph(workflow, ctr_model, *, backend: str = "pytorch", compiled: str | None = None):
+    """Raw impression rows in; the click probability of each row out, in request order. With
+    ``backend="pytorch"``, ``compiled`` says what the model's libtorch step is (see
+    ``PredictPytorch``)."""
     return (
         workflow.input_schema.column_names
         >> TransformWorkflow(workflow)
-        >> PredictPytorch(ctr_model, workflow.output_schema, model.output_schema(), backend=backend)
+        >> PredictPytorch(
+            ctr_model,
+            workflow.output_schema,
+            model.output_schema(),
+            backend=backend,
+            compiled=compiled,
+        )
     )
 
 

@@ -54,16 +54,19 @@ def recommendation_graph(
     k: int = TOP_K,
     backend: str = "python",
     workflow_backend: str = "python",
+    compiled: str | None = None,
 ):
     """Raw clicks in; per session: its id, the k best raw item ids not yet clicked, their scores.
     ``backend`` is the model's, ``workflow_backend`` the workflow's ("pytorch": its TorchScript
-    form, into which the model and the rest compile when they run on libtorch too)."""
+    form, into which the model and the rest compile when they run on libtorch too); ``compiled``
+    what their libtorch step is ("auto": an AOTInductor package where it can be, "torchscript";
+    None: ``$MTS_COMPILED``)."""
     session_features = workflow.input_schema.column_names >> TransformWorkflow(
-        workflow, backend=workflow_backend
+        workflow, backend=workflow_backend, compiled=compiled
     )
     recommendations = (
         session_features
-        >> PredictPytorch(session_model, backend=backend)
+        >> PredictPytorch(session_model, backend=backend, compiled=compiled)
         >> TopK(k, seen_items=session_features["item_id-list"], exclude_ids=RESERVED_IDS)
         >> DecodeItemIds(workflow, source_column="item_id")
     )

@@ -2,9 +2,10 @@
 nvidia-pytriton bundles and the torch of the running interpreter, with cmake.
 
 The bundled server ships only the python backend. The pytorch backend is a small C++ library
-compiled against torch's headers and libraries, so it is built here, once per (tritonserver,
-torch) pair, into the cache (see ``bundle.cache_root``); a second call with the same torch returns
-the cached build at once.
+compiled against torch's headers and libraries, so it is built here, with the project's change
+(``pytorch_change``: it also serves AOTInductor packages), once per (tritonserver, torch, change),
+into the cache (see ``bundle.cache_root``); a second call with the same three returns the cached
+build at once.
 
 Sources come either from ``sources`` (the build then needs no network) or, without it, from
 shallow clones of upstream at the release matching the server (needs git and the network;
@@ -30,17 +31,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from merlin_torch_serving.backends import bundle, pytorch_sources
+from merlin_torch_serving.backends import bundle, pytorch_change, pytorch_sources
+from merlin_torch_serving.backends.build_tools import BUILD_COMMAND as BUILD_COMMAND
+from merlin_torch_serving.backends.build_tools import BuildTools, build_tools
 from merlin_torch_serving.exceptions import BackendBuildError
 
 BACKEND_LIBRARY = "libtriton_pytorch.so"
 BUILD_RECORD = "build.json"
-#: the command that builds it, for messages
-BUILD_COMMAND = "merlin-torch-serving build-backend pytorch"
 
 _BUILDS_FOLDER = "builds"
 _LOG_TAIL_LINES = 40
-_MIN_CMAKE = (3, 18)
 _PROGRESS = re.compile(r"^\[\s*(\d+)/(\d+)\]|^\[\s*(\d+)%\]")
 
 
@@ -83,9 +83,14 @@ class BuiltBackend:
 def build_folder(
     tritonserver_version: str, torch_version: str, cache_dir: Path | None = None
 ) -> Path:
-    """Where the build for this pair lives (whether or not it exists)."""
+    """Where the build for this server and torch, with the project's change as it is now, lives
+    (whether or not it exists). A build without the change, or with another version of it, lives
+    elsewhere and is never taken for it."""
     root = cache_dir if cache_dir is not None else bundle.cache_root() / _BUILDS_FOLDER
-    return root / f"libtriton_pytorch-tritonserver-{tritonserver_version}-torch-{torch_version}"
+    return root / (
+        f"libtriton_pytorch-tritonserver-{tritonserver_version}-torch-{torch_version}"
+        f"-change-{pytorch_change.change_id()}"
+    )
 
 
 def built_pytorch_backend(
@@ -141,13 +146,17 @@ def build_pytorch_backend(
         source_root, options, origin = prepared_sources(
             sources, server_version, work / "sources", log, progress, git_host
         )
-        configure(tools, torch, source_root, options, work / "build", log, progress)
+        progress("applying the project's change (AOTInductor packages) to src/libtorch.cc")
+        backend = pytorch_change.changed_backend(source_root, work / "changed")
+        configure(tools, torch, source_root, options, work / "build", log, progress, backend)
         library = _compile(tools, work / "build", log, jobs, progress)
         record = {
             "torch_version": torch.version,
             "torch_root": str(torch.root),
             "tritonserver_version": server_version,
             "sources": origin,
+            "change": pytorch_change.PATCH_FILE.name,
+            "change_id": pytorch_change.change_id(),
             "built_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "build_seconds": round(time.monotonic() - started, 1),
         }
@@ -225,15 +234,16 @@ def configure(
     build: Path,
     log: Path,
     progress: Callable[[str], None],
+    backend: Path | None = None,
 ) -> None:
-    """cmake's configure step into ``build``: where sources come by git, CMake clones the three
-    dependencies here."""
+    """cmake's configure step into ``build`` of ``backend`` (default: the sources'
+    ``pytorch_backend``): where sources come by git, CMake clones the three dependencies here."""
     progress(f"configuring with cmake for torch {torch.version}")
     _run(
         [
             tools.cmake,
             "-S",
-            str(source_root / "pytorch_backend"),
+            str(backend if backend is not None else source_root / "pytorch_backend"),
             "-B",
             str(build),
             "-G",
@@ -284,60 +294,6 @@ def _install(library: Path, record: dict, staging: Path, target: Path) -> None:
 
 
 # ---- inputs -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BuildTools:
-    cmake: str
-    generator: str
-    compiler: str
-
-
-def build_tools(cloning: bool) -> BuildTools:
-    """cmake (3.18 or newer), ninja or make, a C++ compiler, and git when ``cloning``.
-
-    What is missing gets a clear error.
-    """
-    missing = []
-    if cloning and shutil.which("git") is None:
-        missing.append("git, to clone the sources (apt-get install git), or pass --sources")
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        missing.append("cmake 3.18 or newer (apt-get install cmake, or pip install cmake)")
-    else:
-        version = _cmake_version(cmake)
-        if version is not None and version < _MIN_CMAKE:
-            missing.append(f"cmake 3.18 or newer (found {'.'.join(map(str, version))} at {cmake})")
-    generator = (
-        "Ninja" if shutil.which("ninja") else "Unix Makefiles" if shutil.which("make") else None
-    )
-    if generator is None:
-        missing.append("ninja or make (apt-get install ninja-build, or pip install ninja)")
-    compiler = (
-        os.environ.get("CXX")
-        or shutil.which("g++")
-        or shutil.which("c++")
-        or shutil.which("clang++")
-    )
-    if compiler is None:
-        missing.append("a C++ compiler (apt-get install g++), or set CXX to one")
-    if missing or cmake is None or generator is None or compiler is None:
-        raise BackendBuildError(
-            f"cannot build the pytorch backend: this machine lacks {'; '.join(missing)}. Install "
-            f"{'it' if len(missing) == 1 else 'them'} and run `{BUILD_COMMAND}` again"
-        )
-    return BuildTools(cmake, generator, compiler)
-
-
-def _cmake_version(cmake: str) -> tuple[int, ...] | None:
-    try:
-        text = subprocess.run(
-            [cmake, "--version"], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"(\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _bundled_server_version() -> str:

@@ -14,8 +14,9 @@ from google.protobuf import json_format, text_format
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
+from merlin_torch_serving.aot.instruction_sets import instruction_set
 from merlin_torch_serving.client import health
-from merlin_torch_serving.data import schemas, wire
+from merlin_torch_serving.data import wire
 
 #: ensemble config parameters that carry the full schemas, for clients that build requests
 INPUT_SCHEMA_PARAMETER = "merlin_torch_serving.input_schema"
@@ -127,6 +128,12 @@ class ModelOptions:
         ``EXECUTION_ENV_PATH`` of every python step: the Python environment (a folder or a
         ``.tar.gz``) its stub runs in; ``$$TRITON_MODEL_DIRECTORY`` stands for the model's
         folder. ``merlin-torch-serving bundle`` sets it, with the stub that fits the environment.
+    instruction_set
+        The CPU instruction set libtorch steps compiled ahead of time (AOTInductor packages) are
+        compiled for: ``"native"`` (this CPU's; a server on a CPU without one of its features
+        refuses to load them, naming it), or an x86-64 level every CPU of that level runs:
+        ``"x86-64-v3"`` (AVX2, x86 servers of the last decade), ``"x86-64-v4"`` (AVX-512),
+        ``"x86-64-v2"``, ``"x86-64"`` (any). See ``aot.instruction_sets``.
     metrics
         Whether python steps publish their own counters (``mts_*`` on the server's metrics
         endpoint: sessions, filtered sessions, out-of-vocabulary ids, fast-path fallbacks, time
@@ -148,6 +155,7 @@ class ModelOptions:
     parameters: Mapping[str, str] | None = None
     execution_env: str | None = None
     metrics: bool = True
+    instruction_set: str = "native"
 
     def __post_init__(self):
         if self.instance_kind not in INSTANCE_KINDS:
@@ -155,6 +163,7 @@ class ModelOptions:
                 f"instance_kind must be one of {INSTANCE_KINDS}, got {self.instance_kind!r}"
             )
         _version_policy(self.version_policy)  # raises on nonsense
+        instruction_set(self.instruction_set)  # raises on an unknown name
         if self.rate_limiter is not None:
             _parse({"instance_group": [{"rate_limiter": dict(self.rate_limiter)}]}, "rate_limiter")
         own = {
@@ -269,8 +278,9 @@ def pytorch_model_config(
     options: ModelOptions,
     warmup_files: dict,
     merged: bool = False,
+    model_file: str = LIBTORCH_MODEL_FILE,
 ) -> model_config_pb2.ModelConfig:
-    """The config of a libtorch model.
+    """The config of a libtorch model (``model_file``: TorchScript, or a package's ``.pt2``).
 
     One ``Dict[str, Tensor]`` input keyed by input names; outputs by position. ``merged``: the
     module answers a whole batch of requests at once (see libtorch_batching.py); otherwise a
@@ -285,7 +295,7 @@ def pytorch_model_config(
         "input": tensor_configs(input_schema, request_dim=options.batching),
         "output": tensor_configs(output_schema, request_dim=options.batching),
         "instance_group": _instance_group(options),
-        "default_model_filename": LIBTORCH_MODEL_FILE,
+        "default_model_filename": model_file,
         "parameters": _libtorch_parameters(options),
         "model_warmup": _warmup(warmup_files, options, request_dim=options.batching),
         **_version_policy(options.version_policy),
@@ -323,44 +333,6 @@ def pytorch_model_config(
             }
         )
     return _parse(config)
-
-
-def ensemble_config(
-    name: str,
-    input_schema: Schema,
-    response_schema: Schema,
-    output_schema: Schema,
-    steps: list[dict],
-    request_groups: list[str] | None,
-    options: ModelOptions,
-) -> model_config_pb2.ModelConfig:
-    """A native Triton ensemble; ``steps`` are ``{model_name, input_map, output_map}`` dicts.
-
-    ``response_schema`` is the output schema under the names outputs travel as (see
-    ``wire.response_name``); the ensemble's own ``output_schema`` is kept in a parameter, with
-    what clients need to split big requests (``request_groups``, the row limit).
-    """
-    return _parse(
-        {
-            "name": name,
-            "platform": "ensemble",
-            "max_batch_size": 0,
-            "input": tensor_configs(input_schema, request_dim=options.batching),
-            "output": tensor_configs(response_schema, request_dim=options.batching),
-            "ensemble_scheduling": {"step": [{"model_version": -1, **step} for step in steps]},
-            "parameters": _parameters(
-                {
-                    INPUT_SCHEMA_PARAMETER: schemas.schema_to_json(input_schema),
-                    OUTPUT_SCHEMA_PARAMETER: schemas.schema_to_json(output_schema),
-                    REQUEST_GROUPS_PARAMETER: json.dumps(request_groups),
-                    MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
-                    REQUEST_DIM_PARAMETER: "true" if options.batching else None,
-                }
-            ),
-            **({"response_cache": {"enable": True}} if options.response_cache else {}),
-            **_version_policy(options.version_policy),
-        }
-    )
 
 
 def to_pbtxt(config: model_config_pb2.ModelConfig) -> str:

@@ -8,12 +8,14 @@ instead (see ``libtorch_batching``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from merlin.schema import Schema
 from tritonclient.grpc import model_config_pb2
 
 from merlin_torch_serving.data import wire
+from merlin_torch_serving.data.schemas import schema_to_json
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export.partition import TritonStep
 from merlin_torch_serving.graph.plan import REQUEST, Plan, Ref
@@ -61,7 +63,7 @@ def ensemble_model_config(
     for step, maps in zip(steps, step_configs, strict=True):
         if step.name in feeds:
             maps["output_map"] = {model: t for model, t in maps["output_map"].items() if t in read}
-    return configs.ensemble_config(
+    return ensemble_config(
         name,
         ensemble.input_schema,
         response_schema,
@@ -75,6 +77,44 @@ def ensemble_model_config(
         ],
         plan.request_groups(),
         options,
+    )
+
+
+def ensemble_config(
+    name: str,
+    input_schema: Schema,
+    response_schema: Schema,
+    output_schema: Schema,
+    steps: list[dict],
+    request_groups: list[str] | None,
+    options: configs.ModelOptions,
+) -> model_config_pb2.ModelConfig:
+    """A native Triton ensemble; ``steps`` are ``{model_name, input_map, output_map}`` dicts.
+
+    ``response_schema`` is the output schema under the names outputs travel as (see
+    ``wire.response_name``); the ensemble's own ``output_schema`` is kept in a parameter, with
+    what clients need to split big requests (``request_groups``, the row limit).
+    """
+    return configs._parse(
+        {
+            "name": name,
+            "platform": "ensemble",
+            "max_batch_size": 0,
+            "input": configs.tensor_configs(input_schema, request_dim=options.batching),
+            "output": configs.tensor_configs(response_schema, request_dim=options.batching),
+            "ensemble_scheduling": {"step": [{"model_version": -1, **step} for step in steps]},
+            "parameters": configs._parameters(
+                {
+                    configs.INPUT_SCHEMA_PARAMETER: schema_to_json(input_schema),
+                    configs.OUTPUT_SCHEMA_PARAMETER: schema_to_json(output_schema),
+                    configs.REQUEST_GROUPS_PARAMETER: json.dumps(request_groups),
+                    configs.MAX_REQUEST_ROWS_PARAMETER: options.max_request_rows,
+                    configs.REQUEST_DIM_PARAMETER: "true" if options.batching else None,
+                }
+            ),
+            **({"response_cache": {"enable": True}} if options.response_cache else {}),
+            **configs._version_policy(options.version_policy),
+        }
     )
 
 

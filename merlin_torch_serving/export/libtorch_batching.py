@@ -47,11 +47,18 @@ def row_sources(steps: list[TritonStep]) -> dict[str, str]:
     return sources
 
 
-def unmerged_steps(steps: list[TritonStep], sources: dict[str, str]) -> list[str]:
-    """For each libtorch step of a batched export that answers one request at a time, why."""
+def unmerged_steps(
+    steps: list[TritonStep], sources: dict[str, str], why: dict[str, str] | None = None
+) -> list[str]:
+    """For each libtorch step of a batched export that answers one request at a time, why
+    (``why``: reasons known beforehand, by step name)."""
     return [
         f"libtorch step {step.name!r} answers one request at a time in this batched export: "
-        + (unbatchable_reason(step) or "its inputs do not all come from one python step")
+        + (
+            (why or {}).get(step.name)
+            or unbatchable_reason(step)
+            or "its inputs do not all come from one python step"
+        )
         for step in steps
         if step.backend == "pytorch" and step.name not in sources
     ]

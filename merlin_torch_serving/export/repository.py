@@ -4,12 +4,13 @@ Layout (``N`` is the version)::
 
     <repository>/
       <name>-0-<operators>/   config.pbtxt, warmup/, N/{model.py, step.json, ops/<i>/...}  (python)
-      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt                           (libtorch)
+      <name>-1-<operators>/   config.pbtxt, warmup/, N/model.pt2 or model.pt              (libtorch)
       <name>/                 config.pbtxt (platform "ensemble"), N/manifest.json
 
 Steps are named after the operators they host, and written through the operators' contract only
 (``ops.base``): a python step records each operator's class, ``config()`` and artifacts in
-``step.json``; a libtorch step is the TorchScript its operators compile into (``fusion``).
+``step.json``; a libtorch step is the AOTInductor package its operators compile into, else their
+TorchScript (``libtorch_step``).
 
 Everything is written into a staging folder beside the repository and swapped in at the end in
 one atomic step (see ``swap``): a failed or killed export leaves the repository exactly as it was,
@@ -30,41 +31,33 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.data.schemas import schema_to_json
 from merlin_torch_serving.exceptions import ExportError, RepositoryExistsError
 from merlin_torch_serving.export import config as configs
-from merlin_torch_serving.export import manifest, merging, swap
-from merlin_torch_serving.export.checks import (
-    check_libtorch_model,
-    check_libtorch_return_type,
-    check_libtorch_schemas,
-    warn_about_differing_thread_counts,
-)
+from merlin_torch_serving.export import manifest, swap
+from merlin_torch_serving.export.checks import warn_about_differing_thread_counts
 from merlin_torch_serving.export.config import PADDED_SUFFIX, ROWS_TENSOR
 from merlin_torch_serving.export.ensemble_wiring import ensemble_model_config
-from merlin_torch_serving.export.fusion import libtorch_module
-from merlin_torch_serving.export.libtorch_batching import (
-    fed_tensors,
-    flat_batch,
-    merged_requests,
-    row_sources,
-    unmerged_steps,
-)
+from merlin_torch_serving.export.libtorch_batching import fed_tensors, row_sources, unmerged_steps
 from merlin_torch_serving.export.libtorch_feeder import (
     Feeder,
     ensemble_step,
     request_feeders,
     write_feeder,
 )
+from merlin_torch_serving.export.libtorch_step import (
+    compiled_record,
+    fallback_notes,
+    libtorch_forms,
+    unmerged_reasons,
+    write_libtorch_step,
+)
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
 from merlin_torch_serving.export.partition import TritonStep, partition, placement_notes
 from merlin_torch_serving.export.python_step import write_python_step
-from merlin_torch_serving.export.request_dim import with_request_dim
 from merlin_torch_serving.export.sub_ensembles import (
     manifest_record,
     sub_ensembles,
@@ -72,12 +65,11 @@ from merlin_torch_serving.export.sub_ensembles import (
     write_sub_ensembles,
 )
 from merlin_torch_serving.export.warmup import warmup_inputs, write_ensemble_sample
-from merlin_torch_serving.export.warmup_files import (
-    WARMUP_DIR,
-    write_warmup_arrays,
-    write_warmup_files,
-)
+from merlin_torch_serving.export.warmup_files import WARMUP_DIR, write_warmup_files
 from merlin_torch_serving.graph.plan import Plan
+
+if TYPE_CHECKING:
+    from merlin_torch_serving.aot.steps import StepForm
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PYTHON_MODEL_SOURCE = '''"""A merlin_torch_serving step, run by Triton's python backend."""
@@ -133,9 +125,8 @@ def export_ensemble(
     repository = Path(path).absolute()
     plan: Plan = ensemble.plan
     steps = partition(plan, name)
-    feeder_names = (
-        [feeder.name for feeder in request_feeders(plan, steps)] if options.batching else []
-    )
+    feeders = request_feeders(plan, steps) if options.batching else []
+    feeder_names = [feeder.name for feeder in feeders]
     # the sub-graphs of its operators (a route's branches), as ensembles of their own
     subs = sub_ensembles(plan, name)
     model_names = (
@@ -156,6 +147,14 @@ def export_ensemble(
         version = 1 + max(max(_versions(repository / model)) for model in existing)
     elif existing and not overwrite:
         raise RepositoryExistsError(str(repository), existing)
+    # package or TorchScript, per libtorch step: packages are compiled here (or found in the cache)
+    forms = libtorch_forms(steps, options)
+    for sub in subs:  # refuses a package asked for inside a route's branch
+        libtorch_forms(sub.steps, options, packages=False)
+    packaged = {step_name for step_name, form in forms.items() if form.package is not None}
+    unfed = {feeder.name for feeder in feeders if feeder.step in packaged}
+    feeders = [feeder for feeder in feeders if feeder.name not in unfed]  # a package takes
+    model_names = [model for model in model_names if model not in unfed]  # one request at a time
 
     doing = "preparing the staging folder"
     staging = None
@@ -169,9 +168,12 @@ def export_ensemble(
         staged.mkdir(exist_ok=True)
         # batched: libtorch step -> the python step that tells it each request's rows, or the
         # libtorch model that does for a step reading the request (libtorch_feeder)
-        rows_from = row_sources(steps) if options.batching else {}
+        rows_from = {
+            step_name: source
+            for step_name, source in (row_sources(steps) if options.batching else {}).items()
+            if step_name not in packaged
+        }
         feeds = fed_tensors(steps, rows_from)
-        feeders = request_feeders(plan, steps) if options.batching else []
         rows_from.update({feeder.step: feeder.name for feeder in feeders})
         session_keys = {feeder.step: feeder.key for feeder in feeders}
         doing = "building the warm-up requests"
@@ -193,6 +195,7 @@ def export_ensemble(
                 feeds=feeds.get(step.name),
                 session_key=session_keys.get(step.name),
                 sub_graphs=sub_graphs_of(subs, name),
+                form=forms.get(step.name),
             )
         doing = "writing the sub-graphs of its operators as ensembles"
         write_sub_ensembles(
@@ -225,6 +228,7 @@ def export_ensemble(
             staged,
             feeders,
             manifest_record(subs),
+            forms,
         )
         warn_about_differing_thread_counts(staged)
         doing = "putting the new repository in place of the old one"
@@ -250,7 +254,10 @@ def export_ensemble(
         },
         warnings=([warmup.problem] if warmup.problem else [])
         + placement_notes(plan)
-        + (unmerged_steps(steps, rows_from) if options.batching else []),
+        + fallback_notes(forms)
+        + (
+            unmerged_steps(steps, rows_from, unmerged_reasons(packaged)) if options.batching else []
+        ),
     )
 
 
@@ -267,35 +274,26 @@ def _write_step(
     feeds: list[wire.TensorSpec] | None = None,
     session_key: str | None = None,
     sub_graphs: dict | None = None,
+    form: StepForm | None = None,
 ) -> None:
     """``merged``: a libtorch step that answers a batch of requests at once; ``feeds``: the outputs
     of a python step that such a step reads (see libtorch_batching.py); ``session_key``: the
     request's session id, for a merged step that reads the request (libtorch_feeder.py);
     ``sub_graphs``: by call index, what the export made of the call's sub-graphs (see
-    sub_ensembles.py)."""
+    sub_ensembles.py); ``form``: a libtorch step's package, if it is one (libtorch_step.py)."""
     version_dir = model_dir / str(version)
     version_dir.mkdir(parents=True)
     warmup_files = write_warmup_files(model_dir / WARMUP_DIR, step.input_schema, warmup_arrays)
     if step.backend == "pytorch":
-        check_libtorch_schemas(step.name, step.input_schema, step.output_schema)
-        module = libtorch_module(step)
-        check_libtorch_return_type(step.name, module)
-        outputs = len(wire.schema_specs(step.output_schema))
-        if merged:
-            module = merged_requests(module, step.input_schema, outputs, session_key or "")
-            sessions = None if session_key is None else len(np.unique(warmup_arrays[session_key]))
-            sent = merging.padded_for_libtorch(warmup_arrays, sessions)
-            warmup_files = write_warmup_arrays(model_dir / WARMUP_DIR, sent)
-            warmup_arrays = flat_batch([warmup_arrays, warmup_arrays], session_key)
-        elif options.batching:
-            module = with_request_dim(module, step.name, outputs)
-            warmup_arrays = {name: array[np.newaxis] for name, array in warmup_arrays.items()}
-        torch.jit.save(module, str(version_dir / configs.LIBTORCH_MODEL_FILE))
-        config = configs.pytorch_model_config(
-            step.name, step.input_schema, step.output_schema, options, warmup_files, merged
-        )
-        check_libtorch_model(
-            step.name, version_dir / configs.LIBTORCH_MODEL_FILE, config, warmup_arrays
+        config = write_libtorch_step(
+            model_dir,
+            step,
+            version,
+            options,
+            (warmup_files, warmup_arrays),
+            form,
+            merged,
+            session_key,
         )
     else:
         write_python_step(
@@ -340,6 +338,7 @@ def _write_manifest(
     staged: Path,
     feeders: list[Feeder],
     sub_graphs: dict | None = None,
+    forms: dict[str, StepForm] | None = None,
 ) -> None:
     record = {
         "ensemble": name,
@@ -367,6 +366,7 @@ def _write_manifest(
                     }
                     for call in step.calls
                 ],
+                **compiled_record(step, forms or {}),
                 "inputs": [spec.name for spec in wire.schema_specs(step.input_schema)],
                 "outputs": [spec.name for spec in wire.schema_specs(step.output_schema)],
                 "artifacts": manifest.file_digests(staged / step.name / str(version)),

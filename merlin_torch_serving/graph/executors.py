@@ -38,16 +38,29 @@ class LocalExecutor:
         nothing from a second thread, which on a busy machine waits whole scheduler time slices
         for a core (measured: 50 to 150 ms instead of 2 ms on 2 shared cores). ``None`` keeps the
         process's own setting (for large offline batches on an idle machine).
+    instruction_set
+        What the libtorch steps compiled ahead of time are compiled for here (see
+        ``ModelOptions.instruction_set``): this CPU by default. Served and in-process answers are
+        equal bit for bit when both run packages compiled alike (instruction set and threads).
     """
 
-    def __init__(self, torch_threads: int | None = 1):
+    def __init__(self, torch_threads: int | None = 1, instruction_set: str = "native"):
         if torch_threads is not None and torch_threads < 1:
             raise ValueError(f"torch_threads must be at least 1 or None, got {torch_threads!r}")
         self.torch_threads = torch_threads
+        self.instruction_set = instruction_set
 
     def execute(self, plan: Plan, request: TensorTable) -> TensorTable:
+        # the libtorch steps the export compiles into packages run as those packages
+        from merlin_torch_serving.aot import inprocess
+
         with torch_threads(self.torch_threads):
-            return plan.run(request)
+            return inprocess.run(
+                plan,
+                request,
+                threads=self.torch_threads,
+                instruction_set_name=self.instruction_set,
+            )
 
 
 @contextlib.contextmanager

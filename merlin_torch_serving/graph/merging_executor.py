@@ -124,7 +124,8 @@ class MergingExecutor:
                 return [error]
 
         def answer(arrays: merging.Arrays) -> dict:
-            return wire.to_wire(plan.run(wire.from_wire(arrays, plan.input_schema)))
+            merged = wire.from_wire(arrays, plan.input_schema)
+            return wire.to_wire(self._alone.execute(plan, merged))
 
         requests = [wire.to_wire(call.request) for call in calls]
         with torch_threads(self.torch_threads):

@@ -65,6 +65,8 @@ class Plan:
     outputs: dict[str, Ref]
     output_schema: Schema
     schemas: dict[Ref, ColumnSchema] = field(default_factory=dict)
+    #: what in-process runs prepared for this plan (its packaged steps), by their settings
+    runs: dict = field(default_factory=dict, repr=False, compare=False)
 
     def run(self, table: TensorTable, calls: list[OpCall] | None = None) -> TensorTable:
         """Run the plan (or the given subset of its calls) on a request table."""

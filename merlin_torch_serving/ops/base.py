@@ -44,6 +44,14 @@ Export (the contract the exporter relies on):
   reads a module's class annotations as types: leave ``from __future__ import annotations`` out
   of the module that defines it.)
 
+- ``exportable(input_schema)``: optional, the package hook. The same module contract as
+  ``torchscript``, as an eager module that ``torch.export`` takes (no data-dependent Python
+  control flow or errors while it exports: see ``aot.exportable``). A libtorch step whose
+  operators all have one is compiled ahead of time into an AOTInductor package (``aot``), which
+  this process runs too, instead of TorchScript; a step with an operator without one stays
+  TorchScript. ``requires_package`` (an operator whose user asked for a package) makes a step that
+  cannot be a package fail to export rather than fall back.
+
 Sub-graphs (a route's branches, ``merlin_torch_serving.routing``):
 
 - ``sub_graphs()``: graphs the operator runs on subsets of its rows, by name, built on the node it
@@ -112,6 +120,8 @@ class ServingOperator(BaseOperator):
     format_version: ClassVar[int] = 1
     #: ``config()`` keys a file beside a served step's config may override (see the docstring)
     reloadable_config: ClassVar[tuple[str, ...]] = ()
+    #: a libtorch step holding the operator must be an AOTInductor package (see the docstring)
+    requires_package: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -275,6 +285,11 @@ class ServingOperator(BaseOperator):
     def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
         """The operator as a TorchScript-able module over wire tensors, or None (see the module's
         docstring); ``input_schema`` holds its input columns as the graph feeds them."""
+        return None
+
+    def exportable(self, input_schema: Schema) -> torch.nn.Module | None:
+        """The operator as an eager module over wire tensors that torch.export takes, or None (see
+        the module's docstring)."""
         return None
 
     @property

@@ -123,6 +123,9 @@ class DecodeItemIds(ServingOperator):
     def config(self) -> dict[str, Any]:
         return {"source_column": self.vocabulary.column, "columns": self.columns}
 
+    def exportable(self, input_schema: Schema) -> DecodeIds | None:
+        return self.torchscript(input_schema)
+
     def torchscript(self, input_schema: Schema) -> DecodeIds | None:
         """A lookup when raw ids are integers and every column is scalar or fixed-length."""
         raw_values = self.vocabulary.raw_values

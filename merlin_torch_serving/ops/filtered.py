@@ -25,7 +25,11 @@ from merlin_torch_serving.ops.base import ServingOperator
 def blank_rows(values: torch.Tensor, filtered: torch.Tensor) -> torch.Tensor:
     """``values`` (``[rows, ...]``) with the rows where ``filtered`` is True set to the blank of
     its dtype: NaN for floats, False for booleans, -1 for integers."""
-    if values.dim() == 0 or values.shape[0] == 0:
+    exporting = False
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():  # a package cannot branch on the rows; none is fine
+            exporting = True
+    if values.dim() == 0 or (not exporting and values.shape[0] == 0):
         return values
     mask = filtered.to(torch.bool).reshape([values.shape[0]] + [1] * (values.dim() - 1))
     if values.is_floating_point():
@@ -103,6 +107,9 @@ class BlankFilteredRows(ServingOperator):
 
     def config(self) -> dict[str, Any]:
         return {"filtered_column": self.filtered_column, "columns": self.columns}
+
+    def exportable(self, input_schema: Schema) -> BlankRows | None:
+        return self.torchscript(input_schema)
 
     def torchscript(self, input_schema: Schema) -> BlankRows | None:
         """Blanking in TorchScript, for numbers and booleans that are not ragged lists (emptied

@@ -17,10 +17,16 @@ import torch
 from merlin.schema import ColumnSchema, Schema
 from merlin.table import TensorTable
 
+from merlin_torch_serving.aot.choice import compiled_choice
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.data.samples import padded_length, sample_table
 from merlin_torch_serving.data.schemas import catalog_limits, schema_from_json, schema_to_json
-from merlin_torch_serving.exceptions import InputError, SchemaError
+from merlin_torch_serving.exceptions import (
+    InputError,
+    ModelPreparationError,
+    PackageError,
+    SchemaError,
+)
 from merlin_torch_serving.model_prep.eager import (
     EAGER_MODEL_FILE,
     load_eager_model,
@@ -34,6 +40,7 @@ from merlin_torch_serving.model_prep.next_item import (
 from merlin_torch_serving.model_prep.prepare import Execution, prepare_model
 from merlin_torch_serving.model_prep.sample import named_inputs
 from merlin_torch_serving.model_prep.schemas import model_schemas
+from merlin_torch_serving.model_prep.signature import DictCall, bind_arguments, read_signature
 from merlin_torch_serving.model_prep.sources import load_model
 from merlin_torch_serving.ops import sequence_length
 from merlin_torch_serving.ops.base import ServingOperator
@@ -62,10 +69,20 @@ class PredictPytorch(ServingOperator):
         ``SchemaError``. Output dtypes and dims are probed from the model; the schema names the
         outputs.
     backend
-        ``"pytorch"`` exports a libtorch model (``model.pt``), which needs TorchScript;
-        ``"python"`` runs the model inside Triton's python backend, fused with neighbouring
-        python steps. ``None`` picks ``"pytorch"`` when the model is TorchScript or compiles to
-        TorchScript that answers like it, else ``"python"``.
+        ``"pytorch"`` exports a libtorch model: an AOTInductor package (``model.pt2``) or
+        TorchScript (``model.pt``), see ``compiled``; ``"python"`` runs the model inside Triton's
+        python backend, fused with neighbouring python steps. ``None`` picks ``"pytorch"`` when
+        the model is TorchScript or compiles to TorchScript that answers like it, else
+        ``"python"``.
+    compiled
+        What the libtorch step holding the model (with the top-k, decoding and blanking compiled
+        into it) is: ``"auto"`` compiles it ahead of time with ``torch.export`` and AOTInductor
+        into a package where torch.export takes the model and the package answers within 1e-5 of
+        the eager modules, and keeps TorchScript where not (the log and the export's manifest say
+        why); ``"package"`` fails instead of keeping TorchScript; ``"torchscript"`` keeps
+        TorchScript. In-process runs use the step's package too (compiled once, then cached).
+        ``None`` takes ``$MTS_COMPILED`` ("auto" when unset). See the guide "Compiled ahead of
+        time".
     sample
         One sample input (a dict of tensors keyed by input name, a tuple of tensors in ``forward``'s
         order, or one tensor), from which missing schemas are derived; also the first input a
@@ -102,9 +119,17 @@ class PredictPytorch(ServingOperator):
         pad_value: float = 0,
         pad_side: Literal["right", "left"] = "right",
         output: Literal["session_embedding"] | None = None,
+        compiled: Literal["auto", "package", "torchscript"] | None = None,
     ):
         super().__init__()
         _check_choice("backend", backend, (None, "pytorch", "python"))
+        chosen = compiled_choice(compiled)
+        if chosen == "package" and backend == "python":
+            raise ValueError(
+                "compiled='package' makes a libtorch step of the model; pass backend='pytorch' (or"
+                " leave backend out)"
+            )
+        backend = "pytorch" if chosen == "package" else backend
         _check_choice("execution", execution, ("auto", "torchscript", "eager"))
         _check_choice("pad_side", pad_side, ("right", "left"))
         _check_choice("output", output, (None, SESSION_EMBEDDING))
@@ -146,7 +171,7 @@ class PredictPytorch(ServingOperator):
             output_schema.column_names,
             label="PredictPytorch",
             execution=execution,
-            require_torchscript=backend == "pytorch",
+            require_torchscript=backend == "pytorch" and chosen == "torchscript",
             pad_value=self.pad_value,
             pad_left=pad_side == "left",
             sample=sample_inputs,
@@ -169,6 +194,21 @@ class PredictPytorch(ServingOperator):
         self.model_output_schema = _observed_output_schema(
             self.module, self.model_input_schema, output_schema
         )
+        self.compiled = chosen
+        # a libtorch step that cannot fall back on TorchScript must be a package
+        self.requires_package = chosen == "package" or (
+            self.backend_choice == "pytorch" and prepared.execution == "eager"
+        )
+        self._exportable = (
+            None
+            if isinstance(model, torch.jit.ScriptModule) or chosen == "torchscript"
+            else _exportable_module(model, self.model_input_schema, output_schema, wrapping)
+        )
+        if backend == "pytorch" and prepared.execution == "eager":
+            # libtorch was asked for and TorchScript cannot serve: a package must, so find out now
+            _check_exports(
+                self._exportable, self.model_input_schema, type(model).__name__, prepared.reason
+            )
         self._weights_on_huge_pages = False
 
     # `backend` is what the exporter reads; it is per instance here
@@ -225,6 +265,7 @@ class PredictPytorch(ServingOperator):
         return {
             "backend": self.backend_choice,
             "execution": self.execution,
+            "compiled": self.compiled,
             "pad_value": self.pad_value,
             "pad_side": self.pad_side,
             "input_schema": schema_to_json(self.model_input_schema),
@@ -253,6 +294,11 @@ class PredictPytorch(ServingOperator):
     def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
         """The wrapped model, when it runs on libtorch (a python-backend model stays there)."""
         return self.module if self.backend_choice == "pytorch" else None
+
+    def exportable(self, input_schema: Schema) -> torch.nn.Module | None:
+        """The eager model in its wire wrapper, for an AOTInductor package (libtorch steps whose
+        model is not TorchScript already, unless ``compiled="torchscript"``)."""
+        return self._exportable if self.backend_choice == "pytorch" else None
 
 
 def _check_choice(name: str, value, choices: tuple) -> None:
@@ -305,6 +351,41 @@ def _observed_output_schema(module, input_schema: Schema, declared: Schema) -> S
 
 def _without_value_count(properties: dict) -> dict:
     return {k: v for k, v in properties.items() if k != "value_count"}
+
+
+def _exportable_module(
+    model: torch.nn.Module, input_schema: Schema, output_schema: Schema, wrapping: dict
+) -> torch.nn.Module:
+    """The eager ``model`` in the wire wrapper that torch.export compiles (one output: the
+    wrapper that keeps its scores independent of the batch)."""
+    arguments = bind_arguments(read_signature(model), input_schema, "PredictPytorch")
+    wire_model = WireModel(DictCall(model, arguments, output_schema.column_names), **wrapping)
+    return OneOutputWireModel(wire_model) if len(output_schema) == 1 else wire_model
+
+
+def _check_exports(
+    module: torch.nn.Module | None, schema: Schema, name: str, torchscript_failures: str
+) -> None:
+    """A ``ModelPreparationError`` unless torch.export takes ``module`` (no compile: seconds)."""
+    from merlin_torch_serving.aot.compiling import export_program
+    from merlin_torch_serving.aot.steps import EXAMPLE, tensors
+
+    problem = (
+        "cannot become TorchScript that answers like the eager module, which libtorch needs"
+        f" without a package: {torchscript_failures}"
+    )
+    hint = (
+        "run it eagerly on the python backend (backend='python'), or make it scriptable with"
+        " torch.jit.script or exportable with torch.export"
+    )
+    if module is None:
+        raise ModelPreparationError(name, problem + "; and compiled='torchscript' was asked", hint)
+    try:
+        export_program(module, tensors(wire.to_wire(sample_table(schema, *EXAMPLE))), name)
+    except PackageError as error:
+        raise ModelPreparationError(
+            name, f"{problem}; nor can it be a package: {error}", hint
+        ) from error
 
 
 def _wire_module(model: torch.nn.Module, execution: str, wrapping: dict) -> torch.nn.Module:

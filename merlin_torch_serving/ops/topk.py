@@ -14,6 +14,7 @@ from merlin.dag import Node
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
+from merlin_torch_serving.aot import exportable
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.data.schemas import describe_column
 from merlin_torch_serving.exceptions import SchemaError
@@ -47,11 +48,20 @@ def top_k_items(
     seen_rows, seen_ids = seen_pairs(rows, seen_values, seen_offsets)
     inside = (seen_ids >= 0) & (seen_ids < catalog)
     seen_rows, seen_ids = seen_rows[inside], seen_ids[inside]
-    most_seen = int(torch.bincount(seen_rows, minlength=rows).max()) if seen_rows.numel() > 0 else 0
-    fetched = min(k + excluded_ids.numel() + most_seen, catalog)
+    exporting = False
+    fetched = catalog
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript must not compile the inside)
+        if torch.compiler.is_exporting():  # a package reads the count without branching on it
+            exporting = True
+            fetched = exportable.fetched_count(seen_rows, rows, k + excluded_ids.numel(), catalog)
+    if not exporting:
+        most_seen = (
+            int(torch.bincount(seen_rows, minlength=rows).max()) if seen_rows.numel() > 0 else 0
+        )
+        fetched = min(k + excluded_ids.numel() + most_seen, catalog)
     best_values, best_ids = best_of_rows(scores, fetched)
     refused = torch.isin(best_ids, excluded_ids)
-    if seen_rows.numel() > 0:
+    if exporting or seen_rows.numel() > 0:
         matches = (best_ids[seen_rows] == seen_ids.unsqueeze(1)).to(torch.int32)
         seen_counts = torch.zeros((rows, fetched), dtype=torch.int32).index_add_(
             0, seen_rows, matches
@@ -239,6 +249,9 @@ class TopK(ServingOperator):
         return TopKSelection(
             self.k, self.exclude_ids, self._scores_column(input_schema), seen, ragged
         )
+
+    def exportable(self, input_schema: Schema) -> TopKSelection | None:
+        return self.torchscript(input_schema)
 
     # ---- helpers --------------------------------------------------------------------------------
 

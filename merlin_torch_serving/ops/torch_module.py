@@ -3,10 +3,15 @@ ragged lists padded to the model's sequence length, the model's outputs out.
 
 Because the padding lives inside the scripted module, libtorch receives the wire tensors
 (``c__values`` / ``c__offsets``) directly, and the python backend runs the very same graph.
+The same modules, eager, are what ``torch.export`` compiles into a package; while it traces them
+their checks are assertions and their gathers total (``aot.exportable``). That code sits under
+``if not torch.jit.is_scripting():`` alone (TorchScript leaves such a block out only when the
+call is the whole condition), then ``if torch.compiler.is_exporting():``.
 """
 
 import torch
 
+from merlin_torch_serving.aot import exportable
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.tensors.batch_invariance import MIN_ROWS, repeated_rows
 
@@ -29,7 +34,10 @@ def pad_ragged(
     lengths = torch.clamp(ends - offsets[:-1], max=max_length)
     rows = lengths.shape[0]
     dense = torch.full((rows, max_length), pad_value, dtype=values.dtype, device=values.device)
-    if values.shape[0] == 0 or rows == 0:
+    exporting = False
+    if not torch.jit.is_scripting():
+        exporting = torch.compiler.is_exporting()
+    if not exporting and (values.shape[0] == 0 or rows == 0):
         return dense
     positions = torch.arange(max_length, device=values.device).unsqueeze(0)
     if pad_left:
@@ -40,6 +48,9 @@ def pad_ragged(
         filled = positions < lengths.unsqueeze(1)
         source = (ends - lengths).unsqueeze(1) + positions
     source = torch.where(filled, source, torch.zeros_like(source))
+    if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
+        if exporting:  # no read outside the values, whatever the offsets
+            return torch.where(filled, exportable.gather_padded(values, source, pad_value), dense)
     return torch.where(filled, values[source], dense)
 
 
@@ -47,6 +58,10 @@ def check_ragged(name: str, values: torch.Tensor, offsets: torch.Tensor):
     """Refuse offsets that would make padding read the wrong rows: they must start at 0, never
     decrease and end at the number of values. Raised in TorchScript, the message reaches a libtorch
     client as the last line of the error, naming the column as the library's InputError does."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
+        if torch.compiler.is_exporting():
+            exportable.assert_offsets(name, values, offsets)
+            return
     column = name + wire.OFFSETS_SUFFIX
     expected = (
         "offsets from 0 up to len('"
@@ -66,6 +81,10 @@ def check_ragged(name: str, values: torch.Tensor, offsets: torch.Tensor):
 
 def check_ids(name: str, values: torch.Tensor, limit: int):
     """Refuse ids outside ``[0, limit]``, the model's catalog (its embedding table's rows)."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
+        if torch.compiler.is_exporting():
+            exportable.assert_ids(name, values, limit)
+            return
     if values.numel() > 0:
         low, high = int(values.min()), int(values.max())
         if low < 0 or high > limit:
@@ -131,11 +150,27 @@ class WireModel(torch.nn.Module):
         self.id_limits = dict(id_limits or {})
 
     def forward(self, inputs: dict[str, torch.Tensor]):
-        features, _ = self.features(inputs)
+        features, rows = self.features(inputs)
+        if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
+            if torch.compiler.is_exporting():
+                return self.exported_forward(features, rows)
         return self.model(features)
+
+    def exported_forward(self, features: dict[str, torch.Tensor], rows):
+        """The model on at least ``MIN_ROWS`` more rows than the request's, each of its outputs cut
+        back to the request's rows: a package then never multiplies a batch whose size it can only
+        bound by 0 (AOTInductor's matrix products cannot be compiled for such a batch)."""
+        pads = dict.fromkeys(self.ragged_inputs, self.pad_value)
+        outputs = self.model(exportable.at_least_rows(features, MIN_ROWS, pads))
+        if isinstance(outputs, (tuple, list)):
+            return tuple(output[:rows] for output in outputs)
+        return outputs[:rows]
 
     def features(self, inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         """The model's inputs, checked and padded, and their row count."""
+        if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
+            if torch.compiler.is_exporting():
+                return self.exported_features(inputs)
         features: dict[str, torch.Tensor] = {}
         first, expected_rows = "", -1
         for name in self.ragged_inputs + self.dense_inputs:
@@ -181,6 +216,55 @@ class WireModel(torch.nn.Module):
                 check_ids(name, inputs[name], self.id_limits[name])
         return features, expected_rows
 
+    def check(self, inputs: dict[str, torch.Tensor]) -> None:
+        """Raise what ``features`` raises for ``inputs``, quoting the values: run before a package,
+        whose own checks cannot quote them."""
+        self.features(inputs)
+
+    def exported_features(self, inputs: dict[str, torch.Tensor]):
+        """``features`` as torch.export traces it: every input brought to the first one's rows
+        (``exportable.rows_like``), so that the package assumes nothing of a request's shapes,
+        and a mismatch refused by an assertion that names the column."""
+        rows_of = {}
+        for name in self.ragged_inputs + self.dense_inputs:
+            if name in inputs:
+                rows_of[name] = inputs[name].shape[0]
+            elif name + wire.OFFSETS_SUFFIX in inputs:
+                rows_of[name] = torch.sym_max(inputs[name + wire.OFFSETS_SUFFIX].shape[0] - 1, 0)
+        first = next(iter(rows_of), "")
+        expected_rows = rows_of.get(first, 0)
+        for name, rows in rows_of.items():
+            if name != first:
+                exportable.assert_rows(name, rows, first, expected_rows)
+        features: dict[str, torch.Tensor] = {}
+        for i, name in enumerate(self.ragged_inputs):
+            if name in inputs:
+                values = inputs[name]
+                dense = pad_dense(values, self.max_lengths[i], self.pad_value, self.pad_left)
+            else:
+                values = inputs[name + wire.VALUES_SUFFIX]
+                offsets = inputs[name + wire.OFFSETS_SUFFIX]
+                exportable.assert_offsets(name, values, offsets)
+                # the first one's rows (a row of none past its own), never fewer than one offset
+                offsets = exportable.rows_like(offsets, expected_rows + 1, values.shape[0])
+                dense = pad_ragged(
+                    values, offsets, self.max_lengths[i], self.pad_value, self.pad_left
+                )
+            if name in self.id_limits:
+                exportable.assert_ids(name, values, self.id_limits[name])
+            features[name] = (
+                dense
+                if name == first
+                else exportable.rows_like(dense, expected_rows, self.pad_value)
+            )
+        for name in self.dense_inputs:
+            if name in self.id_limits:
+                exportable.assert_ids(name, inputs[name], self.id_limits[name])
+            features[name] = (
+                inputs[name] if name == first else exportable.rows_like(inputs[name], expected_rows)
+            )
+        return features, expected_rows
+
 
 class OneOutputWireModel(torch.nn.Module):
     """A ``WireModel`` (``wire``) of a model that returns one tensor, which never runs the model on
@@ -194,8 +278,14 @@ class OneOutputWireModel(torch.nn.Module):
         self.wire = wire
         self.min_rows = min_rows
 
+    def check(self, inputs: dict[str, torch.Tensor]) -> None:
+        self.wire.check(inputs)
+
     def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         features, rows = self.wire.features(inputs)
+        if not torch.jit.is_scripting():  # noqa: SIM102 (see the module's docstring)
+            if torch.compiler.is_exporting():  # a package cannot branch on the row count
+                return self.wire.exported_forward(features, rows)
         if 0 < rows < self.min_rows:
             repeat = repeated_rows(rows, self.min_rows)
             taller = {name: tensor[repeat] for name, tensor in features.items()}

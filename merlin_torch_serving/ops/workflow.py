@@ -23,6 +23,7 @@ from merlin.dag import postorder_iter_nodes
 from merlin.schema import ColumnSchema, Schema, Tags
 from merlin.table import TensorTable
 
+from merlin_torch_serving.aot.choice import compiled_choice
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.exceptions import SchemaError, WorkflowNotFittedError
 from merlin_torch_serving.graph import metrics
@@ -68,6 +69,11 @@ class TransformWorkflow(ServingOperator):
         libtorch model: raw clicks in, recommendations out, no python in the serving path.
         In-process runs use the same TorchScript. A workflow with an operator that has no
         TorchScript form runs on the python backend instead, and the export says which and why.
+    compiled
+        With ``backend="pytorch"``: what the libtorch step is, as ``PredictPytorch``'s
+        ``compiled`` says (``"auto"``: an AOTInductor package of the workflow and what is compiled
+        into its step where torch.export takes them, else TorchScript; ``"package"``;
+        ``"torchscript"``; ``None``: ``$MTS_COMPILED``, "auto" when unset).
     filtered_sessions
         What the placeholder row of a session the filters drop holds: ``"empty"`` (empty lists
         and zeros; every result computed from it is blanked anyway) or ``"unfiltered"`` (its
@@ -84,10 +90,14 @@ class TransformWorkflow(ServingOperator):
         return_session_id: bool = True,
         backend: Literal["python", "pytorch"] = "python",
         filtered_sessions: str = "empty",
+        compiled: Literal["auto", "package", "torchscript"] | None = None,
     ):
         super().__init__()
         if backend not in ("python", "pytorch"):
             raise ValueError(f"backend must be 'python' or 'pytorch', got {backend!r}")
+        chosen = compiled_choice(compiled)
+        self.compiled = chosen
+        self.requires_package = backend == "pytorch" and chosen == "package"
         _check_fitted(workflow)
         if filtered_sessions not in FILTERED_SESSIONS:
             raise ValueError(
@@ -123,6 +133,7 @@ class TransformWorkflow(ServingOperator):
         self.backend_choice = backend
         self._placement_notes: list[str] = []
         self._scripted_answer: torch.nn.Module | None = None
+        self._exportable: torch.nn.Module | None = None
         self._parts: list[ServingOperator] = []
         self._reduces_over_rows = False
         if backend == "pytorch":
@@ -142,6 +153,7 @@ class TransformWorkflow(ServingOperator):
             logger.warning(self._placement_notes[0])
             return
         scripted = ScriptedWorkflow(self.workflow, self.non_null_inputs())
+        self._exportable = scripted.exportable(self.session_key or "", self.filtered_column or "")
         self._reduces_over_rows = bool(scripted.reduces_over_rows)
         reasons = "; ".join(f"{label}: {reason}" for label, reason in scripted.uncompiled)
         self._answer_schema = self.compute_output_schema(self.workflow.input_schema, None)
@@ -192,6 +204,18 @@ class TransformWorkflow(ServingOperator):
     def torchscript(self, input_schema: Schema) -> torch.nn.Module | None:
         """The scripted workflow, answering one row per request session (libtorch only)."""
         return self._scripted_answer if self.backend_choice == "pytorch" else None
+
+    def exportable(self, input_schema: Schema) -> torch.nn.Module | None:
+        """The same modules eager, for an AOTInductor package (a whole workflow in libtorch; a
+        workflow split in two runs as its parts)."""
+        return None if self._parts else self.answer_for_export()
+
+    def answer_for_export(self) -> torch.nn.Module | None:
+        """The eager form of what ``torchscript`` gives (the tail's after a python head), unless
+        ``compiled="torchscript"``."""
+        if self.backend_choice != "pytorch" or self.compiled == "torchscript":
+            return None
+        return self._exportable
 
     def compiled_workflow(self) -> CompiledWorkflow:
         """The workflow compiled for the fast path.
@@ -299,6 +323,7 @@ class TransformWorkflow(ServingOperator):
             "fast_path": self.fast_path,
             "return_session_id": self.return_session_id,
             "filtered_sessions": self.filtered_sessions,
+            "compiled": self.compiled,
         }
 
     def save_artifacts(self, artifact_path=None) -> None:

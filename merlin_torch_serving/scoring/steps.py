@@ -1,11 +1,13 @@
 """One exported step, loaded from its files and called in this process as tritonserver calls it.
 
 A python step is the same ``HostedStep`` its ``model.py`` hosts, with the row limit and torch
-threads of its config. A libtorch step is its ``model.pt`` called as Triton's pytorch backend calls
-it: one ``Dict[str, Tensor]`` keyed by the config's input names, outputs matched by position,
-without gradients, in inference mode and without optimized execution as its config says, with its
-``INTRA_OP_THREAD_COUNT``; in a batched export, with the leading dimension of 1 of the batched form
-(``export.request_dim``) or as a batch of one request (``export.libtorch_batching``).
+threads of its config. A libtorch step compiled ahead of time is its ``model.pt2`` package, called
+by input name as the project's pytorch backend calls it. A TorchScript one is its ``model.pt``
+called as Triton's pytorch backend calls it: one ``Dict[str, Tensor]`` keyed by the config's input
+names, outputs matched by position, without gradients, in inference mode and without optimized
+execution as its config says, with its ``INTRA_OP_THREAD_COUNT``; in a batched export, with the
+leading dimension of 1 of the batched form (``export.request_dim``) or as a batch of one request
+(``export.libtorch_batching``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from merlin_torch_serving.aot.package import CompiledPackage
 from merlin_torch_serving.export.checks import THREAD_COUNT_PARAMETER
 from merlin_torch_serving.export.config import (
     LIBTORCH_MODEL_FILE,
@@ -39,6 +42,8 @@ def load_step(model_dir: Path, version: int, config, *, request_dim: bool) -> St
     """The step exported into ``model_dir`` (``version``), configured by ``config`` (its parsed
     config.pbtxt); ``request_dim``: the ensemble is batched (tensors travel as ``[1, ...]``)."""
     version_dir = model_dir / str(version)
+    if config.backend == "pytorch" and config.default_model_filename.endswith(".pt2"):
+        return PackageStep(version_dir / config.default_model_filename, config)
     if config.backend == "pytorch":
         return LibtorchStep(version_dir / LIBTORCH_MODEL_FILE, config, request_dim=request_dim)
     return PythonStep(version_dir, config)
@@ -94,6 +99,27 @@ class LibtorchStep:
             array = tensor.numpy()
             outputs[name] = array[0] if self.request_dim else array
         return outputs
+
+
+class PackageStep:
+    """A libtorch step's package: its inputs and outputs as the step's config names them (in a
+    batched export, with the batched form's leading 1, which the package was compiled for)."""
+
+    def __init__(self, package_path: Path, config):
+        self.package = CompiledPackage(package_path, config.name)
+        self.input_names = [spec.name for spec in config.input]
+        self.output_names = [spec.name for spec in config.output]
+        self.threads = _parameter(config, THREAD_COUNT_PARAMETER)
+
+    def run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tensors = {
+            name: torch.from_numpy(np.ascontiguousarray(arrays[name])) for name in self.input_names
+        }
+        with torch_threads(self.threads):
+            results = self.package(tensors)
+        return {
+            name: tensor.numpy() for name, tensor in zip(self.output_names, results, strict=True)
+        }
 
 
 def _parameter(config, name: str) -> int | None:

@@ -4,6 +4,7 @@ into one TorchScript method, kept only where it equals NVTabular on the fast pat
 
 # no `from __future__ import annotations`: TorchScript reads the annotations below as types
 
+import typing
 from dataclasses import replace
 
 import numpy as np
@@ -48,7 +49,7 @@ _SIGNATURE = (
 
 def scripted_method(
     source: str, reduces_over_rows: bool, tables: dict[str, torch.Tensor] | None = None
-) -> torch.jit.ScriptModule:
+) -> torch.nn.Module:
     """A module whose ``forward`` is ``source``, with ``tables`` as buffers: a class per module,
     since TorchScript keeps the methods a ScriptModule defines on its class. Names in ``source``
     resolve in this module. ``reduces_over_rows`` records that the function reads every row."""
@@ -61,7 +62,39 @@ def scripted_method(
             self.reduces_over_rows = reduces_over_rows
             self.define(source)
 
-    return Expression()
+    return ExpressionKernel(Expression(), _as_python(source), reduces_over_rows)
+
+
+class ExpressionKernel(torch.nn.Module):
+    """A translated function's kernel: its TorchScript (``scripted``), and the same source as a
+    Python function, which torch.export traces (it cannot trace into TorchScript) on the same
+    buffers."""
+
+    __jit_ignored_attributes__: typing.ClassVar[list[str]] = ["python"]
+    reduces_over_rows: bool
+
+    def __init__(self, scripted: torch.jit.ScriptModule, python, reduces_over_rows: bool):
+        super().__init__()
+        self.scripted = scripted
+        self.python = python
+        self.reduces_over_rows = reduces_over_rows
+
+    def forward(
+        self, values: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor], rows: int
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+            if torch.compiler.is_exporting():
+                return self.python(self.scripted, values, offsets, rows)
+        return self.scripted(values, offsets, rows)
+
+
+def _as_python(source: str):
+    """``source`` (a TorchScript ``forward``) defined as a Python function of this module."""
+    # TorchScript's names of the annotations' types, as Python reads them
+    names = {"Dict": dict, "List": list, "Tuple": tuple, "Optional": typing.Optional}
+    namespace = {**globals(), **names, "Tensor": torch.Tensor}
+    exec(compile(source, "<translated function>", "exec"), namespace)  # source made here
+    return namespace["forward"]
 
 
 def _evaluator() -> Evaluator:

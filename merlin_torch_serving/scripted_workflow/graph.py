@@ -13,6 +13,7 @@ the columns that must hold none.
 
 import torch
 
+from merlin_torch_serving.aot import exportable
 from merlin_torch_serving.scripted_workflow.ragged import check_offsets, refusal
 
 
@@ -20,6 +21,15 @@ def _wire_cast(name: str, values: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     if values.dtype == dtype:
         return values
     to_integers = values.is_floating_point() and not torch.empty(0, dtype=dtype).is_floating_point()
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            if to_integers:
+                torch._assert_async(
+                    ~torch.isnan(values).any(),
+                    "output column '" + name + "' holds nulls (NaN), but its schema dtype cannot"
+                    " hold them; fill the nulls in the workflow (e.g. FillMissing)",
+                )
+            return values.to(dtype)
     if to_integers and bool(torch.isnan(values).any()):
         raise ValueError(
             "output column '"
@@ -94,7 +104,13 @@ class WorkflowScript(torch.nn.Module):
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         values, offsets, rows = self.request(inputs)
-        if rows == 0:
+        # a package cannot branch on row counts: it runs every kernel, which answer no rows
+        # for none, where TorchScript skips them
+        exporting = False
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+            if torch.compiler.is_exporting():
+                exporting = True
+        if not exporting and rows == 0:
             return self.empty()
         results: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]] = []
         for position, kernel in enumerate(self.kernels):
@@ -104,7 +120,7 @@ class WorkflowScript(torch.nn.Module):
             fed = len(self.parents[position]) == 0
             for parent in self.parents[position]:
                 parent_values, parent_offsets, parent_rows = results[parent]
-                if parent_rows == 0:
+                if not exporting and parent_rows == 0:
                     continue  # NVTabular drops the parents that returned no rows
                 fed = True
                 node_rows = parent_rows
@@ -123,7 +139,7 @@ class WorkflowScript(torch.nn.Module):
             else:
                 results.append(({}, {}, 0))
         output_values, output_offsets, output_rows = results[-1]
-        if output_rows == 0:
+        if not exporting and output_rows == 0:
             return self.empty()
         return self.wire(output_values, output_offsets, output_rows)
 
@@ -131,6 +147,9 @@ class WorkflowScript(torch.nn.Module):
         self, inputs: dict[str, torch.Tensor]
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
         """The request's columns, checked: equal row counts, valid offsets, no forbidden nulls."""
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+            if torch.compiler.is_exporting():
+                return self.exported_request(inputs)
         values: dict[str, torch.Tensor] = {}
         offsets: dict[str, torch.Tensor] = {}
         rows: list[int] = []
@@ -174,6 +193,43 @@ class WorkflowScript(torch.nn.Module):
                 raise ValueError(refusal(name, "no null (NaN) values", "a null value"))
         return values, offsets, rows[0] if len(rows) > 0 else 0
 
+    def exported_request(self, inputs: dict[str, torch.Tensor]):
+        """``request`` as torch.export traces it: each column brought to the first one's rows, a
+        mismatch refused by an assertion naming it (dtypes are the package's by construction)."""
+        values: dict[str, torch.Tensor] = {}
+        offsets: dict[str, torch.Tensor] = {}
+        rows_of = {}
+        for name in self.scalar_inputs + self.fixed_inputs:
+            rows_of[name] = inputs[name].shape[0]
+        for name in self.ragged_inputs:
+            rows_of[name] = torch.sym_max(inputs[name + "__offsets"].shape[0] - 1, 0)
+        first = next(iter(rows_of), "")
+        rows = rows_of.get(first, 0)
+        for name, count in rows_of.items():
+            if name != first:
+                exportable.assert_rows(name, count, first, rows)
+        for name in self.scalar_inputs:
+            values[name] = (
+                inputs[name] if name == first else exportable.rows_like(inputs[name], rows)
+            )
+        for name in self.ragged_inputs:
+            column = inputs[name + "__values"]
+            row_offsets = inputs[name + "__offsets"].to(torch.int64)
+            exportable.assert_offsets(name, column, row_offsets)
+            values[name] = column
+            offsets[name] = exportable.rows_like(row_offsets, rows + 1, column.shape[0])
+        for name in self.fixed_inputs:
+            column = inputs[name] if name == first else exportable.rows_like(inputs[name], rows)
+            values[name] = column.reshape(-1)
+            offsets[name] = torch.arange(rows + 1, dtype=torch.int64) * column.shape[1]
+        for name in self.non_null_inputs:
+            if values[name].is_floating_point():
+                torch._assert_async(
+                    ~torch.isnan(values[name]).any(),
+                    refusal(name, "no null (NaN) values", "a null value"),
+                )
+        return values, offsets, rows
+
     def wire(
         self, values: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor], rows: int
     ) -> dict[str, torch.Tensor]:
@@ -187,6 +243,10 @@ class WorkflowScript(torch.nn.Module):
             elif name in self.widths:
                 width = self.widths[name]
                 lengths = offsets[name][1:] - offsets[name][:-1]
+                if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves it out)
+                    if torch.compiler.is_exporting():
+                        wire[name] = exportable.fixed_rows(name, column, lengths, rows, width)
+                        continue
                 if bool((lengths != width).any()):
                     raise ValueError(
                         "output column '"

@@ -11,6 +11,7 @@ import torch
 from merlin.dag import ColumnSelector
 from nvtabular.ops import Groupby
 
+from merlin_torch_serving.aot import exportable
 from merlin_torch_serving.fastpath.errors import NotCompiled
 from merlin_torch_serving.fastpath.groupby import GroupbyKernel
 from merlin_torch_serving.scripted_workflow.columns import (
@@ -25,6 +26,14 @@ from merlin_torch_serving.scripted_workflow.ragged import offsets_from_lengths
 
 def _group_of_rows(counts: torch.Tensor) -> torch.Tensor:
     """Each row's group, for rows laid out group after group (groups are never empty)."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():  # no slice a package could not size for no groups
+            total = exportable.size_of(counts.sum())
+            ends = torch.cumsum(counts, 0)
+            marks = torch.zeros(total + 1, dtype=torch.int64).index_add_(
+                0, ends, torch.ones_like(ends)
+            )
+            return torch.cumsum(marks[:total], 0)
     rows = int(counts.sum()) if counts.shape[0] > 0 else 0
     marks = torch.zeros(rows, dtype=torch.int64)
     marks[torch.cumsum(counts, 0)[:-1]] = 1
@@ -42,6 +51,12 @@ def _totals(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 def _kahan_sums(values: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-group sums of the non-NaN values with Kahan's compensation, added in row order, position
     by position across all groups at once (as ``fastpath.groupby._kahan_sums``)."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():  # its loop runs as often as the longest group is long
+            raise NotImplementedError(
+                "Groupby's sums and means of floats (added with Kahan's compensation, position by"
+                " position) have no form torch.export takes"
+            )
     groups = counts.shape[0]
     total = torch.zeros(groups, dtype=values.dtype)
     compensation = torch.zeros(groups, dtype=values.dtype)
@@ -112,6 +127,12 @@ def _reduce(agg: str, values: torch.Tensor, counts: torch.Tensor) -> torch.Tenso
         integers = values.to(torch.int64)
         if agg == "sum":
             return _totals(integers, counts)
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+            if torch.compiler.is_exporting():
+                raise NotImplementedError(
+                    "Groupby's means of integers (exact below 2**53, compensated above) have no"
+                    " form torch.export takes"
+                )
         largest = float(torch.abs(integers.to(torch.float64)).max()) if values.shape[0] > 0 else 0.0
         # below 2**53 an integer sum is exact in float64 and needs no compensation
         if largest * values.shape[0] < 9007199254740992.0:

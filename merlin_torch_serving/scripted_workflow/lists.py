@@ -12,6 +12,7 @@ import torch
 from merlin.dag import ColumnSelector
 from nvtabular.ops import ListSlice
 
+from merlin_torch_serving.aot import exportable
 from merlin_torch_serving.fastpath.errors import NotCompiled
 from merlin_torch_serving.fastpath.lists import ListSliceKernel
 from merlin_torch_serving.scripted_workflow.columns import LIST_CELLS, ColumnType, torch_dtype
@@ -23,6 +24,14 @@ def _bound(index: int, row_lengths: torch.Tensor) -> torch.Tensor:
     if index < 0:
         return torch.minimum(torch.clamp(row_lengths + index, min=0), row_lengths)
     return torch.clamp(row_lengths, max=index)
+
+
+def _total(offsets: torch.Tensor) -> int:
+    """The values ``offsets`` end at (a size a package reads when it runs)."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            return exportable.size_of(offsets[-1])
+    return int(offsets[-1])
 
 
 class ListSliceScript(torch.nn.Module):
@@ -52,12 +61,16 @@ class ListSliceScript(torch.nn.Module):
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
         sliced: dict[str, torch.Tensor] = {}
         sliced_offsets: dict[str, torch.Tensor] = {}
+        exporting = False
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+            if torch.compiler.is_exporting():  # a package takes the general paths always
+                exporting = True
         for name in self.names:
             row_offsets = offsets[name]
             row_lengths = row_offsets[1:] - row_offsets[:-1]
             starts = _bound(self.start, row_lengths)
             kept = torch.clamp(_bound(self.end, row_lengths) - starts, min=0)
-            if bool(torch.equal(kept, row_lengths)):  # no row is cut: sessions within the limit
+            if not exporting and bool(torch.equal(kept, row_lengths)):  # no row is cut
                 kept_offsets = row_offsets
                 kept_values = values[name]
             else:
@@ -66,10 +79,10 @@ class ListSliceScript(torch.nn.Module):
                 kept_values = values[name].index_select(0, positions)
             if name in self.padded:
                 padded = torch.clamp(kept, min=self.max_elements)
-                if not bool(torch.equal(padded, kept)):
+                if exporting or not bool(torch.equal(padded, kept)):
                     padded_offsets = offsets_from_lengths(padded)
                     result = torch.full(
-                        [int(padded_offsets[-1])], self.pad_value, dtype=self.pad_dtypes[name]
+                        [_total(padded_offsets)], self.pad_value, dtype=self.pad_dtypes[name]
                     )
                     result[segment_positions(padded_offsets[:-1], kept)] = kept_values.to(
                         result.dtype

@@ -12,11 +12,17 @@ sort columns pandas sorts stably, and so does this.
 
 import torch
 
+from merlin_torch_serving.aot import exportable
+
 
 def stable_order(values: torch.Tensor, ascending: bool) -> torch.Tensor:
     """Positions of ``values`` sorted, ties in row order, NaN last in row order (pandas puts nulls
     last in both directions)."""
-    if not values.is_floating_point() or not bool(torch.isnan(values).any()):
+    exporting = False
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():  # floats take the path for NaNs, whether any or not
+            exporting = True
+    if not values.is_floating_point() or (not exporting and not bool(torch.isnan(values).any())):
         return torch.sort(values, stable=True, descending=not ascending)[1]
     nans = torch.isnan(values)
     present = torch.nonzero(~nans).flatten()
@@ -43,6 +49,14 @@ def group_rows(keys: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, li
     rows = rows.index_select(0, sort_order([values.index_select(0, rows) for values in keys], True))
     grouped = [values.index_select(0, rows) for values in keys]
     size = rows.shape[0]
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():  # no slice a package could not size for no rows
+            first = torch.arange(size) == 0
+            for values in grouped:
+                first = first | (values != exportable.shifted(values))
+            starts = torch.nonzero(first).flatten()
+            counts = torch.diff(starts, append=torch.full([1], size, dtype=torch.int64))
+            return rows, counts, [values.index_select(0, starts) for values in grouped]
     change = torch.zeros(max(size - 1, 0), dtype=torch.bool)
     for values in grouped:
         change = change | (values[1:] != values[:-1])

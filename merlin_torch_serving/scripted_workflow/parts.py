@@ -133,6 +133,10 @@ class Owner(Protocol):
 
     def scripted_answer(self, module, transformable: TensorTable) -> TensorTable: ...
 
+    def answer_for_export(self) -> torch.nn.Module | None: ...
+
+    requires_package: bool
+
     def compute_output_schema(self, input_schema, col_selector, prev_output_schema=None): ...
 
     def returned_columns(self) -> list[str]: ...
@@ -183,6 +187,13 @@ class WorkflowTail(ServingOperator):
 
     def torchscript(self, input_schema: Schema) -> torch.nn.Module:
         return self.module
+
+    def exportable(self, input_schema: Schema) -> torch.nn.Module | None:
+        return self.owner.answer_for_export()
+
+    @property
+    def requires_package(self) -> bool:  # type: ignore[override]  # the owner's
+        return self.owner.requires_package
 
     def returned_columns(self) -> list[str]:
         return self.owner.returned_columns()

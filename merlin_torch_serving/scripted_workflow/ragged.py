@@ -9,6 +9,8 @@ shares, written once in TorchScript so that libtorch and in-process runs execute
 
 import torch
 
+from merlin_torch_serving.aot import exportable
+
 #: what every kernel takes and returns: (values, offsets of list columns, rows)
 Columns = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]
 
@@ -28,10 +30,20 @@ def segment_positions(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tens
     which costs a few vector operations and no per-row loop.
     """
     lands = offsets_from_lengths(lengths)
-    total = int(lands[-1])
+    total = 0
+    exporting = False
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():  # the total, known when the package runs
+            exporting, total = True, exportable.size_of(lands[-1])
+    if not exporting:
+        total = int(lands[-1])
     shifts = starts.to(torch.int64) - lands[:-1]
     increments = shifts.clone()
-    increments[1:] -= shifts[:-1]
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if exporting:  # the same, with no slice that a package could not size for no rows
+            increments = shifts - exportable.shifted(shifts)
+    if not exporting:
+        increments[1:] -= shifts[:-1]
     steps = torch.zeros(total + 1, dtype=torch.int64).index_add_(0, lands[:-1], increments)
     return torch.arange(total, dtype=torch.int64) + torch.cumsum(steps[:total], 0)
 
@@ -67,6 +79,10 @@ def refusal(column: str, expected: str, got: str) -> str:
 
 def check_offsets(name: str, values: torch.Tensor, offsets: torch.Tensor):
     """Offsets must start at 0, never decrease and end at the number of values."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            exportable.assert_offsets(name, values, offsets)
+            return
     column = name + "__offsets"  # wire.OFFSETS_SUFFIX (TorchScript reads no globals)
     expected = (
         "offsets from 0 up to len('"
@@ -85,6 +101,13 @@ def check_offsets(name: str, values: torch.Tensor, offsets: torch.Tensor):
 
 def integer_cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Floats to integers as pandas' ``astype`` casts them: refused when one is NaN or infinite."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            torch._assert_async(
+                torch.isfinite(values).all(),
+                "Cannot convert non-finite values (NA or inf) to integer",
+            )
+            return values.to(dtype)
     if bool((~torch.isfinite(values)).any()):
         raise ValueError("Cannot convert non-finite values (NA or inf) to integer")
     return values.to(dtype)
@@ -94,6 +117,13 @@ def to_datetime_ns(values: torch.Tensor, nanoseconds: int) -> torch.Tensor:
     """Integers in a unit as pandas' ``to_datetime`` makes them: int64 nanoseconds since 1970,
     refused outside what datetime64[ns] holds, as pandas refuses them."""
     bound = 9223372036854775807 // nanoseconds
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            torch._assert_async(
+                ((values <= bound) & (values >= -bound)).all(),
+                "cannot convert input to datetime: a value lies outside 1677-09-21 to 2262-04-11",
+            )
+            return values * nanoseconds
     if bool(((values > bound) | (values < -bound)).any()):
         raise ValueError(
             "cannot convert input to datetime: a value lies outside 1677-09-21 to 2262-04-11"
@@ -104,6 +134,9 @@ def to_datetime_ns(values: torch.Tensor, nanoseconds: int) -> torch.Tensor:
 
 def column_min(values: torch.Tensor) -> torch.Tensor:
     """The column's smallest value, NaN skipped (NaN if all are), as pandas' ``Series.min``."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            return exportable.column_extreme(values, smallest=True)
     if values.is_floating_point():
         present = values[~torch.isnan(values)]
         if present.numel() == 0:
@@ -114,6 +147,9 @@ def column_min(values: torch.Tensor) -> torch.Tensor:
 
 def column_max(values: torch.Tensor) -> torch.Tensor:
     """The column's largest value, NaN skipped (NaN if all are), as pandas' ``Series.max``."""
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            return exportable.column_extreme(values, smallest=False)
     if values.is_floating_point():
         present = values[~torch.isnan(values)]
         if present.numel() == 0:
@@ -126,6 +162,13 @@ def table_lookup(table: torch.Tensor, values: torch.Tensor, low: int) -> torch.T
     """``table[value - low]`` for each value: a function of a column of known integers, tabulated
     (values outside the table cannot arise, and are refused)."""
     positions = values.to(torch.int64) - low
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            torch._assert_async(
+                ((positions >= 0) & (positions < table.shape[0])).all(),
+                "a value outside the range the function was tabulated on",
+            )
+            return exportable.take_safely(table, positions)
     if bool(((positions < 0) | (positions >= table.shape[0])).any()):
         raise ValueError("a value outside the range the function was tabulated on")
     return table.index_select(0, positions)

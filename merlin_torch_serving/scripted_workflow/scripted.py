@@ -85,6 +85,15 @@ class ScriptedWorkflow:
             return scripted
         return torch.jit.script(LinedUpSessions(self.module, key, filtered_column))
 
+    def exportable(self, key: str, filtered_column: str) -> torch.nn.Module | None:
+        """The eager module ``answer_module`` scripts (the whole workflow's, or the tail's after a
+        head), for torch.export: the same modules are what a package is compiled from."""
+        if self.module is None:
+            return None
+        if not key:
+            return self.module
+        return LinedUpSessions(self.module, key, filtered_column)
+
 
 def run_scripted_arrays(module, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Call a scripted module of wire tensors as libtorch does (inference mode, no optimizing

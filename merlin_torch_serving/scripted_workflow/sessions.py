@@ -8,6 +8,7 @@ workflow's filters dropped, marked True in the filtered column (the TorchScript 
 
 import torch
 
+from merlin_torch_serving.aot import exportable
 from merlin_torch_serving.scripted_workflow.graph import WorkflowScript
 from merlin_torch_serving.scripted_workflow.ragged import take_rows
 
@@ -25,10 +26,20 @@ def first_appearance_order(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 def row_of_each_key(output_keys: torch.Tensor, answer_keys: torch.Tensor) -> torch.Tensor:
     """For each answer key, its row in ``output_keys``; -1 where it has none."""
     rows = torch.full(answer_keys.shape, -1, dtype=torch.int64)
-    if output_keys.shape[0] == 0:
+    exporting = False
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if torch.compiler.is_exporting():
+            exporting = True
+    if not exporting and output_keys.shape[0] == 0:
         return rows
     order = torch.sort(output_keys, stable=True)[1]
     sorted_keys = output_keys.index_select(0, order)
+    if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+        if exporting:  # no keys at all reads nothing
+            positions = torch.searchsorted(sorted_keys, answer_keys)
+            found = exportable.take_safely(sorted_keys, positions) == answer_keys
+            found = found & (positions < sorted_keys.shape[0])
+            return torch.where(found, exportable.take_safely(order, positions), rows)
     positions = torch.clamp(torch.searchsorted(sorted_keys, answer_keys), max=order.shape[0] - 1)
     found = sorted_keys.index_select(0, positions) == answer_keys
     return torch.where(found, order.index_select(0, positions), rows)
@@ -55,6 +66,9 @@ class LinedUpSessions(torch.nn.Module):
         ]
 
     def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript leaves the block out)
+            if torch.compiler.is_exporting():
+                return self.exported_forward(inputs)
         answer = self.workflow(inputs)
         answer_keys, request_keys = first_appearance_order(inputs[self.key])
         output_keys = answer[self.key]
@@ -91,6 +105,47 @@ class LinedUpSessions(torch.nn.Module):
             if self.filtered_column != "":
                 lined_up[self.filtered_column] = missing
             return lined_up
+        for name in self.scalars:
+            lined_up[name] = answer[name].index_select(0, rows)
+        for name in self.fixed:
+            lined_up[name] = answer[name].index_select(0, rows)
+        for name in self.ragged:
+            values, offsets = take_rows(
+                answer[name + "__values"], answer[name + "__offsets"].to(torch.int64), rows
+            )
+            lined_up[name + "__values"] = values
+            lined_up[name + "__offsets"] = offsets.to(torch.int32)
+        if self.filtered_column != "":
+            lined_up[self.filtered_column] = missing
+        return lined_up
+
+    def exported_forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``forward`` as torch.export traces it: no branch on what the request holds, its checks
+        assertions, the placeholder rows appended and the rows reordered always."""
+        answer = self.workflow(inputs)
+        answer_keys, request_keys = first_appearance_order(inputs[self.key])
+        output_keys = answer[self.key]
+        known = torch.searchsorted(request_keys, output_keys)
+        torch._assert_async(
+            (exportable.take_safely(request_keys, known) == output_keys).all(),
+            "the workflow answered for '"
+            + self.key
+            + "' values the request did not send; it changes the key it groups by, so its"
+            + " sessions cannot be matched to the request's. Pass"
+            + " TransformWorkflow(..., keep_request_order=False) to take its rows as they come",
+        )
+        rows = row_of_each_key(output_keys, answer_keys)
+        missing = rows < 0
+        if self.filtered_column == "":
+            torch._assert_async(
+                ~missing.any(),
+                "the workflow dropped sessions although it has no Filter; every session of a"
+                + " request needs a row",
+            )
+        answer = self._with_placeholders(answer, answer_keys[missing], output_keys.shape[0])
+        appended = output_keys.shape[0] + torch.cumsum(missing.to(torch.int64), 0) - 1
+        rows = torch.where(missing, appended, rows)
+        lined_up: dict[str, torch.Tensor] = {}
         for name in self.scalars:
             lined_up[name] = answer[name].index_select(0, rows)
         for name in self.fixed:

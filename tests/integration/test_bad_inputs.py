@@ -5,10 +5,12 @@ Every case is either answered exactly as in-process answers the same request, or
 error naming the column; never a crash, a traceback naming nothing, or an answer computed from the
 wrong rows. After each served case the server must still be healthy and answer a normal request.
 
-Four ensembles are served: raw clicks through the workflow (``clicks``), ragged sessions straight
-into the model on the python backend (``sessions``: the offsets cases) and on Triton's pytorch
-backend (``sessions_libtorch``: the same cases, checked inside the TorchScript), and a workflow
-whose item ids are floats (``float_ids``: a NaN id can travel).
+Five ensembles are served: raw clicks through the workflow (``clicks``), ragged sessions straight
+into the model on the python backend (``sessions``: the offsets cases), on Triton's pytorch
+backend (``sessions_libtorch``: the same cases, checked inside the TorchScript) and compiled ahead
+of time (``sessions_package``: checked inside the package, whose messages name the column without
+quoting the values), and a workflow whose item ids are floats (``float_ids``: a NaN id can
+travel).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ MODELS = {
     "clicks": "bad-clicks",
     "sessions": "bad-sessions",
     "sessions_libtorch": "bad-sessions-libtorch",
+    "sessions_package": "bad-sessions-package",
     "float_ids": "bad-float-ids",
 }
 ROW_LIMIT = 100_000  # ModelOptions' default, which these exports keep
@@ -66,6 +69,18 @@ def ensembles(triton_server, toy_workflow, toy_model, tmp_path_factory, pytorch_
             )
             for key, backend in (("sessions", "python"), ("sessions_libtorch", "pytorch"))
         },
+        "sessions_package": Ensemble(
+            model_inputs.column_names
+            >> PredictPytorch(
+                toy_session.eager_model(toy_workflow),
+                model_inputs,
+                model_outputs,
+                backend="pytorch",
+                compiled="package",
+            )
+            >> TopK(3, seen_items="item_id-list", exclude_ids=[0, 1, 2]),
+            model_inputs,
+        ),
         "float_ids": Ensemble(
             toy_session.session_graph(float_workflow, toy_session.scripted_model(float_workflow)),
             float_workflow.input_schema,
@@ -291,10 +306,12 @@ CASES = [
         ("item_id-list",),
     ),
 ]
-# the session cases again, on an ensemble whose only step is a libtorch model (but a missing
-# tensor, which Triton refuses before any step runs, whatever its backend)
+# the session cases again, on an ensemble whose only step is a libtorch model: TorchScript, and an
+# AOTInductor package (but a missing tensor, which Triton refuses before any step runs, whatever
+# its backend)
 CASES += [
-    dataclasses.replace(case, name=f"{case.name} on libtorch", ensemble="sessions_libtorch")
+    dataclasses.replace(case, name=f"{case.name} on {form}", ensemble=f"sessions_{form}")
+    for form in ("libtorch", "package")
     for case in CASES
     if case.ensemble == "sessions" and case.name != "offsets tensor missing"
 ]

@@ -43,14 +43,15 @@ class Example:
         """The end-to-end example ranks inside the model (``model.top_k``), as its notebook does."""
         return self.name == "end_to_end"
 
-    def graph(self, backend: str = "python", workflow_backend: str = "python"):
+    def graph(self, backend: str = "python", workflow_backend: str = "python", compiled=None):
         """The serving graph users build from the notebook: workflow >> model, then for the
         getting-started model (which scores the whole catalog) TopK and the raw ids.
-        ``backend`` is the model's, ``workflow_backend`` the workflow's."""
+        ``backend`` is the model's, ``workflow_backend`` the workflow's, ``compiled`` what their
+        libtorch step is."""
         features = self.workflow.input_schema.column_names >> TransformWorkflow(
-            self.workflow, backend=workflow_backend
+            self.workflow, backend=workflow_backend, compiled=compiled
         )
-        scores = features >> PredictPytorch(self.model, backend=backend)
+        scores = features >> PredictPytorch(self.model, backend=backend, compiled=compiled)
         if self.has_top_k:
             return scores
         return (
@@ -59,8 +60,10 @@ class Example:
             >> DecodeItemIds(self.workflow, source_column="item_id")
         )
 
-    def ensemble(self, backend: str = "python", workflow_backend: str = "python") -> Ensemble:
-        return Ensemble(self.graph(backend, workflow_backend), self.workflow.input_schema)
+    def ensemble(
+        self, backend: str = "python", workflow_backend: str = "python", compiled=None
+    ) -> Ensemble:
+        return Ensemble(self.graph(backend, workflow_backend, compiled), self.workflow.input_schema)
 
 
 def prepare(module: ModuleType, categories_path: str) -> Example:

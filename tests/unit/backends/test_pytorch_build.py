@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from merlin_torch_serving import cli
-from merlin_torch_serving.backends import bundle
+from merlin_torch_serving.backends import bundle, pytorch_change
 from merlin_torch_serving.backends.pytorch_build import (
     TorchInstall,
     build_folder,
@@ -19,6 +19,8 @@ from merlin_torch_serving.backends.pytorch_build import (
 )
 from merlin_torch_serving.backends.pytorch_sources import SOURCE_FOLDERS
 from merlin_torch_serving.exceptions import BackendBuildError
+
+from .stand_in import write_changed_file
 
 # Writes the options the build passes into the "library", so the test can read them back.
 RECORDING_CMAKELISTS = """\
@@ -39,6 +41,7 @@ def write_sources(root: Path, cmakelists: str) -> Path:
     for name in SOURCE_FOLDERS:
         (root / name).mkdir(parents=True)
     (root / "pytorch_backend" / "CMakeLists.txt").write_text(cmakelists)
+    write_changed_file(root / "pytorch_backend")
     return root
 
 
@@ -78,6 +81,7 @@ def test_build_runs_cmake_offline_on_the_sources_reports_progress_and_caches_the
     assert record["torch_version"] == torch.version
     assert record["tritonserver_version"] == server_version()
     assert record["sources"] == str(sources.resolve())
+    assert record["change_id"] == pytorch_change.change_id()
     assert any(line.startswith("configuring with cmake") for line in lines)
     assert any(line.strip().startswith("[1/") for line in lines), lines  # one line per build step
     assert [path.name for path in (tmp_path / "cache").iterdir()] == [built.folder.name], (

@@ -26,10 +26,9 @@ from merlin_torch_serving.backends.pytorch_build import (
 )
 
 from .local_git_host import make_git_host
+from .stand_in import release_sources, write_changed_file
 
 ROOT = Path(__file__).resolve().parents[3]
-# where CI keeps the release sources, beside the clone (see .ci/run)
-SHARED_SOURCES = ROOT.parent / "shared" / "triton-pytorch-backend" / "sources-r24.10.tar.gz"
 
 # Writes what the build was given into the "library", after finding RapidJSON as common does.
 RECORDING_CMAKELISTS = """\
@@ -50,17 +49,6 @@ def release() -> str:
     return bundle.release_of(server_version())
 
 
-def release_sources() -> Path:
-    """The release tarball: $MTS_PYTORCH_BACKEND_SOURCES, else where CI keeps it."""
-    given = os.environ.get("MTS_PYTORCH_BACKEND_SOURCES")
-    path = Path(given) if given else SHARED_SOURCES
-    assert path.is_file(), (
-        f"the release sources {path} are missing; set MTS_PYTORCH_BACKEND_SOURCES to the"
-        " sources-r24.10.tar.gz of Triton's pytorch_backend"
-    )
-    return path
-
-
 @pytest.fixture
 def stand_in_host(tmp_path) -> str:
     """A host whose pytorch_backend records its options and whose RapidJSON has headers only."""
@@ -69,6 +57,7 @@ def stand_in_host(tmp_path) -> str:
         (sources / name).mkdir(parents=True)
         (sources / name / "README").write_text(name)
     (sources / "pytorch_backend" / "CMakeLists.txt").write_text(RECORDING_CMAKELISTS)
+    write_changed_file(sources / "pytorch_backend")
     (sources / "rapidjson" / "include" / "rapidjson").mkdir(parents=True)
     (sources / "rapidjson" / "include" / "rapidjson" / "rapidjson.h").write_text("")
     return make_git_host(sources, tmp_path / "host", release())

@@ -7,6 +7,7 @@ import pytest
 
 from merlin_torch_serving import Ensemble, ModelOptions
 from merlin_torch_serving.export import config as configs
+from merlin_torch_serving.export.ensemble_wiring import ensemble_config
 from tests import toy_session
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -147,7 +148,7 @@ def test_model_options_pass_through_to_every_config(toy_workflow, toy_model, tmp
     [("all", "all", None), (3, "latest", 3), (None, None, None)],
 )
 def test_version_policy_forms(policy, field, value):
-    config = configs.ensemble_config(
+    config = ensemble_config(
         "e", *_tiny_schemas(), [], ["session_id"], ModelOptions(version_policy=policy)
     )
     assert config.version_policy.WhichOneof("policy_choice") == field

@@ -1,0 +1,169 @@
+"""The libtorch step compiled ahead of time against TorchScript, in this process: one forward of the
+mixed export's libtorch step (the model with its TopK and DecodeItemIds) on the features of one
+request, one torch thread, run eagerly, as TorchScript (as the export scripts it, without the
+optimizing executor, as the step's config says), as the package compiled for this CPU and as the
+one compiled for x86-64-v3; and how long each package took to export and compile, into a fresh
+cache (the compile's time, not the cache's). Calls interleave, so the machine's load weighs on
+all four alike.
+
+``./run bench`` measures it at the end of its run; ``./run bench --only compiled`` measures it
+alone (a few minutes: the example is trained and both packages compiled) and writes
+``compiled.{json,md}``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from merlin.table import TensorTable
+
+from benchmarks.systems import project_ensemble
+from benchmarks.workload import build_workload
+from merlin_torch_serving.aot.compiling import compiled_package, export_program
+from merlin_torch_serving.aot.instruction_sets import instruction_set
+from merlin_torch_serving.aot.package import CompiledPackage
+from merlin_torch_serving.aot.steps import EXAMPLE, StepModule, tensors
+from merlin_torch_serving.data import frames, wire
+from merlin_torch_serving.data.samples import sample_table
+from merlin_torch_serving.export.fusion import libtorch_module
+from merlin_torch_serving.export.partition import partition
+from merlin_torch_serving.graph.plan import REQUEST, Ref, run_calls
+
+FORMS = ("eager", "torchscript", "package", "package x86-64-v3")
+SESSION_COUNTS = (1, 32)
+REPETITIONS = 200  # as the full run's in-process parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="./run bench --only compiled", description=__doc__)
+    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--repetitions", type=int, default=REPETITIONS)
+    arguments = parser.parse_args(argv)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-compiled-") as scratch:
+        workload = build_workload(Path(scratch), session_counts=SESSION_COUNTS, progress=False)
+        result = measure(workload, arguments.repetitions, _Said())
+    record = {
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "repetitions": arguments.repetitions,
+        **result,
+    }
+    arguments.output_dir.mkdir(parents=True, exist_ok=True)
+    (arguments.output_dir / "compiled.json").write_text(json.dumps(record, indent=1))
+    report = "\n".join(
+        [
+            *markdown(result),
+            f"Load average before/after: {record['load_average_before']} /"
+            f" {record['load_average_after']}.",
+            "",
+        ]
+    )
+    (arguments.output_dir / "compiled.md").write_text(report)
+    print(report, flush=True)
+    return 0
+
+
+class _Said:
+    """``measure``'s progress, one line a step."""
+
+    def step(self, message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def measure(workload, repetitions: int, progress) -> dict:
+    """``{"forward_ms": {sessions: {form: median ms}}, "compile_s": {instruction set: s}}``."""
+    # exportable forms exist where a package may be made; the TorchScript form is there either way
+    ensemble = project_ensemble(workload, backend="pytorch", compiled="package")
+    steps = partition(ensemble.plan, "forward")
+    step = next(s for s in steps if s.backend == "pytorch")
+    eager = StepModule(step, [call.op.exportable(call.input_schema) for call in step.calls])
+    scripted = libtorch_module(step)
+    example = tensors(wire.to_wire(sample_table(step.input_schema, *EXAMPLE)))
+    packages, compile_s = {}, {}
+    with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-packages-") as cache:
+        for name in ("native", "x86-64-v3"):
+            progress.step(f"compiling the model's step ahead of time for {name} (a fresh cache)")
+            began = time.perf_counter()
+            program = export_program(eager, example, "the model's step")
+            path = compiled_package(
+                program,
+                example,
+                label="the model's step",
+                instruction_set=instruction_set(name),
+                threads=1,
+                cache_dir=cache,
+            )
+            compile_s[name] = round(time.perf_counter() - began, 1)
+            packages[name] = CompiledPackage(path, f"the model's step ({name})")
+        calls = {
+            "eager": eager,
+            "torchscript": scripted,
+            "package": packages["native"],
+            "package x86-64-v3": packages["x86-64-v3"],
+        }
+        forward_ms = {
+            str(sessions): _timed(calls, _step_inputs(steps, step, requests), repetitions)
+            for sessions, requests in workload.requests.items()
+        }
+    return {"forward_ms": forward_ms, "compile_s": compile_s}
+
+
+def _step_inputs(steps, step, requests) -> list[dict[str, torch.Tensor]]:
+    """The libtorch step's input tensors for each request: the python steps before it run first."""
+    inputs = []
+    for frame in requests:
+        table = frames.frame_to_table(frame, steps[0].input_schema)
+        env = {Ref(REQUEST, name): column for name, column in table.items()}
+        for before in steps[: steps.index(step)]:
+            run_calls(before.calls, env, {})
+        columns = TensorTable({name: env[ref] for name, ref in step.inputs.items()}, _unsafe=True)
+        inputs.append(tensors(wire.to_wire(columns)))
+    return inputs
+
+
+def _timed(calls: dict, inputs: list[dict], repetitions: int) -> dict[str, float]:
+    """Median ms of each form over ``repetitions`` calls, the forms taking turns call by call."""
+    samples: dict[str, list[float]] = {form: [] for form in calls}
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
+            for index in range(len(inputs) + repetitions):  # one untimed pass first
+                given = inputs[index % len(inputs)]
+                for form, call in calls.items():
+                    began = time.perf_counter()
+                    call(given)
+                    if index >= len(inputs):
+                        samples[form].append((time.perf_counter() - began) * 1000.0)
+    finally:
+        torch.set_num_threads(before)
+    return {form: round(statistics.median(values), 4) for form, values in samples.items()}
+
+
+def markdown(result: dict) -> list[str]:
+    """The section of latest.md on the compiled step."""
+    forward = result["forward_ms"]
+    lines = [
+        "## Compiled ahead of time",
+        "",
+        "One forward of the mixed export's libtorch step (model, TopK, DecodeItemIds) in this"
+        " process, one torch thread, median ms of interleaved calls; each package exported and"
+        " compiled into a fresh cache: "
+        + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result["compile_s"].items())
+        + ".",
+        "",
+        "| sessions | " + " | ".join(FORMS) + " | package / torchscript |",
+        "| ---: |" + " ---: |" * (len(FORMS) + 1),
+    ]
+    for sessions, medians in forward.items():
+        ratio = medians["package"] / medians["torchscript"]
+        cells = " | ".join(f"{medians[form]:.3f}" for form in FORMS)
+        lines.append(f"| {sessions} | {cells} | {ratio:.2f} |")
+    return [*lines, ""]
