@@ -64,7 +64,7 @@ def triton_server(tmp_path_factory):
         model_control="explicit",
         start_timeout_s=120.0,
         # a test kills a stub here, and tritonserver never finishes unloading the instance it
-        # served: stop() waits out the exit timeout (0.75 of this), so keep it short
+        # served: stop() ends it once the other models unloaded, this bounds it should that fail
         stop_timeout_s=6.0,
     )
     yield from _running(server, "the shared tritonserver")

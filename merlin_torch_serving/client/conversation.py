@@ -12,6 +12,7 @@ transport differs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from merlin_torch_serving.client.health import (
     model_statuses,
     names_services,
     probe_request,
+    standby_error,
+    standbys_run,
     stub_answered,
     with_services,
 )
@@ -205,23 +208,31 @@ class Conversation:
             )
         except MerlinTorchServingError:
             stats = {}
-        failures = failed_requests(stats or {})
-        report = []
-        for status in (yield from self.models()):
-            alive, error, config = None, status.reason if status.state != "READY" else "", None
+        statuses = yield from self.models()
+        configs = {}
+        for status in statuses:
             if status.state == "READY":
-                try:
-                    config = yield from self._config(status.name)
-                except MerlinTorchServingError:
-                    config = None
+                with contextlib.suppress(MerlinTorchServingError):  # unloaded meanwhile
+                    configs[status.name] = yield from self._config(status.name)
+        ensembles = [name for name, c in configs.items() if c.get("platform") == "ensemble"]
+        failures = failed_requests(stats or {}, ensembles)
+        standbys = standbys_run(configs[name] for name in ensembles)
+        report = []
+        for status in statuses:
+            alive, error, config = None, status.reason if status.state != "READY" else "", None
+            standby = ""
+            if status.state == "READY":
+                config = configs.get(status.name)
                 alive, error = yield from self._probe(status.name, config)
+                standby = standbys.get(status.name, "")
             health = ModelHealth(
                 status.name,
                 status.version,
                 status.state,
                 alive,
                 failures.get((status.name, status.version or 0)),
-                error,
+                error or (standby_error(standby) if standby else ""),
+                standby=standby,
             )
             if config is not None and names_services(config):
                 health = yield Blocking(partial(with_services, health, partial(dict, config)))

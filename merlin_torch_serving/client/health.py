@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
@@ -94,10 +95,12 @@ class ModelHealth:
     restarts: int = 0
     #: the outside services its operators call (a feature server), and whether each answers
     services: tuple[ServiceHealth, ...] = ()
+    #: the standby its ensembles run instead of it (failover), "" when they run the model itself
+    standby: str = ""
 
     @property
     def healthy(self) -> bool:
-        return self.state == "READY" and self.stubs_alive is not False
+        return self.state == "READY" and self.stubs_alive is not False and not self.standby
 
     @property
     def degraded(self) -> bool:
@@ -174,15 +177,49 @@ def folder_error(path: str) -> str | None:
     return ""
 
 
-def failed_requests(statistics: Mapping) -> dict[tuple[str, int], int]:
+#: how many failures tritonserver (2.51) counts for each request of an ensemble that fails in a
+#: step: one when the step answers with the error, one when the ensemble's request ends
+ENSEMBLE_FAILURE_COUNTS = 2
+
+
+def failed_requests(
+    statistics: Mapping, ensembles: Iterable[str] = ()
+) -> dict[tuple[str, int], int]:
     """``(model, version) -> requests answered with an error`` since each version loaded, from the
-    server's inference statistics (gRPC's JSON leaves zero counts out)."""
+    server's inference statistics (gRPC's JSON leaves zero counts out); ``ensembles`` names the
+    ensembles among the models, whose failures the server counts twice."""
+    ensembles = set(ensembles)
     return {
         (entry["name"], int(entry.get("version") or 0)): int(
             entry["inference_stats"].get("fail", {}).get("count", 0)
         )
+        // (ENSEMBLE_FAILURE_COUNTS if entry["name"] in ensembles else 1)
         for entry in statistics.get("model_stats", [])
     }
+
+
+#: a failover standby's name (``launcher.standby``): ``<model>-standby``, ``<model>-standby-<n>``
+STANDBY_NAME = re.compile(r"^(.+)-standby(?:-(\d+))?$")
+
+
+def standbys_run(configs: Iterable[Mapping]) -> dict[str, str]:
+    """``model -> its standby`` for each model whose standby an ensemble among ``configs`` runs in
+    its place (the launcher's failover switched it there)."""
+    found = {}
+    for config in configs:
+        for step in config.get("ensemble_scheduling", {}).get("step", []):
+            match = STANDBY_NAME.match(step.get("model_name", ""))
+            if match:
+                found[match.group(1)] = match.group(0)
+    return found
+
+
+def standby_error(standby: str) -> str:
+    """What a model's health says while its ensembles run its standby ``standby``."""
+    return (
+        f"its ensembles run its standby {standby!r} until it answers again (the launcher switches"
+        " them back once all its stubs run)"
+    )
 
 
 def expected_stubs(config: Mapping) -> int | None:

@@ -46,7 +46,7 @@ WARMUP_PARAMETER = "merlin_torch_serving.warmup"
 #: an operator takes from here instead of its exported config when the step loads
 #: (``reloadable_config``: a route's experiment weights), so a reload changes them without a new
 #: export. A file and not a config parameter: the launcher's failover loads python models with the
-#: config it saw first, and a standby links the model folder's files
+#: config it saw first, and a standby copies the file its model loaded with (launcher.standby)
 CONFIG_OVERRIDES_FILE = "config_overrides.json"
 #: ensemble parameter: JSON list of the request columns that group rows into sessions (a request
 #: may be split only between sessions), ``[]`` for independent rows, ``null`` when no split is safe

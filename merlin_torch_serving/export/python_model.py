@@ -35,6 +35,7 @@ from merlin_torch_serving.export.config import (
     WARMUP_PARAMETER,
 )
 from merlin_torch_serving.export.manifest import library_version, verify_step
+from merlin_torch_serving.export.overrides import read_config_overrides
 from merlin_torch_serving.export.step_metrics import StepMetrics, is_warmup_request, warmup_runs
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from merlin_torch_serving.graph import answering, metrics
@@ -223,15 +224,6 @@ def _load_operator(
     return cls.load({**call["config"], **overrides}, artifact_path)
 
 
-def _config_overrides(model_dir: str) -> dict | None:
-    """The settings ``CONFIG_OVERRIDES_FILE`` in the model's folder holds (None without one)."""
-    path = os.path.join(model_dir, CONFIG_OVERRIDES_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as file:
-        return json.load(file)
-
-
 class TritonPythonModel:
     """Triton's python-backend entry point for a step exported by this library."""
 
@@ -255,7 +247,7 @@ class TritonPythonModel:
             self.model_name,
             int(max_rows) if max_rows else None,
             int(batch_rows) if batch_rows else None,
-            _config_overrides(args["model_repository"]),
+            read_config_overrides(args["model_repository"], self.model_name),
         )
         self.output_names = [output["name"] for output in config["output"]]
         # batched: Triton hands execute several requests, each tensor with a leading dimension of 1

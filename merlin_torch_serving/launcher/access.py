@@ -13,6 +13,7 @@ inference client that needed the admin key would spread it to every caller.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import secrets
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from merlin_torch_serving.backends.bundle import cache_root
+from merlin_torch_serving.launcher.process import listening_ports, pid_exists
 
 #: the header that carries the admin key (over gRPC, tritonserver wants it in the metadata key
 #: ``GRPC_HEADER_PREFIX + ADMIN_KEY_HEADER``)
@@ -45,6 +47,8 @@ DEFAULT_RESTRICTED_APIS = ("model-repository", "shared-memory", "statistics", "t
 #: loopback: a server bound here is reachable from this machine only
 LOOPBACK_HOST = "127.0.0.1"
 _KEYS_FOLDER = "admin-keys"
+#: key file -> the descriptor through which this process holds it locked while its server runs
+_held: dict[Path, int] = {}
 
 
 def new_admin_key() -> str:
@@ -118,20 +122,69 @@ def keys_folder() -> Path:
 
 def write_key_files(key: str, ports: Iterable[int]) -> list[Path]:
     """Write ``key`` into ``<port>.key`` for each port, the folder 0700 and each file 0600 from
-    the moment it exists (never readable by others, not even briefly)."""
+    the moment it exists (never readable by others, not even briefly). This process holds a
+    shared lock on each file until ``remove_key_files``, so that files whose writer died (SIGKILL,
+    a crash: it never removed them) are told apart and removed first (``remove_stale_key_files``).
+    """
     folder = keys_folder()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(folder, 0o700)
+    remove_stale_key_files(folder)
     written = []
     for port in ports:
         path = folder / f"{int(port)}.key"
         temporary = folder / f".{int(port)}.key.{os.getpid()}"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(key + "\n")
+        descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        # locked before it takes its name: no sweep ever sees it unlocked
+        fcntl.flock(descriptor, fcntl.LOCK_SH)
+        os.write(descriptor, (key + "\n").encode())
         os.replace(temporary, path)
+        _close_quietly(_held.pop(path, None))
+        _held[path] = descriptor
         written.append(path)
     return written
+
+
+def remove_stale_key_files(folder: Path) -> list[Path]:
+    """Remove the files in the keys folder of servers that are gone (their owner was SIGKILLed or
+    crashed, and never removed them); the files removed.
+
+    A ``<port>.key`` file is stale only when nothing says its server runs: no process holds it
+    locked (this library's servers lock theirs while they run, in whatever namespace) and no
+    process of this machine listens on its port (a server started by another version of the
+    library locks nothing, but it writes its key files only once it listens, and listens until it
+    ends). A half-written ``.<port>.key.<pid>`` is stale once process ``<pid>`` is gone. Any
+    other file is left alone.
+    """
+    listening = listening_ports()
+    candidates = []
+    for path in folder.glob("*.key"):
+        if path.stem.isdigit() and int(path.stem) not in listening:
+            candidates.append(path)
+    for path in folder.glob(".*.key.*"):
+        writer = path.name.rsplit(".", 1)[1]
+        if writer.isdigit() and not pid_exists(int(writer)):
+            candidates.append(path)
+    return [path for path in candidates if path not in _held and _remove_if_unlocked(path)]
+
+
+def _remove_if_unlocked(path: Path) -> bool:
+    """Remove ``path`` unless a process holds it locked; whether it was removed."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False  # removed meanwhile
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # still the file under that name (not one a new server put there meanwhile)
+        if os.fstat(descriptor).st_ino != path.stat().st_ino:
+            return False
+        path.unlink()
+        return True
+    except OSError:
+        return False  # locked: its server runs
+    finally:
+        os.close(descriptor)
 
 
 def remove_key_files(paths: Iterable[Path], key: str) -> None:
@@ -140,6 +193,13 @@ def remove_key_files(paths: Iterable[Path], key: str) -> None:
         with contextlib.suppress(OSError):
             if path.read_text().strip() == key:
                 path.unlink()
+        _close_quietly(_held.pop(path, None))
+
+
+def _close_quietly(descriptor: int | None) -> None:
+    if descriptor is not None:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
 
 
 def find_admin_key(url: str) -> str | None:

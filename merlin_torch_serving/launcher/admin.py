@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from merlin_torch_serving.client.health import ModelStatus, failed_requests, model_statuses
+from merlin_torch_serving.client.health import ModelStatus, model_statuses
 from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.launcher import access
 
@@ -87,9 +87,9 @@ class Admin:
         """The config the server runs model ``name`` (``version``) with, as JSON."""
         return self._call("get_model_config", name, str(version or ""))
 
-    def failed_requests(self) -> dict[tuple[str, int], int]:
-        """``(model, version) -> requests answered with an error`` since each version loaded."""
-        return failed_requests(self._call("get_inference_statistics"))
+    def statistics(self) -> dict:
+        """Every model version's inference statistics (read with ``client.health``'s parsers)."""
+        return self._call("get_inference_statistics")
 
     def _call(
         self,

@@ -13,13 +13,14 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
 from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.launcher.process import (
     ProcessKeeper,
+    live_group_members,
     ports_listened_by,
     signal_group,
     wait_for_group_exit,
@@ -130,23 +131,32 @@ class ServerProcess:
         """The TCP ports it listens on: proof that the ports are its own, not a stranger's."""
         return ports_listened_by(self.pid)
 
-    def stop(self, *, graceful: bool, timeout_s: float) -> None:
+    def stop(
+        self,
+        *,
+        graceful: bool,
+        timeout_s: float,
+        settled: Callable[[], bool] | None = None,
+    ) -> None:
         """End it and every process of its group; safe to call more than once.
 
-        Graceful: SIGINT first, so tritonserver finishes its requests and unloads its models;
-        SIGKILL after ``timeout_s`` makes sure neither it nor a python-backend stub outlives the
-        call.
+        Graceful: SIGINT to tritonserver first (its stubs are told to finish by tritonserver
+        itself), so it finishes its requests and unloads its models, until it exits, ``timeout_s``
+        passes or ``settled()`` says nothing left is worth waiting for; SIGKILL then makes sure
+        neither it nor a python-backend stub outlives the call.
         """
         if self._log_file.closed:
             return
         group = self.pid
         leftovers: list[int] = []
         try:
-            # Until it is reaped, signalling its group cannot hit a stranger (see exit_code).
+            # Until it is reaped, signalling it or its group cannot hit a stranger (see exit_code).
             if graceful and self.exit_code() is None:
-                signal_group(group, signal.SIGINT)
-                self._wait_for_exit(timeout_s)
-            if self._process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGINT)
+                self._wait_for_exit(timeout_s, settled)
+            if self._process.returncode is None or live_group_members(group):
+                # tritonserver past its time, or stubs an exited tritonserver left behind
                 signal_group(group, signal.SIGKILL)
             try:
                 self._process.wait(timeout=GROUP_EXIT_TIMEOUT_S)
@@ -173,9 +183,11 @@ class ServerProcess:
                 f"{GROUP_EXIT_TIMEOUT_S:g} s after SIGKILL; kill them with `kill -9 -{group}`"
             )
 
-    def _wait_for_exit(self, timeout_s: float) -> None:
+    def _wait_for_exit(self, timeout_s: float, settled: Callable[[], bool] | None) -> None:
         deadline = time.monotonic() + timeout_s
         while self.exit_code() is None and time.monotonic() < deadline:
+            if settled is not None and settled():
+                return
             time.sleep(_EXIT_POLL_S)
 
 

@@ -39,7 +39,10 @@ _DEPENDENCY_FAILURE = re.compile(
 _TRITON_LOG_LINE = re.compile(r'^[IWE]\d{4} \S+ +\d+ \S+\] "?(.*?)"?$')
 _PROTOBUF_ERROR_LINE = re.compile(r"^\[libprotobuf ERROR [^\]]*\] (.*)$")
 _LOADING = re.compile(r'"loading: (.+?):\d+"')
+#: what a stopping tritonserver logs once no request is in flight, before it unloads its models
+_REQUESTS_DRAINED = "All models are stopped, unloading models"
 _LOAD_ENDED = re.compile(r"(successfully loaded|failed to load) '([^']+)'")
+_UNLOADED = re.compile(r"successfully unloaded '([^']+)'")
 
 
 def log_tail(log: str, lines: int = TAIL_LINES) -> str:
@@ -93,6 +96,16 @@ def still_loading(log: str) -> list[str]:
     """Models whose load started and has neither succeeded nor failed."""
     finished = {name for _, name in _LOAD_ENDED.findall(log)}
     return [name for name in dict.fromkeys(_LOADING.findall(log)) if name not in finished]
+
+
+def requests_drained(log: str) -> bool:
+    """Whether a stopping server has answered every request it had (it unloads its models next)."""
+    return _REQUESTS_DRAINED in log
+
+
+def unloaded(log: str) -> set[str]:
+    """The models the log says were unloaded (a version of each, at least)."""
+    return set(_UNLOADED.findall(log))
 
 
 def load_outcome(log: str, name: str) -> bool | None:

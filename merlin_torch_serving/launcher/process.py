@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from merlin_torch_serving.launcher import private_memory
+
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _SIG_DFL = 0  # from <signal.h>
 _POLL_S = 0.05
@@ -141,8 +143,9 @@ def _libc() -> ctypes.CDLL:
 
 
 def prepare_child(parent_pid: int) -> Callable[[], None]:
-    """A preexec_fn that makes the child receive SIGKILL when its parent thread dies (Linux), and
-    takes SIGINT's default action whatever this process does with it.
+    """A preexec_fn that makes the child receive SIGKILL when its parent thread dies (Linux),
+    takes SIGINT's default action whatever this process does with it, and keeps what it shares
+    through /dev/shm to its user (``launcher.private_memory``).
 
     A process started as a shell's background job (``python serve.py &`` in a script) ignores
     SIGINT, and a child inherits that across exec: the graceful stop's SIGINT would never reach
@@ -150,9 +153,11 @@ def prepare_child(parent_pid: int) -> Callable[[], None]:
     """
     libc = _libc()  # loaded before fork: the child should do as little as possible
     default_action = ctypes.c_void_p(_SIG_DFL)
+    restrict = private_memory.restrictor()
 
     def prepare() -> None:
         libc.signal(signal.SIGINT, default_action)  # libc's: Python's is for the main thread only
+        restrict()
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
         # The parent may have died between fork and prctl; the signal would then never come.
@@ -200,15 +205,38 @@ def ports_listened_by(pid: int | None) -> set[int]:
             continue
         if target.startswith("socket:["):
             socket_inodes.add(target[len("socket:[") : -1])
-    ports = set()
+    return {
+        port for port, inode in _listening_sockets(f"/proc/{pid}/net") if inode in socket_inodes
+    }
+
+
+def listening_ports() -> set[int]:
+    """The TCP ports some process of this machine (this network namespace) listens on."""
+    return {port for port, _ in _listening_sockets("/proc/net")}
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether process ``pid`` exists (running, or a zombie not yet collected)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
+
+
+def _listening_sockets(net: str) -> list[tuple[int, str]]:
+    """(port, socket inode) of every listening TCP socket in ``<net>/tcp`` and ``tcp6``."""
+    found = []
     for table in ("tcp", "tcp6"):
         try:
-            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            rows = Path(net, table).read_text().splitlines()[1:]
         except OSError:
             continue
         for row in rows:
             fields = row.split()
             # local_address is HEXADDR:HEXPORT, state 0A is LISTEN, the inode is the 10th field
-            if len(fields) > 9 and fields[3] == "0A" and fields[9] in socket_inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+            if len(fields) > 9 and fields[3] == "0A":
+                found.append((int(fields[1].rsplit(":", 1)[1], 16), fields[9]))
+    return found

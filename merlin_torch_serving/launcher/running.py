@@ -4,19 +4,21 @@ reloaded on request, with every failure turned into an error that quotes the ser
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from merlin_torch_serving.client.health import ModelStatus
 from merlin_torch_serving.exceptions import ModelLoadError, ServerError, ServerStartTimeoutError
-from merlin_torch_serving.launcher import diagnostics
+from merlin_torch_serving.launcher import diagnostics, private_memory
 from merlin_torch_serving.launcher.admin import Admin, Refused
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess
 from merlin_torch_serving.launcher.config import Ports, ServerConfig
 
 _POLL_S = 0.1
+logger = logging.getLogger("merlin_torch_serving")
 
 
 class RunningServer:
@@ -64,6 +66,26 @@ class RunningServer:
     def log_tail(self) -> str:
         return diagnostics.log_tail(self.log.text())
 
+    def stop(
+        self, *, graceful: bool, timeout_s: float, unloading: Iterable[str] | None = None
+    ) -> None:
+        """End the server (``ServerProcess.stop``). ``unloading``, after a python-backend stub
+        died: the models that will unload. tritonserver never unloads the model version a dead stub
+        served, so it would wait out its exit timeout; the server is ended as soon as its requests
+        in flight are answered and those models unloaded (their steps closed what they hold)."""
+        offset = self.log.size()
+        expected = set(unloading or ())
+
+        def settled() -> bool:
+            log = self.log.since(offset)
+            return diagnostics.requests_drained(log) and expected <= diagnostics.unloaded(log)
+
+        self.process.stop(
+            graceful=graceful,
+            timeout_s=timeout_s,
+            settled=settled if unloading is not None else None,
+        )
+
     # -- starting -------------------------------------------------------------------------------
 
     def wait_until_serving(self, deadline: float) -> None:
@@ -101,6 +123,15 @@ class RunningServer:
                     failures[name] = reason
         if failures:
             raise self.load_error(failures)
+        prefix = self.process.shm_prefix  # None: the caller named the regions (extra_args)
+        exposed = private_memory.exposed_regions(prefix) if prefix else []
+        if exposed:
+            logger.warning(
+                "the python backend's shared memory (%s) can be read by other users of this"
+                " machine, and with it every request: this kernel refused the seccomp filter that"
+                " keeps it owner-only (see launcher.private_memory)",
+                ", ".join(str(region) for region in exposed[:3]),
+            )
 
     def _settled_models(self, deadline: float) -> list[ModelStatus]:
         while True:
@@ -117,23 +148,25 @@ class RunningServer:
 
     # -- models ---------------------------------------------------------------------------------
 
-    def try_load(self, name: str, timeout_s: float) -> str | None:
-        """Ask the server to load ``name``: None once it is loaded, else why it failed to;
-        ``TimeoutError`` when it is still loading after ``timeout_s``."""
+    def try_load(self, name: str, timeout_s: float, config: str | None = None) -> str | None:
+        """Ask the server to load ``name`` (with ``config``, JSON, in place of its config.pbtxt):
+        None once it is loaded, else why it failed to; ``TimeoutError`` when it is still loading
+        after ``timeout_s``."""
         log_offset = self.log.size()
         try:
-            self.admin.load(name, timeout_s)
+            self.admin.load(name, timeout_s, config=config)
         except Refused as refusal:
             return diagnostics.load_refusal(refusal.reason, self.log.since(log_offset), name)
         return None
 
-    def load(self, name: str, timeout_s: float) -> None:
-        """Load (or reload) ``name`` and return once it is loaded.
+    def load(self, name: str, timeout_s: float, config: str | None = None) -> None:
+        """Load (or reload) ``name`` (with ``config``, JSON, in place of its config.pbtxt) and
+        return once it is loaded.
 
         Raises ``ModelLoadError`` if it fails to load.
         """
         try:
-            reason = self.try_load(name, timeout_s)
+            reason = self.try_load(name, timeout_s, config)
         except TimeoutError:
             raise ModelLoadError(
                 {
@@ -174,22 +207,18 @@ class RunningServer:
                 )
             time.sleep(_POLL_S)
 
-    def reload(self, name: str, timeout_s: float) -> None:
-        """Load ``name`` anew beside the running instance (see ``TritonServer.reload``)."""
-        repository = self.config.repository
-        if (
-            self.side_repository is not None
-            and (self.side_repository / name).is_dir()
-            and not (isinstance(repository, Path) and (repository / name).is_dir())
-        ):
-            repository = self.side_repository
-        if not isinstance(repository, Path):
-            raise ServerError(
-                f"could not reload model {name!r}: tritonserver reloads a model whose files"
-                f" changed, and this server's repository {repository!r} is in object storage, where"
-                " its folders cannot be touched; upload a new version (export with"
-                " add_version=True) or restart the server"
-            )
+    def reload(
+        self,
+        name: str,
+        timeout_s: float,
+        config_of: Callable[[str], str | None] = lambda model: None,
+    ) -> None:
+        """Load ``name`` anew beside the running instance (see ``TritonServer.reload``); an
+        ensemble with every model it runs, each before it. ``config_of(model)`` gives the config
+        (JSON) to load a model with, None for its config.pbtxt."""
+        repository = self._repository_of(name)
+        for step in ensemble_steps(repository, name):
+            self.reload(step, timeout_s, config_of)
         served = [
             m.version
             for m in self.admin.models()
@@ -213,7 +242,25 @@ class RunningServer:
         if self.config.model_control == "poll":
             self._wait_for_poll_reload(name, offset, timeout_s)
         else:
-            self.load(name, timeout_s)
+            self.load(name, timeout_s, config=config_of(name))
+
+    def _repository_of(self, name: str) -> Path:
+        """The local repository that holds model ``name`` (a standby's is the side repository)."""
+        repository = self.config.repository
+        if (
+            self.side_repository is not None
+            and (self.side_repository / name).is_dir()
+            and not (isinstance(repository, Path) and (repository / name).is_dir())
+        ):
+            repository = self.side_repository
+        if not isinstance(repository, Path):
+            raise ServerError(
+                f"could not reload model {name!r}: tritonserver reloads a model whose files"
+                f" changed, and this server's repository {repository!r} is in object storage, where"
+                " its folders cannot be touched; upload a new version (export with"
+                " add_version=True) or restart the server"
+            )
+        return repository
 
     def _wait_for_poll_reload(self, name: str, offset: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -239,3 +286,28 @@ class RunningServer:
 
     def load_error(self, failures: Mapping[str, str]) -> ModelLoadError:
         return diagnostics.load_error(failures, self._backends(), self.log.text())
+
+
+def model_config_file(repository: Path | str, model: str) -> dict | None:
+    """``model``'s config.pbtxt as JSON (the form the load API takes); None when it cannot be
+    read here (a repository in object storage, no such file, not a model config)."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    if not isinstance(repository, Path):
+        return None
+    try:
+        text = (repository / model / "config.pbtxt").read_text()
+        message = text_format.Parse(text, model_config_pb2.ModelConfig())
+    except (OSError, text_format.ParseError):
+        return None
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def ensemble_steps(repository: Path | str, name: str) -> list[str]:
+    """The models ensemble ``name`` runs, as its config.pbtxt says (none if it is no ensemble)."""
+    config = model_config_file(repository, name) or {}
+    if config.get("platform") != "ensemble":
+        return []
+    steps = config.get("ensemble_scheduling", {}).get("step", [])
+    return list(dict.fromkeys(step["model_name"] for step in steps if step.get("model_name")))

@@ -329,13 +329,16 @@ class TritonServer:
         """Load model ``name`` anew from the repository, in any model control mode, without a
         failed request: tritonserver loads the new instance (a new version, if one was exported
         with ``add_version=True``) beside the running one, switches to it once it is ready and
-        then retires the old one; models that depend on it (its ensemble) follow. Returns once the
-        new one answers.
+        then retires the old one; models that depend on it (its ensemble) follow. An ensemble is
+        reloaded with every model it runs, each before it, so its python steps start afresh too.
+        Returns once the new one answers.
 
         tritonserver reloads only a model whose version folder changed (a change to config.pbtxt
         alone is applied in place), so the folders of the versions it serves are touched first
         (their modification time, nothing else); in "poll" mode the next poll then reloads it."""
-        self._require_running().reload(name, timeout_s)
+        running = self._require_running()
+        supervisor = self._supervisor
+        running.reload(name, timeout_s, supervisor.load_config if supervisor else lambda _: None)
 
     def unload(self, name: str, timeout_s: float = 30.0) -> None:
         """Unload model ``name`` and wait until the server has released it; needs
@@ -375,9 +378,13 @@ class TritonServer:
         )
 
     def _shut_down(self, *, graceful: bool) -> None:
-        running, self._running = self._running, None
+        running = self._running
         if running is None:
             return
+        unloading = None
+        if graceful and self._supervisor is not None and self._supervisor.saw_death:
+            unloading = self._supervisor.unloading()  # asks the server: while it still runs
+        self._running = None
         access.remove_key_files(self._key_files, self.config.admin_key)
         self._key_files = []
         if self._supervisor is not None:
@@ -386,7 +393,7 @@ class TritonServer:
             self._supervisor = None
         if graceful:
             close_idle_http_connections(self._port("http"))
-        running.process.stop(graceful=graceful, timeout_s=self.config.stop_timeout_s)
+        running.stop(graceful=graceful, timeout_s=self.config.stop_timeout_s, unloading=unloading)
         if self._standby_repository is not None:
             shutil.rmtree(self._standby_repository, ignore_errors=True)
             self._standby_repository = None

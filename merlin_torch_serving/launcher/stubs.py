@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from merlin_torch_serving.backends.layout import STUB_NAME
-from merlin_torch_serving.client.health import ModelHealth, ModelStatus
+from merlin_torch_serving.client.health import ModelHealth, ModelStatus, standby_error
 from merlin_torch_serving.launcher.process import ProcessInfo, describe_exit
 
 
@@ -90,6 +90,7 @@ def assess(
     notes: Mapping[str, str] = {},
     restarts: Mapping[str, int] = {},
     reloading: Iterable[str] = (),
+    standbys: Mapping[str, str] = {},
 ) -> list[ModelHealth]:
     """One ``ModelHealth`` per index row.
 
@@ -98,7 +99,8 @@ def assess(
     ``failures`` from the server's statistics; ``notes`` is the launcher's own last word on a
     model (a failed restart), shown when nothing worse is known. A model in ``reloading`` is
     being reloaded after its stubs died: its new stubs may run, but requests still reach the
-    dead ones until the reload is done.
+    dead ones until the reload is done. ``standbys`` maps each model whose ensembles run its
+    standby (``launcher.failover``) to that standby: such a model is not healthy.
     """
     reloading = set(reloading)
     report = []
@@ -120,6 +122,9 @@ def assess(
                     or f"{missing} of its {instances[key]} stub process(es) are gone"
                 )
                 error += "; every request to it fails until it is reloaded"
+        standby = standbys.get(status.name, "") if status.state == "READY" else ""
+        if standby and not error:
+            error = standby_error(standby)
         report.append(
             ModelHealth(
                 name=status.name,
@@ -129,6 +134,7 @@ def assess(
                 failed_requests=failures.get(key),
                 last_error=error or notes.get(status.name, ""),
                 restarts=restarts.get(status.name, 0),
+                standby=standby,
             )
         )
     return report

@@ -5,9 +5,10 @@ The thread never restarts a model that is loading, unloading or was unloaded: on
 server still calls READY while its stubs are gone, which fails every request. A reload that
 fails is tried again later, waiting twice as long each time (up to a minute), so a model that
 cannot load does not keep the machine busy. With failover (``launcher.failover``) the thread also
-gives python models their standbys, and a second thread (``launcher.deaths``) switches ensembles
-to a standby the moment a stub dies; with a memory growth limit (``launcher.recycling``) it
-reloads python models whose stubs kept memory.
+gives python models their standbys and switches ensembles back to a model that answers again,
+and a second thread (``launcher.deaths``) switches ensembles to a standby the moment a stub dies;
+with a memory growth limit (``launcher.recycling``) it reloads python models whose stubs kept
+memory.
 """
 
 from __future__ import annotations
@@ -19,18 +20,21 @@ import signal
 import threading
 import time
 
-from merlin_torch_serving.client.health import ModelHealth, expected_stubs
+from merlin_torch_serving.client.health import ModelHealth, expected_stubs, failed_requests
 from merlin_torch_serving.exceptions import MerlinTorchServingError, ServerError
 from merlin_torch_serving.launcher import recycling
 from merlin_torch_serving.launcher.deaths import DeathWatch
-from merlin_torch_serving.launcher.failover import Failover, standby_name
+from merlin_torch_serving.launcher.failover import Failover
 from merlin_torch_serving.launcher.process import children_of
-from merlin_torch_serving.launcher.stubs import Stub, StubRecord, assess
+from merlin_torch_serving.launcher.stubs import Stub, StubRecord, assess, stub_of
 
 logger = logging.getLogger("merlin_torch_serving")
 
 FIRST_RETRY_S = 1.0
 LAST_RETRY_S = 60.0
+#: the longest stop() waits for the thread (it may be inside a load, which fails once the server
+#: is gone)
+JOIN_TIMEOUT_S = 1.0
 
 
 class Supervisor:
@@ -63,7 +67,11 @@ class Supervisor:
         self._deaths = DeathWatch(server.pid, self._stub_died) if failover else None
         self._lock = threading.Lock()
         self._stubs = StubRecord()
-        self._instances: dict[tuple[str, int], tuple[frozenset[int], int | None]] = {}
+        #: (model, version) -> (its stub pids, the stubs its config asks for, whether an ensemble)
+        self._instances: dict[tuple[str, int], tuple[frozenset[int], int | None, bool]] = {}
+        self._saw_death = False
+        #: when the last report was taken (time.monotonic())
+        self._seen_at = 0.0
         self._notes: dict[str, str] = {}
         self._restarts: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
@@ -87,10 +95,32 @@ class Supervisor:
     def stop(self, timeout_s: float) -> None:
         self._stop.set()
         self._wake.set()
+        if self._failover is not None:
+            self._failover.close()
         if self._deaths is not None:
-            self._deaths.stop(timeout_s)
+            self._deaths.stop(min(timeout_s, JOIN_TIMEOUT_S))
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+            self._thread.join(min(timeout_s, JOIN_TIMEOUT_S))
+
+    @property
+    def saw_death(self) -> bool:
+        """Whether a python-backend stub died while the server ran: tritonserver never unloads
+        the model version that stub served, nor lets a graceful stop end before its exit timeout."""
+        return self._saw_death
+
+    def unloading(self) -> list[str] | None:
+        """The models a graceful stop of the server will unload: the READY ones whose stubs all
+        run (a version whose stub died never unloads); None when it cannot be told."""
+        try:
+            report = self.health()
+        except MerlinTorchServingError:
+            return None
+        return [m.name for m in report if m.state == "READY" and m.stubs_alive is not False]
+
+    def load_config(self, model: str) -> str | None:
+        """The config (JSON) a reload of ``model`` should load it with (``Failover.load_config``),
+        None for its config.pbtxt as it is."""
+        return self._failover.load_config(model) if self._failover is not None else None
 
     def pending(self, statuses) -> list[str]:
         """READY models failover has not looked at yet."""
@@ -104,19 +134,22 @@ class Supervisor:
         """One ``ModelHealth`` per model of the repository index."""
         with self._lock:
             statuses = self._server.models()
+            self._seen_at = time.monotonic()
             live, deaths = self._stubs.update(children_of(self._server.pid))
             self._live = live
-            try:
-                failures = self._admin.failed_requests()
-            except ServerError:
-                failures = {}
-            instances = {}
+            instances, ensembles = {}, set()
             for status in statuses:
                 key = (status.name, status.version or 0)
                 if status.state == "READY":
-                    expected = self._expected_stubs(key, frozenset(live.get(key, ())))
+                    expected, ensemble = self._config_facts(key, frozenset(live.get(key, ())))
                     if expected is not None:
                         instances[key] = expected
+                    if ensemble:
+                        ensembles.add(status.name)
+            try:
+                failures = failed_requests(self._admin.statistics(), ensembles)
+            except ServerError:
+                failures = {}
             return assess(
                 statuses,
                 instances,
@@ -126,30 +159,42 @@ class Supervisor:
                 self._notes,
                 self._restarts,
                 self._reloading,
+                self._failover.switched() if self._failover is not None else {},
             )
 
-    def _expected_stubs(self, key: tuple[str, int], pids: frozenset[int]) -> int | None:
-        """The stubs a model version's config asks for; read again whenever its stubs change, so a
-        reload with another instance count is seen."""
+    def _config_facts(self, key: tuple[str, int], pids: frozenset[int]) -> tuple[int | None, bool]:
+        """The stubs a model version's config asks for, and whether it is an ensemble; read again
+        whenever its stubs change, so a reload with another instance count is seen."""
         cached = self._instances.get(key)
         if cached is None or cached[0] != pids:
             try:
                 config = self._admin.model_config(*key)
             except ServerError:
-                return cached[1] if cached else None
-            self._instances[key] = (pids, expected_stubs(config))
-        return self._instances[key][1]
+                return (cached[1], cached[2]) if cached else (None, False)
+            config = config.get("config", config)
+            self._instances[key] = (
+                pids,
+                expected_stubs(config),
+                config.get("platform") == "ensemble",
+            )
+        return self._instances[key][1], self._instances[key][2]
 
     # ---- the thread -------------------------------------------------------------------------
 
     def _stub_died(self, stub: Stub) -> None:
         """At once, from the death watch: keep requests away from the dead stub's model, if its
         standby's stub runs."""
-        standby = standby_name(stub.model)
-        standby_runs = any(name == standby and pids for (name, _), pids in self._live.items())
-        if self._failover is not None and standby_runs and not self._stop.is_set():
-            self._failover.switch_to_standby(stub.model)
+        self._saw_death = True
+        if self._failover is not None and not self._stop.is_set():
+            standby = self._failover.standby_of(stub.model)
+            if standby is not None and self._runs(standby):
+                self._failover.switch_to_standby(stub.model)
         self._wake.set()  # repair it now rather than at the next look
+
+    def _runs(self, model: str) -> bool:
+        """Whether a live stub of ``model`` runs now."""
+        stubs = (stub_of(process) for process in children_of(self._server.pid) if process.argv)
+        return any(stub is not None and stub.model == model and stub.alive for stub in stubs)
 
     def _watch(self) -> None:
         while True:
@@ -193,15 +238,24 @@ class Supervisor:
                 logger.info("ended stub %d of a version tritonserver retired but kept", pid)
 
     def _keep_standbys(self, report: list[ModelHealth]) -> None:
-        """Arm new python models; keep armed ones so (reloaded, exported anew); drop unloaded."""
+        """Arm new python models; keep armed ones so (reloaded, exported anew); drop unloaded; end
+        the switches of models that answer again."""
         if self._failover is None or self._stop.is_set():
             return
         self._failover.forget(model.name for model in report if model.state == "UNAVAILABLE")
-        self._failover.arm(self._failover.pending(report))
-        ready = {model.name for model in report if model.state == "READY" and model.stubs_alive}
-        for name in sorted(self._failover.armed() & ready):
+        stubs: dict[str, frozenset[int]] = {}
+        for (name, _), pids in self._live.items():
+            stubs[name] = stubs.get(name, frozenset()) | (pids - set(self._leftovers))
+        self._failover.arm(self._failover.pending(report), stubs)
+        answering = {
+            model.name
+            for model in report
+            if model.state == "READY" and model.stubs_alive and model.name not in self._reloading
+        }
+        for name in sorted(self._failover.armed() & answering):
             if not self._failover.is_switched(name) and not self._stop.is_set():
-                self._failover.ensure(name)
+                self._failover.ensure(name, stubs=stubs.get(name, frozenset()))
+        self._failover.settle(answering, self._seen_at)
 
     def _keep_memory(self, report: list[ModelHealth]) -> None:
         """Reload the python models whose stubs kept memory (``launcher.recycling``)."""
@@ -227,6 +281,10 @@ class Supervisor:
             self._memory.reloaded(model.name, time.monotonic())
 
     def _handle_failure(self, model: ModelHealth) -> None:
+        self._saw_death = True
+        if self._failover is not None and not self._stop.is_set():
+            # before any reload: loading the model holds its ensembles until it is loaded
+            self._failover.switch_to_standby(model.name)
         if (model.name, model.last_error) not in self._reported:
             self._reported.add((model.name, model.last_error))
             logger.warning(
@@ -252,6 +310,8 @@ class Supervisor:
         try:
             self._server.reload(model.name)
         except MerlinTorchServingError as error:
+            if self._stop.is_set():
+                return  # the server is stopping: nothing to repair
             wait_s = min(self._retry_wait_s.get(model.name, FIRST_RETRY_S / 2) * 2, LAST_RETRY_S)
             self._retry_wait_s[model.name] = wait_s
             self._retry_at[model.name] = time.monotonic() + wait_s
@@ -263,9 +323,8 @@ class Supervisor:
         finally:
             self._reloading.discard(model.name)
         if self._failover is not None:
-            # reloaded from its config.pbtxt: raised to two instances again before it takes the
-            # ensembles' requests back
-            self._failover.ensure(model.name)
+            # reloaded with its two instances (Failover.load_config): it takes the ensembles'
+            # requests back
             self._failover.switch_back(model.name)
         self._leftovers.update(dict.fromkeys(survivors, -1))
         self._retry_wait_s.pop(model.name, None)

@@ -30,8 +30,8 @@ def session_buckets(keys: np.ndarray, salt: str) -> np.ndarray:
 
 
 def checked_weights(experiment: str, weights: Mapping[str, float], variants=None) -> dict:
-    """``weights`` as floats, once they are valid: finite, not negative, not all zero, and (when
-    ``variants`` is given) one for each of those variants and no other."""
+    """``weights`` as floats, once they are valid: finite, not negative, not all zero, of a
+    finite sum, and (when ``variants`` is given) one for each of those variants and no other."""
     weights = dict(weights)
     if variants is not None:
         missing = [v for v in variants if v not in weights]
@@ -58,10 +58,19 @@ def checked_weights(experiment: str, weights: Mapping[str, float], variants=None
                 f" number of 0 or more, got {weight!r}"
             )
         checked[variant] = value
-    if sum(checked.values()) <= 0:
+    total = sum(checked.values())
+    if total <= 0:
         raise ValueError(
             f"experiment {experiment!r}: the weights are all 0; give at least one variant a"
             " positive weight"
+        )
+    if not math.isfinite(total):
+        largest = max(checked, key=checked.__getitem__)
+        raise ValueError(
+            f"experiment {experiment!r}: the weights sum to more than a float holds (variant"
+            f" {largest!r} weighs {checked[largest]!r}), which would send every session to one"
+            " variant; only their ratios count, so give smaller ones (e.g. each divided by"
+            f" {checked[largest]!r})"
         )
     return checked
 

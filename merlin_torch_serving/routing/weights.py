@@ -19,6 +19,7 @@ from pathlib import Path
 
 from merlin_torch_serving.export import config as configs
 from merlin_torch_serving.export.manifest import MANIFEST_FILE
+from merlin_torch_serving.export.overrides import read_config_overrides
 from merlin_torch_serving.export.python_model import STEP_FILE
 from merlin_torch_serving.routing.experiment import checked_weights
 from merlin_torch_serving.routing.route import Route
@@ -88,6 +89,4 @@ def _experiment_step(
             + (f" ({names}); name one with experiment=..." if found else "")
         )
     model, call = found[0]
-    path = repository / model / configs.CONFIG_OVERRIDES_FILE
-    overrides = json.loads(path.read_text()) if path.is_file() else {}
-    return model, call, overrides
+    return model, call, read_config_overrides(repository / model, model)

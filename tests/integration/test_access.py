@@ -4,7 +4,10 @@ HTTP and gRPC alike, while inference and health stay open."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +140,34 @@ def test_the_librarys_client_finds_the_key_of_a_server_of_this_user(served_doubl
         pytest.raises(ServerError, match=r"^pass the server's admin key \(Client\(url, admin_key"),
     ):
         wrong.models()
+
+
+def shared_memory_of(pid: int) -> set[Path]:
+    """The files in /dev/shm that process ``pid`` and its children have mapped."""
+    found = set()
+    for process in [psutil.Process(pid), *psutil.Process(pid).children()]:
+        with contextlib.suppress(psutil.Error):
+            found |= {Path(m.path) for m in process.memory_maps() if m.path.startswith("/dev/shm/")}
+    return found
+
+
+def test_the_shared_memory_that_carries_requests_is_the_servers_user_alone(served_doubler):
+    client = raw_client("grpc", served_doubler.grpc_url)
+    try:
+        assert doubled(client, "grpc", "guarded") == [2, 4, 6]
+    finally:
+        client.close()
+    regions = shared_memory_of(served_doubler.pid)
+    assert regions, "the python backend maps its regions from /dev/shm"
+    exposed = {region: oct(stat.S_IMODE(region.stat().st_mode)) for region in regions}
+    assert all(mode == "0o600" for mode in exposed.values()), exposed
+    if os.geteuid() == 0:  # root reads anything: read as another user to see the mode hold
+        region = sorted(regions)[0]
+        other = subprocess.run(
+            ["head", "-c", "16", str(region)], user=65534, capture_output=True, check=False
+        )
+        assert (other.returncode, other.stdout) == (1, b""), other
+        assert b"Permission denied" in other.stderr
 
 
 def test_serve_on_every_interface_says_so_and_still_restricts_the_admin_apis(tmp_path):

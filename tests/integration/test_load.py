@@ -74,3 +74,17 @@ def test_a_new_export_is_reloaded_under_load_without_a_failed_request(triton_ser
     )
     assert_clean(load)
     assert all(model.healthy for model in triton_server.health() if model.name in result.models)
+
+
+def test_reloading_the_ensemble_with_unchanged_files_restarts_its_steps_under_load(
+    triton_server, served
+):
+    _, result, _, _ = served
+    step = next(model for model in result.models if model != result.name)
+    loads_before = triton_server.logs().count(f"successfully loaded '{step}'")
+    with traffic(triton_server, served) as load:
+        load.wait_for(ANSWERS // 4)
+        triton_server.reload(result.name)  # nothing exported anew
+        load.wait_for(ANSWERS // 4)
+    assert triton_server.logs().count(f"successfully loaded '{step}'") == loads_before + 1
+    assert_clean(load)

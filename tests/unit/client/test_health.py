@@ -17,6 +17,7 @@ from merlin_torch_serving.client.health import (
     model_statuses,
     probe_request,
     service_health,
+    standbys_run,
 )
 
 # as tritonclient returns them: a list over HTTP, a message as JSON over gRPC
@@ -63,6 +64,20 @@ def test_failed_requests_are_counted_per_model_version_and_zero_when_grpc_leaves
     assert failed_requests({}) == {}
 
 
+def test_an_ensembles_failed_requests_are_counted_once_though_the_server_counts_them_twice():
+    # three requests failed in the ensemble's step, as tritonserver 2.51 reports them
+    statistics = {
+        "model_stats": [
+            {"name": "reco", "version": "1", "inference_stats": {"fail": {"count": "6"}}},
+            {"name": "reco-0-step", "version": "1", "inference_stats": {"fail": {"count": "3"}}},
+        ]
+    }
+    assert failed_requests(statistics, ensembles=["reco"]) == {
+        ("reco", 1): 3,
+        ("reco-0-step", 1): 3,
+    }
+
+
 def test_the_probe_of_a_python_step_is_a_request_without_rows():
     config = {
         "backend": "python",
@@ -89,6 +104,15 @@ def test_the_probe_of_a_python_step_is_a_request_without_rows():
         for name, (_, shape) in {n: (a.dtype, a.shape) for n, a in probe.items()}.items()
     }
     assert probe_request({"platform": "ensemble"}) is None
+
+
+def test_a_model_whose_standby_an_ensemble_runs_is_found_in_the_ensembles_config():
+    def ensemble(*steps):
+        return {"ensemble_scheduling": {"step": [{"model_name": step} for step in steps]}}
+
+    configs = [ensemble("reco-0-step-standby-2", "reco-1-model"), ensemble("other-0-step")]
+    assert standbys_run(configs) == {"reco-0-step": "reco-0-step-standby-2"}
+    assert standbys_run([ensemble("reco-0-step"), {"backend": "python"}]) == {}
 
 
 def test_services_at_one_url_are_asked_once_and_each_reported():

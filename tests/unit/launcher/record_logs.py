@@ -163,6 +163,26 @@ def record(root: Path) -> None:
 
     recorder.situation("dead_stub", dead_stub, keep_log=False)
 
+    def stop_after_stub_death(repository: Path, log: Path) -> None:
+        # a step's stub killed, the step repaired, then tritonserver's own stop (SIGINT)
+        write_doubler(repository, "doubler")
+        write_ensemble(repository, "reco", "doubler")
+        server = TritonServer(repository, failover=True, log_path=log, stop_timeout_s=20)
+        with server:
+            server.wait_for_failover()
+            (stub, *_) = [p.pid for p in children_of(server.pid) if "/doubler/" in " ".join(p.argv)]
+            os.kill(stub, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while not any(m.name == "doubler" and m.restarts for m in server.health()):
+                assert time.monotonic() < deadline, "the doubler was not repaired within 60 s"
+                time.sleep(0.2)
+            os.kill(server.pid, signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while server.is_running and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+    recorder.situation("stop_after_stub_death", stop_after_stub_death)
+
 
 if __name__ == "__main__":
     LOGS.mkdir(exist_ok=True)

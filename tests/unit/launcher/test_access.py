@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from merlin_torch_serving.launcher import access
+from merlin_torch_serving.launcher.child import free_ports
 from merlin_torch_serving.launcher.config import Ports, ServerConfig
 from merlin_torch_serving.launcher.server import TritonServer
 
@@ -134,3 +138,62 @@ def test_a_server_removes_only_the_key_files_that_still_hold_its_key(key_cache):
     access.remove_key_files(mine, "mine")
     assert not mine[0].exists()
     assert mine[1].read_text().strip() == "a later server's"
+
+
+# a process that writes the key files of a server on two ports and lives until it is killed
+OWNER = """
+import sys, time
+from merlin_torch_serving.launcher import access
+access.write_key_files(sys.argv[1], [int(port) for port in sys.argv[2:]])
+print("written", flush=True)
+time.sleep(600)
+"""
+
+
+def key_owner(key: str, *ports: int) -> subprocess.Popen:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, key, *map(str, ports)], stdout=subprocess.PIPE, text=True
+    )
+    assert owner.stdout.readline().strip() == "written"
+    return owner
+
+
+def test_the_next_server_removes_the_key_files_of_a_killed_owner_and_keeps_a_live_ones(key_cache):
+    gone, gone_too, live, new = free_ports(4)  # nothing listens on them
+    killed, alive = key_owner("killed", gone, gone_too), key_owner("alive", live)
+    try:
+        killed.kill()  # no stop(): its files stay behind
+        killed.wait()
+        folder = key_cache / "admin-keys"
+        assert names(folder) == sorted(f"{port}.key" for port in (gone, gone_too, live))
+        access.write_key_files("next", [new])
+        assert names(folder) == sorted(f"{port}.key" for port in (live, new))
+        assert access.find_admin_key(f"localhost:{live}") == "alive"
+    finally:
+        for owner in (killed, alive):
+            owner.kill()
+            owner.wait()
+            owner.stdout.close()
+
+
+def test_a_key_file_nobody_locks_stays_while_a_process_listens_on_its_port(key_cache):
+    # as a running server of another version of the library leaves it: a plain file, its port bound
+    folder = key_cache / "admin-keys"
+    folder.mkdir(parents=True, mode=0o700)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    (folder / f"{port}.key").write_text("another server's\n")
+    # and a file being written by a live process (this one)
+    (folder / f".{port}.key.{os.getpid()}").write_text("another server's\n")
+    try:
+        access.write_key_files("next", free_ports(1))
+        assert access.find_admin_key(f"localhost:{port}") == "another server's"
+        assert (folder / f".{port}.key.{os.getpid()}").exists()
+    finally:
+        listener.close()
+    access.write_key_files("after it", free_ports(1))  # its server gone: the file goes
+    assert access.find_admin_key(f"localhost:{port}") is None
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.glob("*.key"))

@@ -13,7 +13,7 @@ import pytest
 
 from merlin_torch_serving.exceptions import ServerError
 from merlin_torch_serving.launcher.child import ServerLog, ServerProcess, free_ports, new_shm_prefix
-from merlin_torch_serving.launcher.process import process_info
+from merlin_torch_serving.launcher.process import live_group_members, process_info
 
 
 def start(script: str, log: ServerLog, shm_prefix: str | None = None) -> ServerProcess:
@@ -91,6 +91,32 @@ def test_stop_kills_the_whole_group_when_sigint_is_ignored(tmp_path):
     assert is_gone(process.pid)
     assert is_gone(grandchild)
     process.stop(graceful=True, timeout_s=0.3)  # a second stop does nothing
+
+
+def test_sigint_goes_to_the_server_alone_and_its_stubs_hear_of_the_stop_from_it(tmp_path):
+    log = ServerLog(tmp_path / "server.log")
+    # the "stub" would write down a SIGINT; tritonserver tells its stubs to finish itself
+    process = start(
+        "trap 'exit 0' INT; sh -c \"trap 'echo stub-interrupted' INT; sleep 300\" & echo ready;"
+        " wait",
+        log,
+    )
+    wait_for(lambda: "ready" in log.text())
+    process.stop(graceful=True, timeout_s=10.0)
+    assert log.text() == "ready\n"
+    assert live_group_members(process.pid) == []
+
+
+def test_a_graceful_stop_ends_at_once_when_nothing_left_is_worth_waiting_for(tmp_path):
+    log = ServerLog(tmp_path / "server.log")
+    # a server that would never finish stopping (one waiting for a model version it never frees)
+    process = start("trap 'echo stopping' INT; echo ready; while :; do sleep 0.05; done", log)
+    wait_for(lambda: "ready" in log.text())
+    started = time.monotonic()
+    process.stop(graceful=True, timeout_s=60.0, settled=lambda: "stopping" in log.text())
+    assert time.monotonic() - started < 30.0  # not the 60 s: a bound a loaded machine keeps
+    assert log.text() == "ready\nstopping\n"
+    assert is_gone(process.pid)
 
 
 def test_stop_removes_the_shared_memory_under_the_servers_prefix_only(tmp_path):

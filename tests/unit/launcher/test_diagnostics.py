@@ -274,3 +274,20 @@ def test_a_dead_stubs_answer_says_the_stub_did_not_answer_and_is_worth_retrying(
     )
     assert isinstance(error, InferenceError)
     assert retryable
+
+
+# -- stopping ---------------------------------------------------------------------------------
+
+
+def test_a_stopping_server_has_answered_its_requests_once_it_starts_unloading_its_models():
+    log = recorded("stop_after_stub_death.log")
+    unloading = log.index("All models are stopped, unloading models")
+    assert not diagnostics.requests_drained(log[:unloading])
+    assert diagnostics.requests_drained(log)
+
+
+def test_the_models_a_stopping_server_unloaded_are_read_from_its_log():
+    log = recorded("stop_after_stub_death.log")
+    stopping = log[log.index("Signal (2) received.") :]  # (the ensemble was reloaded before)
+    assert diagnostics.unloaded(stopping) == {"reco", "doubler", "doubler-standby"}
+    assert "doubler" not in diagnostics.unloaded(stopping[: stopping.index("unloaded 'doubler'")])

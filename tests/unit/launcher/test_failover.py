@@ -3,11 +3,7 @@ a server runs it."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
 from merlin_torch_serving.launcher import failover
 from merlin_torch_serving.launcher.config import ServerConfig
@@ -40,29 +36,19 @@ def test_a_python_model_runs_two_instances_and_its_standby_one():
 
 
 def test_switching_an_ensemble_replaces_only_the_steps_that_run_the_model():
-    switched = failover.switched_steps(ENSEMBLE, "reco-0-workflow", "reco-0-workflow-standby")
+    renamed = {"reco-0-workflow": "reco-0-workflow-standby"}
+    switched = failover.with_steps_renamed(ENSEMBLE, renamed)
     names = [step["model_name"] for step in switched["ensemble_scheduling"]["step"]]
     assert names == ["reco-0-workflow-standby", "reco-1-predict"]
-    assert failover.switched_steps(ENSEMBLE, "other", "other-standby") is None
+    assert failover.with_steps_renamed(ENSEMBLE, {"other": "other-standby"}) is None
 
 
-def test_the_standby_links_the_models_folders_and_has_a_config_of_its_own(tmp_path):
-    repository, side = tmp_path / "repository", tmp_path / "standbys"
-    (repository / "reco-0-workflow" / "1").mkdir(parents=True)
-    (repository / "reco-0-workflow" / "1" / "model.py").write_text("# the step")
-    (repository / "reco-0-workflow" / "warmup").mkdir()
-    (repository / "reco-0-workflow" / "config.pbtxt").write_text("name: 'reco-0-workflow'")
-    folder = failover.write_standby(repository, side, "reco-0-workflow", PYTHON_STEP)
-    assert folder == side / "reco-0-workflow-standby"
-    assert (folder / "1" / "model.py").read_text() == "# the step"
-    assert os.path.islink(folder / "1")
-    assert os.path.islink(folder / "warmup")
-    config = text_format.Parse(
-        (folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+def test_the_standbys_an_ensemble_runs_are_found_in_its_config_whatever_their_number():
+    switched = failover.with_steps_renamed(
+        ENSEMBLE, {"reco-0-workflow": "reco-0-workflow-standby-2"}
     )
-    assert config.name == "reco-0-workflow-standby"
-    assert [group.count for group in config.instance_group] == [1]
-    assert config.backend == "python"
+    assert failover.standby_steps(switched) == {"reco-0-workflow-standby-2": "reco-0-workflow"}
+    assert failover.standby_steps(ENSEMBLE) == {}
 
 
 def test_failover_is_on_by_default_and_off_where_it_cannot_work(tmp_path, monkeypatch):

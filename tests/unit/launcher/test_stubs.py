@@ -94,3 +94,13 @@ def test_a_model_being_reloaded_is_reported_down_with_the_launchers_note():
 def test_an_unavailable_model_reports_the_servers_reason():
     (model,) = assess([ModelStatus("broken", 1, "UNAVAILABLE", "failed to load")], {}, {}, {}, {})
     assert (model.healthy, model.last_error) == (False, "failed to load")
+
+
+def test_a_model_whose_ensembles_run_its_standby_is_not_healthy_and_says_so():
+    live, deaths = StubRecord().update([stub_process(8, "reco-0-step")])
+    standbys = {"reco-0-step": "reco-0-step-standby"}
+    report = assess(READY, {("reco-0-step", 1): 1}, live, deaths, {}, standbys=standbys)
+    step = report[1]
+    assert (step.stubs_alive, step.standby, step.healthy) == (True, "reco-0-step-standby", False)
+    assert "its ensembles run its standby 'reco-0-step-standby' until it answers" in step.last_error
+    assert report[0].healthy  # the ensemble itself answers

@@ -90,6 +90,11 @@ def test_another_salt_draws_the_split_anew():
         ({"a": float("nan")}, r"the weight of variant 'a' must be a finite number of 0 or more"),
         ({"a": 0, "b": 0}, r"experiment 'e': the weights are all 0"),
         ({}, r"experiment 'e' needs at least one variant"),
+        (
+            {"a": 1e308, "b": 1e308},
+            r"experiment 'e': the weights sum to more than a float holds \(variant 'a' weighs"
+            r" 1e\+308\).*only their ratios count",
+        ),
     ],
 )
 def test_weights_that_cannot_split_sessions_are_refused(weights, message):

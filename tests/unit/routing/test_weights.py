@@ -31,7 +31,7 @@ def route_of(step: HostedStep) -> Route:
 def test_new_weights_go_beside_the_routing_steps_config_and_the_step_loads_with_them(exported):
     repository, _ = exported
     step = "routed-0-transformworkflow_route"
-    # the export leaves the file in place, empty, so that a failover standby links it
+    # the export leaves the file in place, empty
     assert json.loads((repository / step / configs.CONFIG_OVERRIDES_FILE).read_text()) == {}
     assert weights_of(repository, "routed") == {"current": 0.5, "candidate": 0.5}
     step = set_weights(repository, "routed", {"current": 0.2, "candidate": 0.8})
@@ -65,3 +65,26 @@ def test_a_step_refuses_overrides_of_settings_its_operators_keep_fixed(exported)
         HostedStep.load(str(repository / step / "1"), overrides={"0": {"fast_path": False}})
     with pytest.raises(ArtifactError, match=r"overrides \['fallback'\].*only 'weights'"):
         HostedStep.load(str(repository / step / "1"), overrides={"1": {"fallback": None}})
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"1": {"weights": ', r"config_overrides.json' is not valid JSON \(Expecting value"),
+        ("[1, 2]", r"config_overrides.json' holds '\[1, 2\]', where an object of call index"),
+    ],
+)
+def test_a_broken_overrides_file_is_named_with_what_is_wrong_in_it(exported, content, message):
+    repository, _ = exported
+    step = "routed-0-transformworkflow_route"
+    path = repository / step / configs.CONFIG_OVERRIDES_FILE
+    kept = path.read_text()
+    path.write_text(content)
+    try:
+        expected = rf"step '{step}' cannot be loaded: its '.*{message}.*fix the file or remove it"
+        with pytest.raises(ArtifactError, match=expected):
+            weights_of(repository, "routed")
+        with pytest.raises(ArtifactError, match=expected):
+            set_weights(repository, "routed", {"current": 0.1, "candidate": 0.9})
+    finally:
+        path.write_text(kept)
