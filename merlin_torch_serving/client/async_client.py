@@ -87,7 +87,7 @@ class AsyncClient(conversation.ClientSettings):
         return await self._run(self._conversation.health())
 
     async def wait_until_ready(self, model: str | None = None, timeout_s: float = 60.0) -> None:
-        """``Client.wait_until_ready``: return once the server (and ``model``) is ready."""
+        """``Client.wait_until_ready``: return once the server, or ``model`` if named, is ready."""
         return await self._run(self._conversation.wait_until_ready(model, timeout_s))
 
     # ---- inference --------------------------------------------------------------------------

@@ -244,8 +244,12 @@ class Conversation:
         reason, hint = "no answer yet", ""
         while True:
             try:
-                if not (yield Call("is_server_ready", (), self._timeout)):
+                # with a model named, its readiness is what counts: a server where another model
+                # failed to load is live but never ready
+                if model is None and not (yield Call("is_server_ready", (), self._timeout)):
                     reason = "the server is not ready (models still loading?)"
+                elif model is not None and not (yield Call("is_server_live", (), self._timeout)):
+                    reason = "the server is not live yet"
                 elif model is not None and not (
                     yield Call("is_model_ready", (model,), self._timeout)
                 ):

@@ -116,8 +116,9 @@ class Client(conversation.ClientSettings):
         return self._run(self._conversation.health())
 
     def wait_until_ready(self, model: str | None = None, timeout_s: float = 60.0) -> None:
-        """Return once the server (and ``model``, if given) is ready; ``ServerUnavailableError``
-        with the last reason after ``timeout_s``."""
+        """Return once the server is ready, or with ``model`` named once that model is (a server
+        where another model failed to load stays not ready); ``ServerUnavailableError`` with the
+        last reason after ``timeout_s``."""
         return self._run(self._conversation.wait_until_ready(model, timeout_s))
 
     # ---- inference --------------------------------------------------------------------------

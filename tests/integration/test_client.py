@@ -428,3 +428,31 @@ def test_an_async_clients_unused_http_connections_are_closed_after_a_while(
 
     after_answer, after_wait = asyncio.run(ask_then_wait())
     assert after_wait == after_answer - 1  # the inference connection; metadata's is aiohttp's
+
+
+def test_waiting_for_a_model_ends_once_it_is_ready_though_another_failed_to_load(
+    triton_server, served
+):
+    # Triton calls a server with a model that failed to load not ready, for good
+    from merlin_torch_serving import ModelLoadError
+    from tests.triton_models import write_python_model
+
+    write_python_model(
+        triton_server.repository,
+        "fails-to-load",
+        inputs={"x": ("TYPE_INT64", [-1])},
+        outputs={"y": ("TYPE_INT64", [-1])},
+        compute="return {'y': inputs['x']}",
+        initialize="raise RuntimeError('broken on purpose')",
+    )
+    with pytest.raises(ModelLoadError):
+        triton_server.load("fails-to-load")
+    try:
+        for protocol in ("grpc", "http"):
+            for kind in CLIENTS.values():
+                with kind(url_of(triton_server, protocol), protocol) as client:
+                    client.wait_until_ready("toy-client", timeout_s=10)
+                    with pytest.raises(ServerUnavailableError, match="the server is not ready"):
+                        client.wait_until_ready(timeout_s=0.5)
+    finally:
+        triton_server.unload("fails-to-load")
