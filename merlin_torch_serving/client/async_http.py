@@ -18,6 +18,8 @@ import json
 from collections import deque
 from urllib.parse import quote
 
+from merlin_torch_serving.client import transport
+
 #: how long a connection stays open unused (aiohttp's default): tritonserver, stopping, waits for
 #: the connections its clients keep open
 KEEP_IDLE_S = 15.0
@@ -28,8 +30,7 @@ class AsyncHttpInference:
     each on a connection of the pool (opened when none is idle, kept open after the answer)."""
 
     def __init__(self, url: str, timeout_s: float, max_connections: int):
-        host, _, port = url.rpartition(":")
-        self._host, self._port = host.strip("[]") or "localhost", int(port)
+        self._host, self._port = transport.socket_address(url)
         self._authority = url.encode()
         self._timeout_s = timeout_s
         self._slots = asyncio.Semaphore(max_connections)

@@ -244,12 +244,16 @@ def _from_server(
 def speaks_http(url: str, timeout_s: float = 1.0) -> bool:
     """Whether ``host:port`` answers a plain HTTP request (a gRPC client pointed at the HTTP port
     sees only a closed socket)."""
-    host, _, port = url.rpartition(":")
     try:
-        with socket.create_connection(
-            (host.strip("[]") or "localhost", int(port)), timeout=timeout_s
-        ) as connection:
+        with socket.create_connection(socket_address(url), timeout=timeout_s) as connection:
             connection.sendall(b"GET /v2/health/live HTTP/1.0\r\n\r\n")
             return connection.recv(5) == b"HTTP/"
     except (OSError, ValueError):
         return False
+
+
+def socket_address(url: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``host:port`` address, as sockets take it (an IPv6 host without its
+    brackets; no host: localhost). ``ValueError`` for a port that is not a number."""
+    host, _, port = url.rpartition(":")
+    return host.strip("[]") or "localhost", int(port)
