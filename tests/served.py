@@ -192,6 +192,16 @@ def stubs_of(server, model: str) -> list[int]:
     ]
 
 
+def wait_for_health(server, name: str, predicate, timeout_s: float):
+    """The health of model ``name`` once ``predicate`` holds for it, or as it is at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        model = next(m for m in server.health() if m.name == name)
+        if predicate(model) or time.monotonic() >= deadline:
+            return model
+        time.sleep(0.1)
+
+
 @dataclass
 class Traffic:
     """Threads sending ``requests`` (DataFrames) round-robin to ``model`` over gRPC and HTTP

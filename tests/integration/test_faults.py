@@ -14,7 +14,7 @@ import pytest
 
 from merlin_torch_serving import Client, Ensemble, InferenceError, TritonServer
 from tests import toy_session
-from tests.served import assert_frames_equal, stubs_of
+from tests.served import assert_frames_equal, stubs_of, wait_for_health
 
 pytestmark = pytest.mark.integration
 
@@ -30,15 +30,6 @@ def kill_stub(server, model: str) -> int:
     (pid,) = stubs_of(server, model)
     os.kill(pid, signal.SIGKILL)
     return pid
-
-
-def wait_for_health(server, name, predicate, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        model = next(m for m in server.health() if m.name == name)
-        if predicate(model) or time.monotonic() >= deadline:
-            return model
-        time.sleep(0.1)
 
 
 def step_of(result):
@@ -113,7 +104,9 @@ def test_a_server_that_restarts_failed_models_answers_again_within_the_bound(
             time.sleep(0.2)
     assert answer is not None, f"no answer {RESTART_BOUND_S:g} s after the stub was killed"
     assert_frames_equal(answer, ensemble.transform(rows))
-    healed = next(m for m in triton_server.health() if m.name == step_of(result))
+    # the model answers once tritonserver has loaded it, a moment before the supervisor's
+    # reload call returns and counts it
+    healed = wait_for_health(triton_server, step_of(result), lambda m: m.restarts == 1, 10.0)
     assert healed.healthy
     assert healed.restarts == 1
     assert healed.last_error.startswith("reloaded after: the stub of instance")

@@ -13,7 +13,7 @@ import pytest
 
 from merlin_torch_serving import Client, Ensemble, InferenceError, TritonServer
 from tests import toy_session
-from tests.served import Traffic, assert_frames_equal, stubs_of
+from tests.served import Traffic, assert_frames_equal, stubs_of, wait_for_health
 
 pytestmark = pytest.mark.integration
 
@@ -115,4 +115,6 @@ def test_a_polled_server_reloads_a_model_whose_stub_died(polled):
                 time.sleep(0.2)
     assert answer is not None
     assert_frames_equal(answer, first.transform(rows))
-    assert next(m for m in server.health() if m.name == step).restarts == 1
+    # the model answers once tritonserver has loaded it, a moment before the supervisor's
+    # reload call returns and counts it
+    assert wait_for_health(server, step, lambda m: m.restarts == 1, 10.0).restarts == 1
