@@ -230,3 +230,11 @@ from tests.multistage_fixtures import (  # noqa: E402, F401
 
 # a real redis-server shared by the tests of stores and live sessions
 from tests.redis_fixtures import redis_server  # noqa: E402, F401
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to each worker, the official examples' files as one, the long ones first
+    (tests/scheduling.py)."""
+    from tests.scheduling import LongestFirstScheduling
+
+    return LongestFirstScheduling(config, log)
