@@ -91,7 +91,9 @@ class ModelHealth:
     failed_requests: int | None
     #: why the model is not healthy, or the last failure it recovered from
     last_error: str = ""
-    #: how many times the launcher reloaded it because it had failed
+    #: how many times the launcher reloaded it because it had failed: reloads, not failures (one
+    #: reload repairs every stub that died before it began); counted once the reload returns,
+    #: a moment after the model answers again
     restarts: int = 0
     #: the outside services its operators call (a feature server), and whether each answers
     services: tuple[ServiceHealth, ...] = ()
