@@ -4,7 +4,9 @@ request, one torch thread, run eagerly, as TorchScript (as the export scripts it
 optimizing executor, as the step's config says), as the package compiled for this CPU and as the
 one compiled for x86-64-v3; and how long each package took to export and compile, into a fresh
 cache (the compile's time, not the cache's). Calls interleave, so the machine's load weighs on
-all four alike.
+all four alike. Then the model alone (a graph whose libtorch step is the model, its scores over the
+catalog the step's output) as TorchScript and as a package, interleaved likewise: the model's
+forward, without the selection and decoding the library compiles around it.
 
 ``./run bench`` measures it at the end of its run; ``./run bench --only compiled`` measures it
 alone (a few minutes: the example is trained and both packages compiled) and writes
@@ -25,10 +27,11 @@ from merlin.table import TensorTable
 
 from benchmarks.systems import project_ensemble
 from benchmarks.workload import build_workload
+from merlin_torch_serving import Ensemble, PredictPytorch, TransformWorkflow
 from merlin_torch_serving.aot.compiling import compiled_package, export_program
 from merlin_torch_serving.aot.instruction_sets import instruction_set
 from merlin_torch_serving.aot.package import CompiledPackage
-from merlin_torch_serving.aot.steps import EXAMPLE, StepModule, tensors
+from merlin_torch_serving.aot.steps import EXAMPLE, StepModule, step_label, tensors
 from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.data.samples import sample_table
 from merlin_torch_serving.export.fusion import libtorch_module
@@ -36,6 +39,7 @@ from merlin_torch_serving.export.partition import partition
 from merlin_torch_serving.graph.plan import REQUEST, Ref, run_calls
 
 FORMS = ("eager", "torchscript", "package", "package x86-64-v3")
+MODEL_FORMS = ("torchscript", "package")
 SESSION_COUNTS = (1, 32)
 REPETITIONS = 200  # as the full run's in-process parts
 
@@ -78,41 +82,71 @@ class _Said:
 
 
 def measure(workload, repetitions: int, progress) -> dict:
-    """``{"forward_ms": {sessions: {form: median ms}}, "compile_s": {instruction set: s}}``."""
+    """``{"forward_ms": {sessions: {form: median ms}}, "model_forward_ms": {sessions: {form: median
+    ms}}, "compile_s": {instruction set: s}}``."""
     # exportable forms exist where a package may be made; the TorchScript form is there either way
-    ensemble = project_ensemble(workload, backend="pytorch", compiled="package")
-    steps = partition(ensemble.plan, "forward")
-    step = next(s for s in steps if s.backend == "pytorch")
-    eager = StepModule(step, [call.op.exportable(call.input_schema) for call in step.calls])
-    scripted = libtorch_module(step)
+    steps, step = _libtorch_step(project_ensemble(workload, backend="pytorch", compiled="package"))
+    model_steps, model_step = _libtorch_step(_model_alone(workload))
     example = tensors(wire.to_wire(sample_table(step.input_schema, *EXAMPLE)))
     packages, compile_s = {}, {}
     with tempfile.TemporaryDirectory(prefix="merlin-torch-serving-packages-") as cache:
         for name in ("native", "x86-64-v3"):
             progress.step(f"compiling the model's step ahead of time for {name} (a fresh cache)")
             began = time.perf_counter()
-            program = export_program(eager, example, "the model's step")
-            path = compiled_package(
-                program,
-                example,
-                label="the model's step",
-                instruction_set=instruction_set(name),
-                threads=1,
-                cache_dir=cache,
-            )
+            packages[name] = _package(step, example, name, cache)
             compile_s[name] = round(time.perf_counter() - began, 1)
-            packages[name] = CompiledPackage(path, f"the model's step ({name})")
+        progress.step("compiling the model alone ahead of time for native")
+        model_example = tensors(wire.to_wire(sample_table(model_step.input_schema, *EXAMPLE)))
+        model_package = _package(model_step, model_example, "native", cache)
         calls = {
-            "eager": eager,
-            "torchscript": scripted,
+            "eager": _eager(step),
+            "torchscript": libtorch_module(step),
             "package": packages["native"],
             "package x86-64-v3": packages["x86-64-v3"],
         }
-        forward_ms = {
-            str(sessions): _timed(calls, _step_inputs(steps, step, requests), repetitions)
-            for sessions, requests in workload.requests.items()
-        }
-    return {"forward_ms": forward_ms, "compile_s": compile_s}
+        model_calls = {"torchscript": libtorch_module(model_step), "package": model_package}
+        forward_ms, model_forward_ms = {}, {}
+        for sessions, requests in workload.requests.items():
+            forward_ms[str(sessions)] = _timed(
+                calls, _step_inputs(steps, step, requests), repetitions
+            )
+            model_forward_ms[str(sessions)] = _timed(
+                model_calls, _step_inputs(model_steps, model_step, requests), repetitions
+            )
+    return {"forward_ms": forward_ms, "model_forward_ms": model_forward_ms, "compile_s": compile_s}
+
+
+def _libtorch_step(ensemble: Ensemble):
+    """The ensemble's steps as the export cuts them, and its libtorch step."""
+    steps = partition(ensemble.plan, "forward")
+    return steps, next(s for s in steps if s.backend == "pytorch")
+
+
+def _model_alone(workload) -> Ensemble:
+    """The example's workflow (a python step) and its model (the libtorch step), nothing after."""
+    workflow = workload.workflow
+    features = workflow.input_schema.column_names >> TransformWorkflow(workflow)
+    model = PredictPytorch(workload.session_model, backend="pytorch", compiled="package")
+    return Ensemble(features >> model, workflow.input_schema)
+
+
+def _eager(step) -> StepModule:
+    return StepModule(step, [call.op.exportable(call.input_schema) for call in step.calls])
+
+
+def _package(step, example: dict, instruction_set_name: str, cache: str) -> CompiledPackage:
+    """``step`` exported and compiled for that instruction set, one thread, into ``cache``."""
+    label = f"{step_label(step)} ({instruction_set_name})"
+    program = export_program(_eager(step), example, label)
+    path = compiled_package(
+        program,
+        example,
+        label=label,
+        instruction_set=instruction_set(instruction_set_name),
+        threads=1,
+        cache_dir=cache,
+    )
+    return CompiledPackage(path, label)
 
 
 def _step_inputs(steps, step, requests) -> list[dict[str, torch.Tensor]]:
@@ -166,4 +200,18 @@ def markdown(result: dict) -> list[str]:
         ratio = medians["package"] / medians["torchscript"]
         cells = " | ".join(f"{medians[form]:.3f}" for form in FORMS)
         lines.append(f"| {sessions} | {cells} | {ratio:.2f} |")
+    model = result.get("model_forward_ms")
+    if model:
+        lines += [
+            "",
+            "The model alone, its forward as the libtorch step of a graph that ends with it (scores"
+            " over the whole catalog), interleaved likewise:",
+            "",
+            "| sessions | " + " | ".join(MODEL_FORMS) + " | package / torchscript |",
+            "| ---: |" + " ---: |" * (len(MODEL_FORMS) + 1),
+        ]
+        for sessions, medians in model.items():
+            ratio = medians["package"] / medians["torchscript"]
+            cells = " | ".join(f"{medians[form]:.3f}" for form in MODEL_FORMS)
+            lines.append(f"| {sessions} | {cells} | {ratio:.2f} |")
     return [*lines, ""]
