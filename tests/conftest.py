@@ -232,6 +232,7 @@ from tests.multistage_fixtures import (  # noqa: E402, F401
 from tests.redis_fixtures import redis_server  # noqa: E402, F401
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which may be off (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """Whole files to each worker, the official examples' files as one, the long ones first
     (tests/scheduling.py)."""
