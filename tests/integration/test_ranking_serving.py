@@ -52,7 +52,7 @@ def test_served_scores_equal_in_process_and_eager_scores(
         "http": Client(triton_server.http_url, protocol="http"),
     }
 
-    for n in (1, 7, 37, 64, 500):
+    for n in (1, 7, 37, 64, 250, 500):
         rows = request_rows(ranking, n)
         in_process = ensemble.transform(rows)[
             model.OUTPUT_COLUMN
