@@ -84,17 +84,25 @@ def gather_padded(values: torch.Tensor, index: torch.Tensor, fill: float) -> tor
     return padded[torch.where(inside, index, torch.full_like(index, values.shape[0]))]
 
 
-def at_least_rows(features: dict[str, torch.Tensor], min_rows: int, pads: dict[str, float]):
-    """``features`` with ``min_rows`` more rows below them: their own first rows, pad rows past
-    the last. A model then multiplies at least that many rows whatever the request, and each of
-    the first rows answers as it would alone (see ``tensors.batch_invariance``). Written without
-    arithmetic on the row count: a package compiled for any size may still take a size for 1 or
-    more where it is 0, and an index computed from it would then read outside a tensor."""
-    taller: dict[str, torch.Tensor] = {}
-    for name, tensor in features.items():
-        pad = torch.full([min_rows, *tensor.shape[1:]], pads.get(name, 0), dtype=tensor.dtype)
-        taller[name] = torch.cat([tensor, torch.cat([tensor, pad])[:min_rows]])
-    return taller
+def at_least_rows(
+    features: dict[str, torch.Tensor], rows, min_rows: int, pads: dict[str, float]
+) -> dict[str, torch.Tensor]:
+    """``features`` (``rows`` rows) taken to ``max(rows, min_rows)`` rows, pad rows past their
+    last: a model then multiplies at least that many rows whatever the request, as TorchScript's
+    wrapper does (``tensors.batch_invariance``), and never a batch it can only bound by 0
+    (AOTInductor's matrix products cannot be compiled for such a batch). Gathered by
+    ``rows_like``, so that no row count, however wrong, reads outside a tensor."""
+    taller_rows = torch.sym_max(rows, min_rows)
+    return {
+        name: rows_like(tensor, taller_rows, pads.get(name, 0)) for name, tensor in features.items()
+    }
+
+
+def first_rows(tensor: torch.Tensor, rows) -> torch.Tensor:
+    """The first ``rows`` rows of ``tensor``, which has at least that many (``at_least_rows``'s
+    output): gathered, so that the result has ``rows`` rows to export's eyes as well (a slice's
+    size, ``min(rows, max(rows, 4))``, is one export cannot always simplify to ``rows``)."""
+    return tensor.index_select(0, torch.arange(rows))
 
 
 def fetched_count(seen_rows: torch.Tensor, rows, fewest: int, catalog) -> int:

@@ -157,14 +157,13 @@ class WireModel(torch.nn.Module):
         return self.model(features)
 
     def exported_forward(self, features: dict[str, torch.Tensor], rows):
-        """The model on at least ``MIN_ROWS`` more rows than the request's, each of its outputs cut
-        back to the request's rows: a package then never multiplies a batch whose size it can only
-        bound by 0 (AOTInductor's matrix products cannot be compiled for such a batch)."""
+        """The model on at least ``MIN_ROWS`` rows (``exportable.at_least_rows``), each of its
+        outputs cut back to the request's rows."""
         pads = dict.fromkeys(self.ragged_inputs, self.pad_value)
-        outputs = self.model(exportable.at_least_rows(features, MIN_ROWS, pads))
+        outputs = self.model(exportable.at_least_rows(features, rows, MIN_ROWS, pads))
         if isinstance(outputs, (tuple, list)):
-            return tuple(output[:rows] for output in outputs)
-        return outputs[:rows]
+            return tuple(exportable.first_rows(output, rows) for output in outputs)
+        return exportable.first_rows(outputs, rows)
 
     def features(self, inputs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
         """The model's inputs, checked and padded, and their row count."""
