@@ -234,8 +234,10 @@ from tests.redis_fixtures import redis_server  # noqa: E402, F401
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which may be off (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
-    """Whole files to each worker, the official examples' files as one, the long ones first
-    (tests/scheduling.py)."""
+    """With ``--dist loadfile`` (as ``./run tests`` runs): whole files to each worker, the
+    official examples' files as one, the long ones first (tests/scheduling.py)."""
+    if config.getoption("dist") != "loadfile":
+        return None
     from tests.scheduling import LongestFirstScheduling
 
     return LongestFirstScheduling(config, log)
