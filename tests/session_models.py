@@ -15,7 +15,6 @@ batch, and float32 matmuls round differently with the batch's shape: ~1e-6 measu
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +23,10 @@ import torch
 
 from examples.session_based import data, features, model
 from merlin_torch_serving import ModelOptions
+
+# served models run with ModelOptions' thread count; an in-process reference computed with the
+# same count (torch_threads) sums floats in the same order, so the two compare bit for bit
+from merlin_torch_serving.graph.executors import torch_threads  # noqa: F401
 from tests import toy_session
 
 MAX_SEQUENCE_LENGTH = 20
@@ -195,19 +198,3 @@ def assert_same_recommendations(
                     f"session {session_id}, rank {position + 1}: served item {got}, eager item"
                     f" {wanted}"
                 )
-
-
-@contextlib.contextmanager
-def torch_threads(count: int | None):
-    """Run the block with ``count`` torch intra-op threads (None: leave them as they are).
-
-    Served models run with ModelOptions' thread count; an in-process reference computed with the
-    same count sums floats in the same order, so the two can be compared bit for bit.
-    """
-    before = torch.get_num_threads()
-    if count is not None:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

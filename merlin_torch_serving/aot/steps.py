@@ -10,7 +10,6 @@ served answer equals the in-process one bit for bit.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
 from merlin_torch_serving.exceptions import PackageError
 from merlin_torch_serving.export.partition import TritonStep
+from merlin_torch_serving.graph.executors import torch_threads
 
 logger = logging.getLogger("merlin_torch_serving")
 #: (rows, items per list) of the inputs a package is checked on against its eager modules
@@ -153,7 +153,7 @@ def _check(step, module: StepModule, label: str, path, threads: int | None) -> N
         for probe in probes(step)
     ]
     answers = package_answers(path, label, inputs, threads)
-    with _threads(threads):
+    with torch_threads(threads):
         for probe, answer in zip(inputs, answers, strict=True):
             problem = _probe_difference(module, tensors(probe), answer, names)
             if problem is not None:
@@ -208,17 +208,6 @@ def tensors(arrays: dict[str, np.ndarray], request_dim: bool = False) -> dict[st
         name: torch.from_numpy(np.ascontiguousarray(array[np.newaxis] if request_dim else array))
         for name, array in arrays.items()
     }
-
-
-@contextlib.contextmanager
-def _threads(count: int | None):
-    before = torch.get_num_threads()
-    if count is not None:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class StepModule(torch.nn.Module):
