@@ -193,13 +193,8 @@ def markdown(result: dict) -> list[str]:
         + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in result["compile_s"].items())
         + ".",
         "",
-        "| sessions | " + " | ".join(FORMS) + " | package / torchscript |",
-        "| ---: |" + " ---: |" * (len(FORMS) + 1),
+        *_table(forward, FORMS),
     ]
-    for sessions, medians in forward.items():
-        ratio = medians["package"] / medians["torchscript"]
-        cells = " | ".join(f"{medians[form]:.3f}" for form in FORMS)
-        lines.append(f"| {sessions} | {cells} | {ratio:.2f} |")
     model = result.get("model_forward_ms")
     if model:
         lines += [
@@ -207,11 +202,19 @@ def markdown(result: dict) -> list[str]:
             "The model alone, its forward as the libtorch step of a graph that ends with it (scores"
             " over the whole catalog), interleaved likewise:",
             "",
-            "| sessions | " + " | ".join(MODEL_FORMS) + " | package / torchscript |",
-            "| ---: |" + " ---: |" * (len(MODEL_FORMS) + 1),
+            *_table(model, MODEL_FORMS),
         ]
-        for sessions, medians in model.items():
-            ratio = medians["package"] / medians["torchscript"]
-            cells = " | ".join(f"{medians[form]:.3f}" for form in MODEL_FORMS)
-            lines.append(f"| {sessions} | {cells} | {ratio:.2f} |")
     return [*lines, ""]
+
+
+def _table(forward: dict, forms: tuple[str, ...]) -> list[str]:
+    """A markdown table of median ms per session count and form, with package / TorchScript."""
+    lines = [
+        "| sessions | " + " | ".join(forms) + " | package / torchscript |",
+        "| ---: |" + " ---: |" * (len(forms) + 1),
+    ]
+    for sessions, medians in forward.items():
+        ratio = medians["package"] / medians["torchscript"]
+        cells = " | ".join(f"{medians[form]:.3f}" for form in forms)
+        lines.append(f"| {sessions} | {cells} | {ratio:.2f} |")
+    return lines
