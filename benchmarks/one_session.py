@@ -39,8 +39,8 @@ import psutil
 from benchmarks.environment import OtherCpuLoad
 from merlin_torch_serving import Client, LocalExecutor, TritonServer
 from merlin_torch_serving.data import frames
-from merlin_torch_serving.graph.executors import torch_threads
 from merlin_torch_serving.graph.plan import REQUEST, Ref, run_calls
+from merlin_torch_serving.graph.threads import torch_threads
 from tests.official import getting_started
 from tests.official.example import one_session_requests, prepare
 

@@ -39,7 +39,7 @@ from merlin_torch_serving import Client, ModelOptions, TritonServer
 from merlin_torch_serving.data import frames, wire
 from merlin_torch_serving.export.python_model import HostedStep
 from merlin_torch_serving.graph import metrics
-from merlin_torch_serving.graph.executors import torch_threads
+from merlin_torch_serving.graph.threads import torch_threads
 from tests.official import getting_started
 from tests.official.example import one_session_requests, prepare
 

@@ -34,7 +34,7 @@ import pytest
 
 from merlin_torch_serving.backends.pytorch_build import BUILD_COMMAND, built_for_running_torch
 from merlin_torch_serving.exceptions import ServerError
-from merlin_torch_serving.graph.executors import torch_threads
+from merlin_torch_serving.graph.threads import torch_threads
 from merlin_torch_serving.launcher.server import TritonServer
 from tests import session_models, toy_session
 

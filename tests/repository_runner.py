@@ -20,7 +20,7 @@ from merlin_torch_serving.data import wire
 from merlin_torch_serving.export.checks import THREAD_COUNT_PARAMETER
 from merlin_torch_serving.export.config import TORCH_THREADS_PARAMETER, from_pbtxt
 from merlin_torch_serving.export.python_model import HostedStep
-from merlin_torch_serving.graph.executors import torch_threads
+from merlin_torch_serving.graph.threads import torch_threads
 
 
 def run_repository(

@@ -26,7 +26,7 @@ from merlin_torch_serving import ModelOptions
 
 # served models run with ModelOptions' thread count; an in-process reference computed with the
 # same count (torch_threads) sums floats in the same order, so the two compare bit for bit
-from merlin_torch_serving.graph.executors import torch_threads  # noqa: F401
+from merlin_torch_serving.graph.threads import torch_threads  # noqa: F401
 from tests import toy_session
 
 MAX_SEQUENCE_LENGTH = 20

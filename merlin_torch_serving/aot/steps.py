@@ -27,7 +27,7 @@ from merlin_torch_serving.data import tables, wire
 from merlin_torch_serving.data.samples import sample_table
 from merlin_torch_serving.exceptions import PackageError
 from merlin_torch_serving.export.partition import TritonStep
-from merlin_torch_serving.graph.executors import torch_threads
+from merlin_torch_serving.graph.threads import torch_threads
 
 logger = logging.getLogger("merlin_torch_serving")
 #: (rows, items per list) of the inputs a package is checked on against its eager modules

@@ -39,9 +39,9 @@ from merlin_torch_serving.export.overrides import read_config_overrides
 from merlin_torch_serving.export.step_metrics import StepMetrics, is_warmup_request, warmup_runs
 from merlin_torch_serving.export.warmup_files import WARMUP_DIR, read_warmup_files
 from merlin_torch_serving.graph import answering, metrics
-from merlin_torch_serving.graph.executors import torch_threads
 from merlin_torch_serving.graph.plan import OpCall, Ref, run_calls
 from merlin_torch_serving.graph.rehearsal import rehearsing
+from merlin_torch_serving.graph.threads import torch_threads
 from merlin_torch_serving.graph.validation import EntryCheck
 from merlin_torch_serving.ops.base import ServingOperator, operator_class
 

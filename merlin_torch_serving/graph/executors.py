@@ -6,12 +6,12 @@ gets the response table back; which executor it is does not change anything else
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from merlin.table import TensorTable
 
 from merlin_torch_serving.exceptions import SchemaError
+from merlin_torch_serving.graph.threads import torch_threads
 
 if TYPE_CHECKING:  # the plan imports the operators, and with them torch
     from merlin_torch_serving.graph.plan import Plan
@@ -61,22 +61,6 @@ class LocalExecutor:
                 threads=self.torch_threads,
                 instruction_set_name=self.instruction_set,
             )
-
-
-@contextlib.contextmanager
-def torch_threads(count: int | None):
-    """torch's intra-op thread count set to ``count`` inside the block (unchanged for None)."""
-    import torch
-
-    previous = torch.get_num_threads()
-    if count is None or count == previous:
-        yield
-        return
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 class TritonExecutor:

@@ -23,7 +23,8 @@ from merlin.table import TensorTable
 from merlin_torch_serving.data import wire
 from merlin_torch_serving.export import merging
 from merlin_torch_serving.export.config import DEFAULT_MAX_BATCH_ROWS
-from merlin_torch_serving.graph.executors import LocalExecutor, torch_threads
+from merlin_torch_serving.graph.executors import LocalExecutor
+from merlin_torch_serving.graph.threads import torch_threads
 
 if TYPE_CHECKING:
     from merlin_torch_serving.graph.plan import Plan

@@ -30,7 +30,7 @@ from merlin_torch_serving.export.config import (
 from merlin_torch_serving.export.libtorch_batching import flat_batch
 from merlin_torch_serving.export.python_model import HostedStep
 from merlin_torch_serving.graph import answering
-from merlin_torch_serving.graph.executors import torch_threads
+from merlin_torch_serving.graph.threads import torch_threads
 
 
 class Step(Protocol):
