@@ -71,7 +71,7 @@ def served(tmp_path_factory, toy_workflow, toy_model, filtered_toy_workflow):
     routed = Ensemble(graph, workflow.input_schema)
     exported = routed.export(repository, ROUTED).models
     (route_step,) = [model for model in exported if model != ROUTED]
-    # the default stop timeout: a stop that waited for tritonserver's exit timeout takes 15 s
+    # a stop that waited for tritonserver's exit timeout would take 30 s here (STOP_TIMEOUT_S)
     server = TritonServer(
         repository, failover=True, start_timeout_s=180, stop_timeout_s=STOP_TIMEOUT_S
     )
